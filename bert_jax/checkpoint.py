@@ -1,0 +1,65 @@
+"""Orbax checkpoints in the workdir (a local path or `gs://...`).
+
+Each checkpoint step holds three items: `state` (the sharded TrainState), `data` (the data position, JSON) and
+`config` (the run's config, JSON), under `<workdir>/checkpoints/<step>/`. Orbax writes each step to a
+temporary directory and commits it by rename (or a commit marker on GCS), so a step that is listed is whole;
+leftover temporaries from a killed run are removed when the manager opens.
+"""
+
+import json
+
+import jax
+import orbax.checkpoint as ocp
+from etils import epath
+
+
+def checkpoint_dir(workdir: str) -> epath.Path:
+  return epath.Path(workdir) / "checkpoints"
+
+
+def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
+  """Keeps the newest `keep` steps; saves run in the background (`wait_until_finished` before exit)."""
+  options = ocp.CheckpointManagerOptions(
+    max_to_keep=keep, create=True, cleanup_tmp_directories=True, enable_async_checkpointing=True
+  )
+  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options)
+
+
+def save(manager: ocp.CheckpointManager, step: int, state, data_position: dict, config) -> None:
+  """Starts saving `step` in the background; device buffers are copied before this returns."""
+  manager.save(
+    step,
+    force=True,
+    args=ocp.args.Composite(
+      state=ocp.args.StandardSave(state),
+      data=ocp.args.JsonSave(data_position),
+      config=ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
+    ),
+  )
+
+
+def _with_shardings(abstract, shardings):
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
+def restore_latest(manager: ocp.CheckpointManager, abstract_state, shardings):
+  """(state, data_position) from the newest complete step, placed directly into `shardings`; None if none."""
+  step = manager.latest_step()
+  if step is None:
+    return None
+  restored = manager.restore(
+    step,
+    args=ocp.args.Composite(
+      state=ocp.args.StandardRestore(_with_shardings(abstract_state, shardings)), data=ocp.args.JsonRestore()
+    ),
+  )
+  return restored["state"], restored["data"]
+
+
+def restore_config(workdir: str, step: int | None = None) -> dict:
+  """The config a checkpoint was written with (newest step by default), as a plain dict."""
+  with ocp.CheckpointManager(checkpoint_dir(workdir), options=ocp.CheckpointManagerOptions(read_only=True)) as m:
+    step = m.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No checkpoint under {checkpoint_dir(workdir)}.")
+    return m.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]

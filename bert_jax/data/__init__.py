@@ -1,0 +1,1 @@
+"""Input data: sources of pretraining batches (numpy dicts, per host) in the layout of `bert_jax.features`."""

@@ -1,0 +1,185 @@
+"""The BERT encoder and its pretraining heads, as published (Devlin et al. 2018), in Flax linen.
+
+Post-LayerNorm transformer layers, erf-GELU, truncated-normal(0.02) initialisation, a tanh pooler on [CLS],
+a masked-LM head whose decoder is tied to the word embeddings and that runs only at the gathered
+`masked_lm_positions`, and a 2-way next-sentence head. Every parameter carries logical axis names
+(`vocab`, `embed`, `mlp`, `heads`, `kv`); `sharding.py` maps them onto the device mesh.
+
+Parameters are float32; activations run in `config.dtype`; the attention softmax and the logits are float32.
+"""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.model_config import BertConfig
+
+Array = jax.Array
+
+
+def _kernel_init(config: BertConfig, axes: tuple):
+  return nn.with_logical_partitioning(nn.initializers.truncated_normal(config.initializer_range), axes)
+
+
+def _zeros(axes: tuple):
+  return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
+
+
+def _dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None) -> nn.DenseGeneral:
+  """A dense layer with BERT's init; the bias is named by the output axes of the kernel."""
+  num_out = 1 if isinstance(features, int) else len(features)
+  return nn.DenseGeneral(
+    features=features,
+    axis=axis,
+    dtype=config.compute_dtype,
+    param_dtype=jnp.float32,
+    kernel_init=_kernel_init(config, kernel_axes),
+    bias_init=_zeros(kernel_axes[-num_out:]),
+    name=name,
+  )
+
+
+def _layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+  return nn.LayerNorm(
+    epsilon=config.layer_norm_eps,
+    dtype=config.compute_dtype,
+    param_dtype=jnp.float32,
+    scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+    bias_init=_zeros(("embed",)),
+    name=name,
+  )
+
+
+gelu = functools.partial(jax.nn.gelu, approximate=False)  # BERT's GELU is the exact (erf) form.
+
+
+class Embeddings(nn.Module):
+  """Word + position + token-type embeddings, then LayerNorm and dropout."""
+
+  config: BertConfig
+
+  def setup(self):
+    config = self.config
+    embed = functools.partial(
+      nn.Embed, features=config.hidden_size, dtype=config.compute_dtype, param_dtype=jnp.float32
+    )
+    self.word_embeddings = embed(config.vocab_size, embedding_init=_kernel_init(config, ("vocab", "embed")))
+    self.position_embeddings = embed(
+      config.max_position_embeddings, embedding_init=_kernel_init(config, (None, "embed"))
+    )
+    self.token_type_embeddings = embed(config.type_vocab_size, embedding_init=_kernel_init(config, (None, "embed")))
+    self.layer_norm = _layer_norm(config, "layer_norm")
+    self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+  def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool) -> Array:
+    # input_ids, segment_ids: [batch, seq] -> [batch, seq, hidden]
+    positions = jnp.arange(input_ids.shape[-1])
+    x = (
+      self.word_embeddings(input_ids)
+      + self.position_embeddings(positions)[None]
+      + self.token_type_embeddings(segment_ids)
+    )
+    return self.dropout(self.layer_norm(x), deterministic=deterministic)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention over the tokens that `input_mask` marks as real."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
+    # x: [batch, seq, hidden]; input_mask: [batch, seq], 1 for tokens, 0 for padding.
+    config = self.config
+    heads = (config.num_heads, config.head_dim)
+    query, key, value = (
+      _dense(config, heads, ("embed", "heads", "kv"), name=name)(x) for name in ("query", "key", "value")
+    )
+    query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
+    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
+    # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.
+    scores = jnp.where(input_mask[:, None, None, :] > 0, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(config.compute_dtype)
+    probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
+    context = jnp.einsum("bhqk,bkhd->bqhd", probs, value)  # [batch, seq, heads, head_dim]
+    return _dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
+
+
+class TransformerLayer(nn.Module):
+  """One post-LN encoder layer: attention, add & norm, feed-forward, add & norm."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
+    config = self.config
+    dropout = nn.Dropout(config.hidden_dropout_prob)
+    attended = SelfAttention(config, name="attention")(x, input_mask, deterministic)
+    x = _layer_norm(config, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
+    hidden = gelu(_dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
+    out = _dense(config, config.hidden_size, ("mlp", "embed"), name="output")(hidden)
+    return _layer_norm(config, "output_layer_norm")(x + dropout(out, deterministic=deterministic))
+
+
+class BertModel(nn.Module):
+  """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden]."""
+
+  config: BertConfig
+
+  def setup(self):
+    config = self.config
+    self.embeddings = Embeddings(config)
+    self.layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_layers)]
+    self.pooler = _dense(config, config.hidden_size, ("embed", "embed_out"), name="pooler")
+
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True
+  ) -> tuple[Array, Array]:
+    x = self.embeddings(input_ids, segment_ids, deterministic)
+    for layer in self.layers:
+      x = layer(x, input_mask, deterministic)
+    pooled = jnp.tanh(self.pooler(x[:, 0]))
+    return x, pooled
+
+
+def gather_positions(sequence: Array, positions: Array) -> Array:
+  """[batch, seq, hidden], [batch, num_positions] -> [batch, num_positions, hidden]."""
+  return jnp.take_along_axis(sequence, positions[:, :, None], axis=1)
+
+
+class BertForPretraining(nn.Module):
+  """BERT with the masked-LM and next-sentence heads.
+
+  Returns a dict: `mlm_logits` [batch, max_predictions, vocab] (float32) at `masked_lm_positions` only,
+  `nsp_logits` [batch, 2] (float32), and the encoder's `sequence_output` and `pooled_output`.
+  """
+
+  config: BertConfig
+
+  def setup(self):
+    config = self.config
+    self.bert = BertModel(config)
+    self.mlm_transform = _dense(config, config.hidden_size, ("embed", "embed_out"), name="mlm_transform")
+    self.mlm_layer_norm = _layer_norm(config, "mlm_layer_norm")
+    self.mlm_output_bias = self.param("mlm_output_bias", _zeros(("vocab",)), (config.vocab_size,), jnp.float32)
+    self.nsp = _dense(config, 2, ("embed", None), name="nsp")
+
+  def __call__(
+    self,
+    input_ids: Array,
+    input_mask: Array,
+    segment_ids: Array,
+    masked_lm_positions: Array,
+    deterministic: bool = True,
+  ) -> dict[str, Array]:
+    sequence_output, pooled_output = self.bert(input_ids, input_mask, segment_ids, deterministic)
+    # Only the masked positions reach the vocabulary-sized decoder: ~6x fewer FLOPs there at seq 128.
+    hidden = gather_positions(sequence_output, masked_lm_positions)
+    hidden = self.mlm_layer_norm(gelu(self.mlm_transform(hidden)))
+    mlm_logits = self.bert.embeddings.word_embeddings.attend(hidden).astype(jnp.float32) + self.mlm_output_bias
+    nsp_logits = self.nsp(pooled_output).astype(jnp.float32)
+    return dict(
+      mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence_output, pooled_output=pooled_output
+    )

@@ -1,0 +1,92 @@
+"""The model's own configuration: a frozen dataclass and the published size presets.
+
+The model never sees an ml_collections ConfigDict; `train.py` turns `config.model` into a `BertConfig`.
+"""
+
+import dataclasses
+
+import jax.numpy as jnp
+
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """Hyperparameters of a BERT encoder, named as in the original `bert_config.json`."""
+
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  hidden_dropout_prob: float = 0.1
+  attention_dropout_prob: float = 0.1
+  initializer_range: float = 0.02
+  layer_norm_eps: float = 1e-12
+  # Activations and matmuls run in this dtype; parameters stay float32, softmax and loss run in float32.
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    for name in (
+      "vocab_size",
+      "hidden_size",
+      "num_layers",
+      "num_heads",
+      "intermediate_size",
+      "max_position_embeddings",
+      "type_vocab_size",
+    ):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 1:
+        raise ValueError(f"model.{name} must be a positive integer, got {value!r}.")
+    if self.hidden_size % self.num_heads:
+      raise ValueError(
+        f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
+        f"each head needs hidden_size / num_heads dimensions."
+      )
+    for name in ("hidden_dropout_prob", "attention_dropout_prob"):
+      value = getattr(self, name)
+      if not 0.0 <= value < 1.0:
+        raise ValueError(f"model.{name} must be in [0, 1), got {value!r}.")
+    if self.dtype not in COMPUTE_DTYPES:
+      raise ValueError(f"model.dtype={self.dtype!r} is not supported; expected one of {COMPUTE_DTYPES}.")
+
+  @property
+  def head_dim(self) -> int:
+    return self.hidden_size // self.num_heads
+
+  @property
+  def compute_dtype(self) -> jnp.dtype:
+    return jnp.dtype(self.dtype)
+
+
+def _size(num_layers: int, hidden_size: int) -> dict:
+  # The BERT recipe: 64-dimensional heads and a 4x feed-forward.
+  return dict(
+    num_layers=num_layers, hidden_size=hidden_size, num_heads=hidden_size // 64, intermediate_size=4 * hidden_size
+  )
+
+
+# The 24 BERT miniatures (Turc et al. 2019), named `L{layers}_H{hidden}`, plus the paper's two sizes.
+PRESETS = {
+  f"L{layers}_H{hidden}": _size(layers, hidden) for layers in (2, 4, 6, 8, 10, 12) for hidden in (128, 256, 512, 768)
+}
+PRESETS.update(
+  {
+    "tiny": PRESETS["L2_H128"],  # BERT-Tiny: tests and the demo.
+    "mini": PRESETS["L4_H256"],
+    "small": PRESETS["L4_H512"],
+    "medium": PRESETS["L8_H512"],
+    "base": _size(12, 768),
+    "large": _size(24, 1024),
+  }
+)
+
+
+def preset(name: str) -> dict:
+  """The size fields (layers, hidden, heads, intermediate) of a named preset, for `config.model.update`."""
+  if name not in PRESETS:
+    raise ValueError(f"Unknown model preset {name!r}; expected one of {sorted(PRESETS)}.")
+  return dict(PRESETS[name])

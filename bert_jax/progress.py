@@ -1,0 +1,77 @@
+"""What a running job shows: console progress lines and TensorBoard scalars in the workdir.
+
+Only process 0 writes; other processes create no files.
+"""
+
+import time
+
+import jax
+from absl import logging
+
+
+class MetricWriter:
+  """TensorBoard event files under `<workdir>/tensorboard/<name>` (process 0 only)."""
+
+  def __init__(self, workdir: str, name: str):
+    self._writer = None
+    if jax.process_index() == 0:
+      import tensorflow as tf  # Deferred: importing TensorFlow costs seconds; only a running job needs it.
+
+      self._tf = tf
+      self._writer = tf.summary.create_file_writer(f"{workdir}/tensorboard/{name}")
+
+  def write(self, step: int, scalars: dict) -> None:
+    if self._writer is None:
+      return
+    with self._writer.as_default():
+      for name, value in scalars.items():
+        self._tf.summary.scalar(name, value, step=step)
+    self._writer.flush()
+
+  def close(self) -> None:
+    if self._writer is not None:
+      self._writer.close()
+
+
+def summarize(metric_sums: dict, num_steps: int) -> dict:
+  """Sums from the steps (see train_step.py) -> means for people."""
+  summary = {
+    "mlm_loss": metric_sums["mlm_loss"] / max(metric_sums["mlm_count"], 1e-5),
+    "mlm_accuracy": metric_sums["mlm_accuracy"] / max(metric_sums["mlm_count"], 1e-5),
+    "nsp_loss": metric_sums["nsp_loss"] / max(metric_sums["nsp_count"], 1e-5),
+    "nsp_accuracy": metric_sums["nsp_accuracy"] / max(metric_sums["nsp_count"], 1e-5),
+  }
+  for per_step in ("loss", "grad_norm"):  # Already batch means: average over the steps.
+    if per_step in metric_sums:
+      summary[per_step] = metric_sums[per_step] / num_steps
+  return {name: float(value) for name, value in summary.items()}
+
+
+class Progress:
+  """Console lines: step, loss, MLM accuracy, tokens/s and ETA, measured since the previous line."""
+
+  def __init__(self, total_steps: int, tokens_per_step: int, first_step: int):
+    self._total, self._tokens_per_step = total_steps, tokens_per_step
+    self._last_step, self._last_time = first_step, time.perf_counter()
+
+  def report(self, step: int, summary: dict) -> dict:
+    """Logs one line for `step`; returns the speed figures it measured."""
+    now = time.perf_counter()
+    seconds_per_step = (now - self._last_time) / max(step - self._last_step, 1)
+    self._last_step, self._last_time = step, now
+    speed = {"tokens_per_sec": self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
+    eta = int(seconds_per_step * (self._total - step))
+    logging.info(
+      "step %d/%d | loss %.4f | mlm_loss %.4f | mlm_acc %.4f | nsp_acc %.4f | %s tok/s | ETA %d:%02d:%02d",
+      step,
+      self._total,
+      summary.get("loss", float("nan")),
+      summary["mlm_loss"],
+      summary["mlm_accuracy"],
+      summary["nsp_accuracy"],
+      f"{speed['tokens_per_sec']:,.0f}",
+      eta // 3600,
+      eta // 60 % 60,
+      eta % 60,
+    )
+    return speed

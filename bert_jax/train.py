@@ -1,0 +1,194 @@
+"""The pretraining loop: checks, state creation or resumption, steps, logging, evaluation, checkpoints.
+
+Resume order: the newest complete checkpoint in the workdir, else a fresh initialisation from `config.seed`.
+Everything that can be checked without compiling (config, mesh, batch divisibility) is checked first, before
+anything is compiled or written.
+"""
+
+import signal
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from jax.experimental import multihost_utils
+
+from bert_jax import checkpoint, progress, sharding, train_step
+from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.features import check_pretraining_batch
+from bert_jax.model import BertForPretraining
+from bert_jax.model_config import BertConfig
+from bert_jax.optim import learning_rate_schedule, make_optimizer
+
+
+def model_config(config) -> BertConfig:
+  return BertConfig(**config.model.to_dict())
+
+
+def check_config(config) -> BertConfig:
+  """Raises ValueError naming the bad value; returns the model config."""
+  model = model_config(config)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  if seq > model.max_position_embeddings:
+    raise ValueError(
+      f"data.max_seq_length={seq} exceeds model.max_position_embeddings="
+      f"{model.max_position_embeddings}: positions beyond it have no embedding."
+    )
+  if not 0 < preds <= seq:
+    raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
+  for name in (
+    "batch_size",
+    "num_train_steps",
+    "log_every_steps",
+    "checkpoint_every_steps",
+    "keep_checkpoints",
+    "eval_every_steps",
+  ):
+    if config[name] < 1:
+      raise ValueError(f"{name}={config[name]} must be at least 1.")
+  if config.eval_steps < 0:
+    raise ValueError(f"eval_steps={config.eval_steps} must be non-negative (0 disables evaluation).")
+  if config.data.source != "synthetic":
+    raise ValueError(f"data.source={config.data.source!r} is not available; expected 'synthetic'.")
+  return model
+
+
+def make_source(config, model: BertConfig, seed: int, start_example: int) -> SyntheticSource:
+  return SyntheticSource(
+    seed=seed,
+    global_batch_size=config.batch_size,
+    max_seq_length=config.data.max_seq_length,
+    max_predictions_per_seq=config.data.max_predictions_per_seq,
+    vocab_size=model.vocab_size,
+    process_index=jax.process_index(),
+    process_count=jax.process_count(),
+    start_example=start_example,
+  )
+
+
+def _device_batch(source, config, model: BertConfig, mesh) -> dict:
+  host_batch = next(source)
+  check_pretraining_batch(
+    host_batch,
+    batch_size=config.batch_size // jax.process_count(),
+    max_seq_length=config.data.max_seq_length,
+    max_predictions_per_seq=config.data.max_predictions_per_seq,
+    vocab_size=model.vocab_size,
+    type_vocab_size=model.type_vocab_size,
+  )
+  return sharding.global_batch(host_batch, mesh)
+
+
+def evaluate(eval_step, params, config, model: BertConfig, mesh) -> dict:
+  """The same `eval_steps` batches every time (a fixed held-out stream), summed then averaged."""
+  source = make_source(config, model, seed=config.seed + 1, start_example=0)
+  totals = None
+  for _ in range(config.eval_steps):
+    metrics = eval_step(params, _device_batch(source, config, model, mesh))
+    totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
+  return progress.summarize(jax.device_get(totals), config.eval_steps)
+
+
+class StopRequest:
+  """SIGTERM (how TPU VMs and schedulers announce preemption) asks the loop to checkpoint and stop cleanly."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+  def _handle(self, signum, frame):
+    logging.warning("Received signal %d: saving a checkpoint after this step, then stopping.", signum)
+    self.requested = True
+
+  def at(self, step: int) -> bool:
+    if jax.process_count() > 1:  # Every host must stop at the same step: JAX's preemption sync point.
+      return multihost_utils.reached_preemption_sync_point(step)
+    return self.requested
+
+  def close(self) -> None:
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def _init_or_restore(config, model, tx, mesh, manager):
+  """(state, shardings, data position): the newest checkpoint in the workdir, else a fresh init from the seed."""
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
+  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params))
+  logging.info(
+    "%s parameters on mesh %s; global batch %d x %d tokens; %d steps.",
+    f"{num_params:,}",
+    dict(mesh.shape),
+    config.batch_size,
+    seq,
+    config.num_train_steps,
+  )
+  restored = checkpoint.restore_latest(manager, abstract, shardings)
+  if restored is None:
+    logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
+    return train_step.create_train_state(model, tx, shardings, config.seed, seq, preds), shardings, {"examples": 0}
+  state, data_position = restored
+  logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
+  return state, shardings, data_position
+
+
+def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
+  """Pretrains to `config.num_train_steps`, resuming from the workdir's newest checkpoint if there is one.
+
+  On SIGTERM it saves a checkpoint at the current step and returns; the same command resumes.
+  """
+  model_cfg = check_config(config)
+  mesh = sharding.make_mesh(config.mesh.to_dict())
+  sharding.check_batch_size(config.batch_size, mesh)
+  model = BertForPretraining(model_cfg)
+  tx = make_optimizer(config)
+
+  manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
+  stop = StopRequest()
+  train_writer = progress.MetricWriter(workdir, "train")
+  eval_writer = progress.MetricWriter(workdir, "eval")
+  try:
+    state, shardings, data_position = _init_or_restore(config, model, tx, mesh, manager)
+    source = make_source(config, model_cfg, config.seed, data_position["examples"])
+    step_fn = train_step.make_train_step(model, tx, mesh, shardings)
+    eval_fn = train_step.make_eval_step(model, mesh, shardings.params)
+    dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+    schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps, config.num_train_steps)
+    tokens_per_step = config.batch_size * config.data.max_seq_length
+    last_step = config.num_train_steps
+
+    ticker, sums, steps_in_sums = None, None, 0
+    for step in range(int(state.step) + 1, last_step + 1):
+      state, metrics = step_fn(state, _device_batch(source, config, model_cfg, mesh), dropout_key)
+      sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+      steps_in_sums += 1
+      if ticker is None:  # Time from the end of the first (compiling) step.
+        jax.block_until_ready(metrics)
+        ticker = progress.Progress(last_step, tokens_per_step, step)
+      stopping = stop.at(step)
+      if step % config.log_every_steps == 0 or step == last_step or stopping:
+        summary = progress.summarize(jax.device_get(sums), steps_in_sums)
+        summary.update(ticker.report(step, summary), learning_rate=float(schedule(step - 1)))
+        train_writer.write(step, summary)
+        sums, steps_in_sums = None, 0
+      if config.eval_steps and (step % config.eval_every_steps == 0 or step == last_step):
+        eval_summary = evaluate(eval_fn, state.params, config, model_cfg, mesh)
+        logging.info("eval at step %d: %s", step, {k: round(v, 4) for k, v in eval_summary.items()})
+        eval_writer.write(step, eval_summary)
+      if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
+        checkpoint.save(manager, step, state, {"examples": source.position}, config)
+      if stopping:
+        logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)
+        break
+    else:
+      logging.info("Training finished at step %d.", last_step)
+  finally:
+    manager.wait_until_finished()  # Never exit with a checkpoint half-written.
+    manager.close()
+    train_writer.close()
+    eval_writer.close()
+    stop.close()
+  return state

@@ -1,0 +1,89 @@
+"""Every config key, once, with BERT-Base pretraining values. Variants import this and override a few keys.
+
+The config is locked: a variant or a `--config.key=value` override that names a key not defined here fails.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  # Seeds parameter initialisation, dropout and the data stream.
+  config.seed = 0
+
+  # The encoder (bert_jax.model_config.BertConfig); sizes can come from bert_jax.model_config.preset(name).
+  config.model = ml_collections.ConfigDict()
+  # WordPiece/SentencePiece vocabulary size, including special tokens.
+  config.model.vocab_size = 30522
+  # Width of every layer's hidden states.
+  config.model.hidden_size = 768
+  # Number of transformer layers.
+  config.model.num_layers = 12
+  # Attention heads per layer; must divide hidden_size.
+  config.model.num_heads = 12
+  # Width of the feed-forward layer.
+  config.model.intermediate_size = 3072
+  # Size of the position-embedding table: the longest sequence the model can ever see.
+  config.model.max_position_embeddings = 512
+  # Number of segment (token type) ids.
+  config.model.type_vocab_size = 2
+  # Dropout on embeddings and on each sub-layer's output.
+  config.model.hidden_dropout_prob = 0.1
+  # Dropout on attention probabilities.
+  config.model.attention_dropout_prob = 0.1
+  # Standard deviation of the truncated-normal initialiser.
+  config.model.initializer_range = 0.02
+  # LayerNorm epsilon.
+  config.model.layer_norm_eps = 1e-12
+  # Compute dtype: "float32" or "bfloat16" (parameters, softmax and loss stay float32).
+  config.model.dtype = "float32"
+
+  config.data = ml_collections.ConfigDict()
+  # Where batches come from: "synthetic" (random tokens in the real layout, for benchmarks and smoke runs).
+  config.data.source = "synthetic"
+  # Tokens per sequence, [CLS] and [SEP]s included.
+  config.data.max_seq_length = 128
+  # Masked-LM predictions per sequence (BERT: 20 at 128 tokens, 80 at 512).
+  config.data.max_predictions_per_seq = 20
+
+  # Global batch size, over all hosts and devices.
+  config.batch_size = 256
+  # Optimizer updates in the whole run.
+  config.num_train_steps = 1_000_000
+  # Linear warmup steps, then linear decay to zero at num_train_steps.
+  config.warmup_steps = 10_000
+  # Peak learning rate.
+  config.learning_rate = 1e-4
+  # AdamW moments and epsilon, as in BERT.
+  config.adam_b1 = 0.9
+  config.adam_b2 = 0.999
+  config.adam_eps = 1e-6
+  # Decoupled weight decay, applied to kernels and embeddings (not LayerNorm, not biases).
+  config.weight_decay = 0.01
+  # Gradients are clipped to this global norm.
+  config.max_grad_norm = 1.0
+
+  # Console progress line and TensorBoard scalars every this many steps.
+  config.log_every_steps = 100
+  # Evaluate every this many steps (and at the end) ...
+  config.eval_every_steps = 10_000
+  # ... on this many batches of a held-out stream (0 disables evaluation).
+  config.eval_steps = 20
+  # Save a checkpoint every this many steps (and at the end).
+  config.checkpoint_every_steps = 10_000
+  # Keep the newest this many checkpoints.
+  config.keep_checkpoints = 3
+
+  # Device mesh sizes; one axis may be -1 to take the remaining devices.
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  # Logical axis name -> mesh axes (None: replicated). Parameters and batches follow these rules.
+  config.logical_axis_rules = (
+    ("vocab", "tensor"),
+    ("embed", "fsdp"),
+    ("embed_out", None),
+    ("mlp", "tensor"),
+    ("heads", "tensor"),
+    ("kv", None),
+  )
+  config.lock()
+  return config

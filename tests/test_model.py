@@ -1,0 +1,172 @@
+"""The model against the reference: Hugging Face's PyTorch `BertForPreTraining`, random weights, no download."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from bert_jax.convert_hf import load_safetensors, params_from_hf
+from bert_jax.model import BertForPretraining
+
+
+def _reference(config, seed=0):
+  hf_config = transformers.BertConfig(
+    vocab_size=config.vocab_size,
+    hidden_size=config.hidden_size,
+    num_hidden_layers=config.num_layers,
+    num_attention_heads=config.num_heads,
+    intermediate_size=config.intermediate_size,
+    max_position_embeddings=config.max_position_embeddings,
+    type_vocab_size=config.type_vocab_size,
+    hidden_act="gelu",
+    layer_norm_eps=config.layer_norm_eps,
+  )
+  torch.manual_seed(seed)
+  model = transformers.BertForPreTraining(hf_config).eval()
+  with torch.no_grad():  # HF initialises LayerNorms to 1/0 and biases to 0; make every tensor matter.
+    for name, param in model.named_parameters():
+      if "LayerNorm" in name or name.endswith("bias"):
+        param.add_(0.1 * torch.randn_like(param))
+  return model
+
+
+def _inputs(config, batch=3, seq=24, predictions=6, seed=0):
+  rng = np.random.default_rng(seed)
+  input_ids = rng.integers(0, config.vocab_size, (batch, seq)).astype(np.int32)
+  input_mask = np.ones((batch, seq), np.int32)
+  input_mask[1, 15:] = 0  # Padding in two of the three rows.
+  input_mask[2, 7:] = 0
+  segment_ids = np.zeros((batch, seq), np.int32)
+  segment_ids[:, 5:] = 1  # Both token types.
+  segment_ids *= input_mask
+  positions = rng.integers(0, seq, (batch, predictions)).astype(np.int32)
+  return input_ids, input_mask, segment_ids, positions
+
+
+def test_matches_hugging_face_bert_for_pretraining(small_model_config, tmp_path):
+  config = small_model_config
+  reference = _reference(config)
+  reference.save_pretrained(tmp_path)  # The file format users have: model.safetensors.
+  params = params_from_hf(load_safetensors(str(tmp_path / "model.safetensors")), config)
+
+  input_ids, input_mask, segment_ids, positions = _inputs(config)
+  with torch.no_grad():
+    expected = reference(
+      torch.tensor(input_ids, dtype=torch.long),
+      attention_mask=torch.tensor(input_mask),
+      token_type_ids=torch.tensor(segment_ids, dtype=torch.long),
+      output_hidden_states=True,
+    )
+    expected_sequence = expected.hidden_states[-1]
+    expected_pooled = reference.bert.pooler(expected_sequence).numpy()
+  expected_mlm = np.take_along_axis(expected.prediction_logits.numpy(), positions[:, :, None], axis=1)
+
+  outputs = BertForPretraining(config).apply({"params": params}, input_ids, input_mask, segment_ids, positions)
+  np.testing.assert_allclose(outputs["sequence_output"], expected_sequence.numpy(), atol=1e-5, rtol=0)
+  np.testing.assert_allclose(outputs["pooled_output"], expected_pooled, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(outputs["mlm_logits"], expected_mlm, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(outputs["nsp_logits"], expected.seq_relationship_logits.numpy(), atol=1e-5, rtol=0)
+
+
+def test_imported_tree_is_exactly_the_models_tree(small_model_config):
+  config = small_model_config
+  tensors = {name: value.numpy() for name, value in _reference(config).state_dict().items()}
+  imported = params_from_hf(tensors, config)
+  inputs = [jnp.zeros((1, 4), jnp.int32)] * 4
+  initialised = nn.meta.unbox(BertForPretraining(config).init(jax.random.key(0), *inputs)["params"])
+  assert jax.tree.structure(imported) == jax.tree.structure(initialised)
+  assert jax.tree.map(np.shape, imported) == jax.tree.map(np.shape, initialised)
+
+
+def test_imports_bert_model_files_and_old_gamma_beta_names(small_model_config):
+  config = small_model_config
+  tensors = {name: value.numpy() for name, value in _reference(config).state_dict().items()}
+  encoder_only = {
+    name.removeprefix("bert.")
+    .replace("LayerNorm.weight", "LayerNorm.gamma")
+    .replace("LayerNorm.bias", "LayerNorm.beta"): value
+    for name, value in tensors.items()
+    if name.startswith("bert.")
+  }
+  params = params_from_hf(encoder_only, config)
+  assert set(params) == {"bert"}
+  full = params_from_hf(tensors, config)
+  jax.tree.map(np.testing.assert_array_equal, params["bert"], full["bert"])
+
+
+def test_importer_names_what_is_wrong(small_model_config):
+  config = small_model_config
+  tensors = {name: value.numpy() for name, value in _reference(config).state_dict().items()}
+
+  missing = dict(tensors)
+  del missing["bert.encoder.layer.1.output.dense.weight"]
+  with pytest.raises(ValueError, match=r"lack 1 tensor.*bert.encoder.layer.1.output.dense.weight"):
+    params_from_hf(missing, config)
+
+  with pytest.raises(ValueError, match=r"bert.embeddings.word_embeddings.weight has shape \(101, 32\)"):
+    params_from_hf(tensors, config.__class__(**{**config.__dict__, "vocab_size": 100}))
+
+  with pytest.raises(ValueError, match=r"no place for.*encoder.layer.1"):
+    params_from_hf(tensors, config.__class__(**{**config.__dict__, "num_layers": 1}))
+
+  untied = dict(tensors)
+  untied["cls.predictions.decoder.weight"] = untied["cls.predictions.decoder.weight"] + 1.0
+  with pytest.raises(ValueError, match="untied decoder"):
+    params_from_hf(untied, config)
+
+
+def test_every_parameter_has_logical_axis_names(small_model_config):
+  inputs = [jnp.zeros((1, 4), jnp.int32)] * 4
+  boxed = jax.eval_shape(BertForPretraining(small_model_config).init, jax.random.key(0), *inputs)["params"]
+  leaves = jax.tree.leaves(boxed, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  assert leaves and all(isinstance(leaf, nn.LogicallyPartitioned) for leaf in leaves)
+  for leaf in leaves:
+    assert len(leaf.names) == leaf.value.ndim
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits(small_model_config):
+  config = small_model_config.__class__(**{**small_model_config.__dict__, "dtype": "bfloat16"})
+  input_ids, input_mask, segment_ids, positions = _inputs(config)
+  model = BertForPretraining(config)
+  variables = model.init(jax.random.key(0), input_ids, input_mask, segment_ids, positions)
+  assert {leaf.dtype for leaf in jax.tree.leaves(nn.meta.unbox(variables))} == {jnp.dtype("float32")}
+  outputs = model.apply(variables, input_ids, input_mask, segment_ids, positions)
+  assert outputs["sequence_output"].dtype == jnp.bfloat16
+  assert outputs["mlm_logits"].dtype == outputs["nsp_logits"].dtype == jnp.float32
+  reference = BertForPretraining(small_model_config).apply(variables, input_ids, input_mask, segment_ids, positions)
+  np.testing.assert_allclose(outputs["nsp_logits"], reference["nsp_logits"], atol=0.1)
+
+
+def test_padding_does_not_leak_into_real_tokens(small_model_config):
+  input_ids, input_mask, segment_ids, positions = _inputs(small_model_config)
+  model = BertForPretraining(small_model_config)
+  variables = model.init(jax.random.key(0), input_ids, input_mask, segment_ids, positions)
+  changed = input_ids.copy()
+  changed[input_mask == 0] = 7  # Different tokens where the mask says padding.
+  a = model.apply(variables, input_ids, input_mask, segment_ids, positions)["sequence_output"]
+  b = model.apply(variables, changed, input_mask, segment_ids, positions)["sequence_output"]
+  real = input_mask.astype(bool)
+  np.testing.assert_allclose(a[real], b[real], atol=1e-6)
+
+
+def test_dropout_is_active_in_training_and_a_function_of_the_key(small_model_config):
+  input_ids, input_mask, segment_ids, positions = _inputs(small_model_config)
+  model = BertForPretraining(small_model_config)
+  variables = model.init(jax.random.key(0), input_ids, input_mask, segment_ids, positions)
+
+  def run(key):
+    return model.apply(
+      variables,
+      input_ids,
+      input_mask,
+      segment_ids,
+      positions,
+      deterministic=False,
+      rngs={"dropout": jax.random.key(key)},
+    )["nsp_logits"]
+
+  np.testing.assert_array_equal(run(1), run(1))
+  assert not np.allclose(run(1), run(2))

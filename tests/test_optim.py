@@ -1,0 +1,50 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from bert_jax.optim import learning_rate_schedule, make_optimizer, weight_decay_mask
+from configs import default
+
+
+def test_schedule_is_linear_warmup_then_berts_linear_decay():
+  schedule = learning_rate_schedule(1e-4, warmup_steps=10, total_steps=100)
+  assert float(schedule(0)) == 0.0
+  np.testing.assert_allclose(float(schedule(5)), 0.5e-4, rtol=1e-6)
+  np.testing.assert_allclose(float(schedule(10)), 0.9e-4, rtol=1e-6)  # Original BERT: lr * (1 - step / total).
+  np.testing.assert_allclose(float(schedule(55)), 0.45e-4, rtol=1e-6)
+  assert float(schedule(100)) == 0.0
+  with pytest.raises(ValueError, match="warmup_steps=200"):
+    learning_rate_schedule(1e-4, warmup_steps=200, total_steps=100)
+
+
+def test_weight_decay_spares_layer_norm_and_biases():
+  params = {
+    "dense": {"kernel": 0, "bias": 0},
+    "layer_norm": {"scale": 0, "bias": 0},
+    "word_embeddings": {"embedding": 0},
+    "mlm_output_bias": 0,
+  }
+  assert weight_decay_mask(params) == {
+    "dense": {"kernel": True, "bias": False},
+    "layer_norm": {"scale": False, "bias": False},
+    "word_embeddings": {"embedding": True},
+    "mlm_output_bias": False,
+  }
+
+
+def test_one_update_is_clipped_adamw_with_decoupled_decay():
+  config = default.get_config()
+  config.unlock()
+  config.update(learning_rate=0.1, warmup_steps=0, num_train_steps=10, weight_decay=0.01, max_grad_norm=1.0)
+  tx = make_optimizer(config)
+  params = {"dense": {"kernel": jnp.full((2,), 2.0), "bias": jnp.full((2,), 2.0)}}
+  grads = {"dense": {"kernel": jnp.array([30.0, 40.0]), "bias": jnp.zeros(2)}}  # Global norm 50 -> clipped to 1.
+  updates, _ = tx.update(grads, tx.init(params), params)
+  new = optax.apply_updates(params, updates)
+  # Adam's first step is lr * sign(g) (bias-corrected m / sqrt(v)); decay adds lr * wd * param on kernels only.
+  lr = 0.1
+  np.testing.assert_allclose(new["dense"]["kernel"], 2.0 - lr * (1.0 + 0.01 * 2.0), rtol=1e-5)
+  np.testing.assert_allclose(new["dense"]["bias"], 2.0, rtol=1e-6)
+  assert jax.tree.structure(new) == jax.tree.structure(params)

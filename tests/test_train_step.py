@@ -1,0 +1,114 @@
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import sharding, train_step
+from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.features import check_pretraining_batch
+from bert_jax.model import BertForPretraining
+from bert_jax.optim import make_optimizer
+from bert_jax.train import model_config
+
+
+def _setup(config, devices):
+  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1), devices)
+  model = BertForPretraining(model_config(config))
+  tx = make_optimizer(config)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
+  state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
+  return mesh, model, tx, shardings, state
+
+
+def _batches(config, n):
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=config.batch_size,
+    max_seq_length=config.data.max_seq_length,
+    max_predictions_per_seq=config.data.max_predictions_per_seq,
+    vocab_size=config.model.vocab_size,
+  )
+  return [next(source) for _ in range(n)]
+
+
+def _run(config, devices, batches):
+  mesh, model, tx, shardings, state = _setup(config, devices)
+  step = train_step.make_train_step(model, tx, mesh, shardings)
+  key = jax.random.key(7)
+  losses = []
+  for batch in batches:
+    state, metrics = step(state, sharding.global_batch(batch, mesh), key)
+    losses.append(float(metrics["loss"]))
+  return state, losses
+
+
+def test_eight_devices_data_parallel_equal_one_device(small_config):
+  batches = _batches(small_config, 3)
+  state_1, losses_1 = _run(small_config, jax.devices()[:1], batches)
+  state_8, losses_8 = _run(small_config, jax.devices(), batches)
+  assert len(jax.devices()) == 8
+  np.testing.assert_allclose(losses_8, losses_1, rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), state_8.params, state_1.params)
+  assert int(state_8.step) == 3
+
+
+def test_state_is_created_directly_into_its_shardings(small_config):
+  small_config.mesh.update(data=4, fsdp=2)
+  small_config.logical_axis_rules = (
+    ("vocab", None),
+    ("embed", "fsdp"),
+    ("embed_out", None),
+    ("mlp", None),
+    ("heads", None),
+    ("kv", None),
+  )
+  mesh = sharding.make_mesh(small_config.mesh.to_dict())
+  model = BertForPretraining(model_config(small_config))
+  tx = make_optimizer(small_config)
+  _, shardings = train_step.state_shardings(model, tx, mesh, small_config.logical_axis_rules, 32, 5)
+  state = train_step.create_train_state(model, tx, shardings, 0, 32, 5)
+  kernel = state.params["bert"]["layer_0"]["intermediate"]["kernel"]  # [embed, mlp], embed -> fsdp
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec("fsdp", None)
+  assert {shard.data.shape for shard in kernel.addressable_shards} == {(16, 48)}
+  adam_mu = state.opt_state[1][0].mu["bert"]["layer_0"]["intermediate"]["kernel"]
+  assert adam_mu.sharding == kernel.sharding  # Optimizer moments follow their parameter.
+
+
+def test_training_fits_a_fixed_batch(small_config):
+  small_config.update(learning_rate=3e-3, warmup_steps=0, num_train_steps=1000)  # ~constant lr
+  small_config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
+  batch = _batches(small_config, 1)[0]
+  _, losses = _run(small_config, jax.devices()[:1], [batch] * 60)
+  assert losses[-1] < 0.2 * losses[0], losses
+
+
+def test_metrics_are_sums_with_denominators(small_config):
+  mesh, model, _, shardings, state = _setup(small_config, jax.devices())
+  batch = _batches(small_config, 1)[0]
+  metrics = train_step.make_eval_step(model, mesh, shardings.params)(state.params, sharding.global_batch(batch, mesh))
+  assert float(metrics["mlm_count"]) == batch["masked_lm_weights"].sum()
+  assert float(metrics["nsp_count"]) == small_config.batch_size
+  assert 0 <= float(metrics["mlm_accuracy"]) <= float(metrics["mlm_count"])
+  # Untrained: about ln(vocab) per masked token.
+  np.testing.assert_allclose(float(metrics["mlm_loss"]) / float(metrics["mlm_count"]), np.log(101), rtol=0.1)
+
+
+def test_mlm_weights_exclude_padding_predictions(small_config):
+  mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:1])
+  batch = _batches(small_config, 1)[0]
+  eval_step = train_step.make_eval_step(model, mesh, shardings.params)
+  before = eval_step(state.params, sharding.global_batch(batch, mesh))
+  changed = dict(batch, masked_lm_ids=np.where(batch["masked_lm_weights"] > 0, batch["masked_lm_ids"], 99))
+  after = eval_step(state.params, sharding.global_batch(changed, mesh))
+  assert (batch["masked_lm_weights"] == 0).any()
+  np.testing.assert_allclose(float(after["mlm_loss"]), float(before["mlm_loss"]), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["input_ids", "masked_lm_ids"])
+def test_out_of_vocabulary_ids_stop_before_the_step(small_config, name):
+  batch = _batches(small_config, 1)[0]
+  batch[name][0, 1] = small_config.model.vocab_size
+  with pytest.raises(ValueError, match=rf"{name}\[0, 1\] = 101 is outside \[0, 101\)"):
+    check_pretraining_batch(
+      batch, batch_size=8, max_seq_length=32, max_predictions_per_seq=5, vocab_size=101, type_vocab_size=2
+    )
