@@ -1,0 +1,170 @@
+"""Train-step throughput of bert_jax against Hugging Face's `FlaxBertForPreTraining`, in one process.
+
+    pip install -e '.[test]'   # transformers is the reference, not a dependency of bert_jax
+    python -m bert_jax.benchmarks.train_step --preset=base --batch_size=8 --seq=128 --dtype=float32
+
+Both sides get the same config, the same random initialisation scheme, the same optimizer (bert_jax's AdamW
+with BERT's decay mask, warmup and clipping), the same synthetic batches and the same dropout key, and both
+steps are jitted with the state donated. The reference computes MLM logits at every position (as its
+`FlaxBertForPreTraining` does) and the loss gathers the masked positions; bert_jax gathers first. Rounds
+alternate between the two so that machine noise hits both alike. Reports tokens/s, the ratio, and model
+FLOP/s (analytic count of the useful work, and XLA's own count of the compiled step).
+"""
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+import optax
+from absl import app, flags
+
+from bert_jax import sharding, train_step
+from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.model import BertForPretraining
+from bert_jax.model_config import BertConfig, preset
+from bert_jax.optim import make_optimizer
+from configs import default
+
+_PRESET = flags.DEFINE_string("preset", "base", "Model size preset (bert_jax.model_config.PRESETS).")
+_BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch size.")
+_SEQ = flags.DEFINE_integer("seq", 128, "Sequence length.")
+_PREDICTIONS = flags.DEFINE_integer("max_predictions", 20, "Masked positions per sequence.")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+_STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per round.")
+_ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (the best round of each side counts).")
+
+
+def analytic_flops(config: BertConfig, batch: int, seq: int, predictions: int) -> float:
+  """Training FLOPs of one step (3x forward) of the useful work: encoder, pooler, and the MLM and NSP heads at
+  the masked positions only. Embedding lookups, norms and softmaxes are not counted."""
+  hidden, inter = config.hidden_size, config.intermediate_size
+  tokens = batch * seq
+  per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
+  heads = 2 * batch * predictions * (hidden * hidden + hidden * config.vocab_size) + 2 * batch * (hidden * hidden)
+  return 3.0 * (config.num_layers * per_layer + heads)
+
+
+def _hf_loss(params, batch, dropout_key, *, module):
+  outputs = module.apply(
+    {"params": params},
+    batch["input_ids"],
+    batch["input_mask"],
+    batch["segment_ids"],
+    jnp.broadcast_to(jnp.arange(batch["input_ids"].shape[1]), batch["input_ids"].shape),
+    None,
+    deterministic=False,
+    rngs={"dropout": dropout_key},
+  )
+  logits = jnp.take_along_axis(outputs.prediction_logits, batch["masked_lm_positions"][:, :, None], axis=1)
+  weights = batch["masked_lm_weights"]
+  mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["masked_lm_ids"])
+  nsp = optax.softmax_cross_entropy_with_integer_labels(
+    outputs.seq_relationship_logits.astype(jnp.float32), batch["next_sentence_labels"]
+  )
+  return jnp.sum(mlm * weights) / (jnp.sum(weights) + 1e-5) + jnp.mean(nsp)
+
+
+def _hf_step(state, batch, dropout_key, *, module, tx):
+  params, opt_state, step = state
+  loss, grads = jax.value_and_grad(_hf_loss)(params, batch, jax.random.fold_in(dropout_key, step), module=module)
+  updates, opt_state = tx.update(grads, opt_state, params)
+  return (optax.apply_updates(params, updates), opt_state, step + 1), {"loss": loss}
+
+
+def _time_round(step, state, batches, dropout_key, steps):
+  start = time.perf_counter()
+  for i in range(steps):
+    state, metrics = step(state, batches[i % len(batches)], dropout_key)
+  jax.block_until_ready((state, metrics))
+  return state, time.perf_counter() - start, float(metrics["loss"])
+
+
+def main(argv):
+  del argv
+  from transformers import BertConfig as HFBertConfig
+  from transformers import FlaxBertForPreTraining
+
+  config = default.get_config()
+  config.unlock()
+  config.model.update(preset(_PRESET.value), dtype=_DTYPE.value)
+  config.update(batch_size=_BATCH.value, num_train_steps=10_000, warmup_steps=100)
+  model_cfg = BertConfig(**config.model.to_dict())
+  batch, seq, predictions = _BATCH.value, _SEQ.value, _PREDICTIONS.value
+  mesh = sharding.make_mesh(dict(data=-1), jax.devices()[:1])
+  tx = make_optimizer(config)
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=batch,
+    max_seq_length=seq,
+    max_predictions_per_seq=predictions,
+    vocab_size=model_cfg.vocab_size,
+  )
+  batches = [sharding.global_batch(next(source), mesh) for _ in range(2)]
+  dropout_key = jax.random.key(1)
+
+  # bert_jax.
+  model = BertForPretraining(model_cfg)
+  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, predictions)
+  ours_state = train_step.create_train_state(model, tx, shardings, 0, seq, predictions)
+  ours_step = train_step.make_train_step(model, tx, mesh, shardings)
+
+  # The reference, built from the same config with random weights (no download).
+  hf_model = FlaxBertForPreTraining(
+    HFBertConfig(
+      vocab_size=model_cfg.vocab_size,
+      hidden_size=model_cfg.hidden_size,
+      num_hidden_layers=model_cfg.num_layers,
+      num_attention_heads=model_cfg.num_heads,
+      intermediate_size=model_cfg.intermediate_size,
+      max_position_embeddings=model_cfg.max_position_embeddings,
+      hidden_act="gelu",
+      hidden_dropout_prob=model_cfg.hidden_dropout_prob,
+      attention_probs_dropout_prob=model_cfg.attention_dropout_prob,
+      layer_norm_eps=model_cfg.layer_norm_eps,
+    ),
+    seed=0,
+    dtype=jnp.dtype(_DTYPE.value),
+    _do_init=True,
+  )
+  hf_params = jax.tree.map(jnp.asarray, hf_model.params)
+  hf_state = (hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32))
+  hf_step = jax.jit(functools.partial(_hf_step, module=hf_model.module, tx=tx), donate_argnums=0)
+
+  flops = analytic_flops(model_cfg, batch, seq, predictions)
+  compiled = {}
+  for name, step, state in (("bert_jax", ours_step, ours_state), ("transformers", hf_step, hf_state)):
+    start = time.perf_counter()
+    lowered = step.lower(state, batches[0], dropout_key)
+    cost = lowered.compile().cost_analysis()
+    compiled[name] = dict(xla_flops=float(cost.get("flops", float("nan"))) if cost else float("nan"))
+    state, _, _ = _time_round(step, state, batches, dropout_key, 1)  # Compile and warm up.
+    compiled[name]["compile_s"] = time.perf_counter() - start
+    compiled[name]["state"] = state
+
+  best = {"bert_jax": float("inf"), "transformers": float("inf")}
+  for round_index in range(_ROUNDS.value):
+    for name, step in (("bert_jax", ours_step), ("transformers", hf_step)):
+      compiled[name]["state"], seconds, loss = _time_round(
+        step, compiled[name]["state"], batches, dropout_key, _STEPS.value
+      )
+      best[name] = min(best[name], seconds / _STEPS.value)
+      print(f"round {round_index}: {name:12s} {seconds / _STEPS.value:.3f} s/step  loss {loss:.3f}", flush=True)
+
+  tokens = batch * seq
+  print(
+    f"\n{jax.devices()[0].device_kind} x1, {jax.__version__=}; {_PRESET.value}, batch {batch}, seq {seq}, "
+    f"{predictions} predictions, {_DTYPE.value}"
+  )
+  for name in best:
+    print(
+      f"{name:12s} {tokens / best[name]:10,.0f} tokens/s  {best[name]:.3f} s/step  "
+      f"model {flops / best[name] / 1e9:8.1f} GFLOP/s  XLA-counted {compiled[name]['xla_flops'] / 1e9:8.1f} "
+      f"GFLOP/step  compile+first step {compiled[name]['compile_s']:.1f} s"
+    )
+  print(f"analytic model FLOPs per step: {flops / 1e9:.1f} GFLOP")
+  print(f"speedup bert_jax / transformers: {best['transformers'] / best['bert_jax']:.3f}x")
+
+
+if __name__ == "__main__":
+  app.run(main)
