@@ -16,6 +16,24 @@ from bert_jax.model import BertForPretraining
 from bert_jax.model_config import BertConfig
 
 
+def hf_config_dict(config: BertConfig) -> dict:
+  """The Hugging Face `BertConfig` fields (as in its `config.json`) of the same architecture."""
+  return dict(
+    vocab_size=config.vocab_size,
+    hidden_size=config.hidden_size,
+    num_hidden_layers=config.num_layers,
+    num_attention_heads=config.num_heads,
+    intermediate_size=config.intermediate_size,
+    max_position_embeddings=config.max_position_embeddings,
+    type_vocab_size=config.type_vocab_size,
+    hidden_act="gelu",
+    hidden_dropout_prob=config.hidden_dropout_prob,
+    attention_probs_dropout_prob=config.attention_dropout_prob,
+    initializer_range=config.initializer_range,
+    layer_norm_eps=config.layer_norm_eps,
+  )
+
+
 def _linear(weight):  # torch Linear stores [out, in]; a Flax kernel is [in, out].
   return np.asarray(weight).T
 

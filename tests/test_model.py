@@ -8,22 +8,12 @@ import pytest
 import torch
 import transformers
 
-from bert_jax.convert_hf import load_safetensors, params_from_hf
+from bert_jax.convert_hf import hf_config_dict, load_safetensors, params_from_hf
 from bert_jax.model import BertForPretraining
 
 
 def _reference(config, seed=0):
-  hf_config = transformers.BertConfig(
-    vocab_size=config.vocab_size,
-    hidden_size=config.hidden_size,
-    num_hidden_layers=config.num_layers,
-    num_attention_heads=config.num_heads,
-    intermediate_size=config.intermediate_size,
-    max_position_embeddings=config.max_position_embeddings,
-    type_vocab_size=config.type_vocab_size,
-    hidden_act="gelu",
-    layer_norm_eps=config.layer_norm_eps,
-  )
+  hf_config = transformers.BertConfig(**hf_config_dict(config))
   torch.manual_seed(seed)
   model = transformers.BertForPreTraining(hf_config).eval()
   with torch.no_grad():  # HF initialises LayerNorms to 1/0 and biases to 0; make every tensor matter.

@@ -20,6 +20,7 @@ import optax
 from absl import app, flags
 
 from bert_jax import sharding, train_step
+from bert_jax.convert_hf import hf_config_dict
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model import BertForPretraining
 from bert_jax.model_config import BertConfig, preset
@@ -111,18 +112,7 @@ def main(argv):
 
   # The reference, built from the same config with random weights (no download).
   hf_model = FlaxBertForPreTraining(
-    HFBertConfig(
-      vocab_size=model_cfg.vocab_size,
-      hidden_size=model_cfg.hidden_size,
-      num_hidden_layers=model_cfg.num_layers,
-      num_attention_heads=model_cfg.num_heads,
-      intermediate_size=model_cfg.intermediate_size,
-      max_position_embeddings=model_cfg.max_position_embeddings,
-      hidden_act="gelu",
-      hidden_dropout_prob=model_cfg.hidden_dropout_prob,
-      attention_probs_dropout_prob=model_cfg.attention_dropout_prob,
-      layer_norm_eps=model_cfg.layer_norm_eps,
-    ),
+    HFBertConfig(**hf_config_dict(model_cfg)),
     seed=0,
     dtype=jnp.dtype(_DTYPE.value),
     _do_init=True,
