@@ -6,6 +6,7 @@ special tokens and which ids begin a word (for whole-word masking).
 """
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -126,7 +127,7 @@ def train_sentencepiece(
     bos_id=-1,
     eos_id=-1,
     control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-    num_threads=1,
+    num_threads=os.cpu_count() or 1,
     minloglevel=2,
   )
   return model_prefix + ".model"

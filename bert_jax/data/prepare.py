@@ -1,0 +1,242 @@
+"""Corpus preparation, offline and once: raw text -> sharded TFRecords of tokenized documents + a manifest.
+
+Inputs are text files by glob (local or `gs://`), either in BERT's format (one sentence per line, a blank line
+between documents) or one document per file (paragraphs split on blank lines, sentences by punctuation), or a
+TFDS text dataset (name, split, feature; one example per document). Each input file (or each of `num_shards`
+even slices of a TFDS split) becomes one output shard, written by a worker process, streamed line by line:
+memory stays bounded whatever the corpus size, and the output depends only on the input. A shard is written to
+a temporary name and renamed when whole, with its statistics beside it, so a re-run skips finished shards.
+
+Each record is a `tf.train.Example` with `token_ids` (the document's tokens, flattened) and
+`sentence_lengths` (tokens per sentence). Undecodable bytes are replaced and counted; empty documents are
+dropped and counted; the counts are in `manifest.json` with the tokenizer's identity.
+"""
+
+import dataclasses
+import json
+import multiprocessing
+import os
+import re
+import time
+from collections.abc import Iterator
+
+import tensorflow as tf
+from absl import logging
+
+from bert_jax.tokenizer import load_tokenizer
+
+MANIFEST = "manifest.json"
+INPUT_FORMATS = ("bert", "document")
+# Sentence ends: ., ! or ? (with closing quotes/brackets), then whitespace and an upper-case letter, digit or quote.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
+
+
+@dataclasses.dataclass
+class ShardStats:
+  documents: int = 0
+  sentences: int = 0
+  tokens: int = 0
+  empty_documents: int = 0
+  replaced_bytes: int = 0
+  text_bytes: int = 0
+
+
+def split_sentences(paragraph: str) -> list[str]:
+  """A paragraph -> sentences, by end punctuation followed by a capital, digit or quote (a heuristic)."""
+  return [s.strip() for s in _SENTENCE_END.split(" ".join(paragraph.split())) if s.strip()]
+
+
+def _decode(line: bytes, stats: ShardStats) -> str:
+  stats.text_bytes += len(line)
+  try:
+    return line.decode("utf-8")
+  except UnicodeDecodeError:
+    text = line.decode("utf-8", errors="replace")
+    stats.replaced_bytes += text.count("\ufffd") - line.count("\ufffd".encode())
+    return text
+
+
+def _lines(path: str, stats: ShardStats) -> Iterator[str]:
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for line in f:
+      yield _decode(line, stats).rstrip("\r\n")
+
+
+def bert_format_documents(lines: Iterator[str]) -> Iterator[list[str]]:
+  """One sentence per line, blank lines between documents."""
+  document = []
+  for line in lines:
+    if line.strip():
+      document.append(line.strip())
+    elif document:  # A run of blank lines is one boundary.
+      yield document
+      document = []
+  if document:
+    yield document
+
+
+def text_documents(texts: Iterator[str]) -> Iterator[list[str]]:
+  """Each text is one document: paragraphs on blank lines, then sentences."""
+  for text in texts:
+    paragraphs = re.split(r"\n\s*\n", text)
+    yield [sentence for paragraph in paragraphs for sentence in split_sentences(paragraph)]
+
+
+def _documents(unit: dict, stats: ShardStats) -> Iterator[list[str]]:
+  if unit["source"] == "files" and unit["input_format"] == "bert":
+    yield from bert_format_documents(_lines(unit["path"], stats))
+  elif unit["source"] == "files":
+    yield from text_documents(["\n".join(_lines(unit["path"], stats))])
+  else:
+    import tensorflow_datasets as tfds
+
+    dataset = tfds.load(unit["name"], split=unit["split"], data_dir=unit["data_dir"] or None)
+
+    def texts():
+      for example in tfds.as_numpy(dataset):
+        yield _decode(example[unit["feature"]], stats)
+
+    yield from text_documents(texts())
+
+
+def _example(sentences: list[list[int]]) -> bytes:
+  flat = [token for sentence in sentences for token in sentence]
+  feature = {
+    "token_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=flat)),
+    "sentence_lengths": tf.train.Feature(int64_list=tf.train.Int64List(value=[len(s) for s in sentences])),
+  }
+  # Deterministic: map fields in a fixed order, so a shard's bytes depend only on its input.
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+
+
+_tokenizer = None
+
+
+def _init_worker(tokenizer_args: dict) -> None:
+  global _tokenizer
+  _tokenizer = load_tokenizer(**tokenizer_args)
+
+
+def _write_shard(unit: dict) -> dict:
+  """Tokenizes one work unit into its shard; returns its statistics. Skips a shard already written."""
+  final, stats_path = unit["output"], unit["output"] + ".stats.json"
+  if tf.io.gfile.exists(final) and tf.io.gfile.exists(stats_path):
+    with tf.io.gfile.GFile(stats_path) as f:
+      return json.load(f) | {"skipped": True}
+  stats = ShardStats()
+  temporary = final + ".tmp"
+  with tf.io.TFRecordWriter(temporary) as writer:
+    for document in _documents(unit, stats):
+      sentences = [ids for ids in (_tokenizer.encode(s) for s in document) if ids]
+      if not sentences:
+        stats.empty_documents += 1
+        continue
+      writer.write(_example(sentences))
+      stats.documents += 1
+      stats.sentences += len(sentences)
+      stats.tokens += sum(len(s) for s in sentences)
+  tf.io.gfile.rename(temporary, final, overwrite=True)
+  result = dataclasses.asdict(stats) | {"file": os.path.basename(final)}
+  with tf.io.gfile.GFile(stats_path + ".tmp", "w") as f:
+    json.dump(result, f)
+  tf.io.gfile.rename(stats_path + ".tmp", stats_path, overwrite=True)
+  return result
+
+
+def work_units(data_config, output_dir: str) -> list[dict]:
+  """The shards to write: one per input file, or `num_shards` even slices of a TFDS split."""
+  if data_config.tfds_name:
+    import tensorflow_datasets as tfds
+
+    splits = tfds.even_splits(data_config.tfds_split, n=data_config.num_shards)
+    units = [
+      dict(
+        source="tfds",
+        name=data_config.tfds_name,
+        split=s,
+        feature=data_config.tfds_feature,
+        data_dir=data_config.tfds_data_dir,
+      )
+      for s in splits
+    ]
+  else:
+    if data_config.input_format not in INPUT_FORMATS:
+      raise ValueError(f"data.input_format={data_config.input_format!r}; expected one of {INPUT_FORMATS}.")
+    paths = sorted(tf.io.gfile.glob(data_config.input_pattern)) if data_config.input_pattern else []
+    if not paths:
+      raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
+    units = [dict(source="files", path=p, input_format=data_config.input_format) for p in paths]
+  for index, unit in enumerate(units):
+    unit["output"] = os.path.join(output_dir, f"documents-{index:05d}-of-{len(units):05d}.tfrecord")
+  return units
+
+
+def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int | None = None) -> dict:
+  """Writes every shard (in parallel over processes) and then the manifest; returns the manifest."""
+  tokenizer = load_tokenizer(**tokenizer_args)
+  units = work_units(data_config, output_dir)
+  tf.io.gfile.makedirs(output_dir)
+  num_workers = min(num_workers or os.cpu_count() or 1, len(units))
+  logging.info("Preparing %d shard(s) into %s with %d worker(s).", len(units), output_dir, num_workers)
+  start, done, results = time.perf_counter(), 0, []
+  if num_workers == 1:
+    _init_worker(tokenizer_args)
+    iterator = map(_write_shard, units)
+  else:
+    pool = multiprocessing.get_context("spawn").Pool(num_workers, _init_worker, (tokenizer_args,))
+    iterator = pool.imap(_write_shard, units)
+  text_bytes = 0
+  for result in iterator:
+    results.append(result)
+    done += 1
+    text_bytes += 0 if result.get("skipped") else result["text_bytes"]
+    elapsed = time.perf_counter() - start
+    logging.info(
+      "shard %d/%d %s: %d documents, %d tokens | %.2f MB/s | ETA %.0f s",
+      done,
+      len(units),
+      "already done" if result.get("skipped") else "written",
+      result["documents"],
+      result["tokens"],
+      text_bytes / 1e6 / max(elapsed, 1e-9),
+      elapsed / done * (len(units) - done),
+    )
+  if num_workers > 1:
+    pool.close()
+    pool.join()
+  totals = {key: sum(r[key] for r in results) for key in dataclasses.asdict(ShardStats())}
+  manifest = dict(
+    tokenizer=tokenizer.identity(),
+    vocab_size=tokenizer.vocab_size,
+    **totals,
+    shards=[{k: r[k] for k in ("file", "documents", "sentences", "tokens")} for r in results],
+  )
+  with tf.io.gfile.GFile(os.path.join(output_dir, MANIFEST + ".tmp"), "w") as f:
+    json.dump(manifest, f, indent=1)
+  tf.io.gfile.rename(os.path.join(output_dir, MANIFEST + ".tmp"), os.path.join(output_dir, MANIFEST), overwrite=True)
+  logging.info(
+    "Prepared %d documents, %d sentences, %d tokens (%d empty documents dropped, %d bytes replaced).",
+    totals["documents"],
+    totals["sentences"],
+    totals["tokens"],
+    totals["empty_documents"],
+    totals["replaced_bytes"],
+  )
+  return manifest
+
+
+def read_manifest(prepared_dir: str, tokenizer=None) -> dict:
+  """The manifest of prepared data; refuses data prepared with another tokenizer than `tokenizer`."""
+  path = os.path.join(prepared_dir, MANIFEST)
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(
+      f"No {MANIFEST} in {prepared_dir}: prepare the corpus first (python -m bert_jax.main --mode=prepare ...)."
+    )
+  with tf.io.gfile.GFile(path) as f:
+    manifest = json.load(f)
+  if tokenizer is not None and manifest["tokenizer"]["sha256"] != tokenizer.identity()["sha256"]:
+    raise ValueError(
+      f"{path} was prepared with tokenizer {manifest['tokenizer']}, but the config's tokenizer is "
+      f"{tokenizer.identity()}; prepare the corpus again with this tokenizer."
+    )
+  return manifest

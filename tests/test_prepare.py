@@ -1,0 +1,129 @@
+"""Corpus preparation: documents, counts, determinism, re-runs, bad input."""
+
+import json
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from bert_jax.data import prepare
+from bert_jax.tokenizer import load_tokenizer, train_sentencepiece
+
+BERT_FORMAT = (
+  "The first document has a sentence.\nIt has a second sentence too.\n\n"
+  "\n\n"  # More blank lines: still one boundary.
+  "Another document starts here.\nCaf\xe9 in Latin-1 is not UTF-8.\nThe end.\n"
+)
+ONE_DOCUMENT = "A whole book in one file. It has sentences! Does it?\nYes, lines wrap\nacross paragraphs.\n\nNew one."
+
+
+def _data_config(**overrides):
+  config = dict(
+    input_pattern="",
+    input_format="bert",
+    tfds_name="",
+    tfds_split="train",
+    tfds_feature="text",
+    tfds_data_dir="",
+    num_shards=2,
+  )
+  return ml_collections.ConfigDict(config | overrides)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_args(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("tokenizer")
+  corpus = directory / "corpus.txt"
+  corpus.write_text((BERT_FORMAT + ONE_DOCUMENT) * 30, encoding="utf-8")
+  return dict(kind="sentencepiece", path=train_sentencepiece([str(corpus)], str(directory / "sp"), vocab_size=60))
+
+
+def _inputs(tmp_path):
+  (tmp_path / "in").mkdir()
+  (tmp_path / "in" / "a.txt").write_bytes(BERT_FORMAT.encode("utf-8").replace("Caf\xe9".encode(), b"Caf\xe9"))
+  (tmp_path / "in" / "b.txt").write_text("Only one document.\nWith two lines.\n", encoding="utf-8")
+  return str(tmp_path / "in" / "*.txt")
+
+
+def _records(path):
+  out = []
+  for record in tf.data.TFRecordDataset(path):
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    out.append((list(features["token_ids"].int64_list.value), list(features["sentence_lengths"].int64_list.value)))
+  return out
+
+
+def test_bert_format_files_become_shards_of_documents_with_counts(tmp_path, tokenizer_args):
+  manifest = prepare.prepare(_data_config(input_pattern=_inputs(tmp_path)), tokenizer_args, str(tmp_path / "out"), 1)
+  assert [s["file"] for s in manifest["shards"]] == [
+    "documents-00000-of-00002.tfrecord",
+    "documents-00001-of-00002.tfrecord",
+  ]
+  assert manifest["documents"] == 3 and manifest["empty_documents"] == 0
+  assert manifest["sentences"] == 2 + 3 + 2 and manifest["replaced_bytes"] == 1
+  tokenizer = load_tokenizer(**tokenizer_args)
+  assert manifest["tokenizer"] == tokenizer.identity()
+  documents = _records(str(tmp_path / "out" / "documents-00000-of-00002.tfrecord"))
+  ids, lengths = documents[0]
+  assert sum(lengths) == len(ids) and len(lengths) == 2
+  assert ids[: lengths[0]] == tokenizer.encode("The first document has a sentence.")
+  on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
+  assert on_disk == json.loads(json.dumps(manifest))
+
+
+def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(tmp_path, tokenizer_args):
+  config = _data_config(input_pattern=_inputs(tmp_path))
+  prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 2)  # Two worker processes.
+  prepare.prepare(config, tokenizer_args, str(tmp_path / "two"), 1)
+  for name in ("documents-00000-of-00002.tfrecord", "documents-00001-of-00002.tfrecord"):
+    assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+  shard = tmp_path / "one" / "documents-00001-of-00002.tfrecord"
+  os.utime(shard, (1, 1))
+  (tmp_path / "one" / "documents-00000-of-00002.tfrecord").unlink()  # As if killed while writing shard 0.
+  manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 1)
+  assert shard.stat().st_mtime == 1  # Not rewritten.
+  assert manifest["documents"] == 3
+
+
+def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args):
+  (tmp_path / "book.txt").write_text(ONE_DOCUMENT, encoding="utf-8")
+  (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
+  config = _data_config(input_pattern=str(tmp_path / "*.txt"), input_format="document")
+  manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
+  assert manifest["documents"] == 1 and manifest["empty_documents"] == 1
+  assert prepare.split_sentences("A whole book. It has sentences! Does it?\nYes.") == [
+    "A whole book.",
+    "It has sentences!",
+    "Does it?",
+    "Yes.",
+  ]
+  assert manifest["sentences"] == 5
+
+
+def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args):
+  config = _data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text", num_shards=3)
+  with tfds.testing.mock_data(num_examples=9):
+    manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
+  assert len(manifest["shards"]) == 3
+  # The mock serves num_examples to every load, whatever the slice: 3 slices, 9 documents each.
+  assert manifest["documents"] + manifest["empty_documents"] == 3 * 9
+
+
+def test_bad_inputs_are_named(tmp_path, tokenizer_args):
+  with pytest.raises(ValueError, match=r"data.input_pattern='/nowhere/\*.txt' matches no file"):
+    prepare.prepare(_data_config(input_pattern="/nowhere/*.txt"), tokenizer_args, str(tmp_path / "out"), 1)
+  with pytest.raises(ValueError, match=r"data.input_format='csv'"):
+    prepare.prepare(
+      _data_config(input_pattern=_inputs(tmp_path), input_format="csv"), tokenizer_args, str(tmp_path / "out"), 1
+    )
+  prepare.prepare(_data_config(input_pattern=str(tmp_path / "in" / "b.txt")), tokenizer_args, str(tmp_path / "ok"), 1)
+  other = tmp_path / "other.txt"
+  other.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"was prepared with tokenizer .*sentencepiece.* but the config's tokenizer"):
+    prepare.read_manifest(str(tmp_path / "ok"), load_tokenizer("wordpiece", str(other)))
+  with pytest.raises(FileNotFoundError, match="No manifest.json in"):
+    prepare.read_manifest(str(tmp_path / "nothing"))
+  assert np.isfinite(prepare.read_manifest(str(tmp_path / "ok"))["tokens"])
