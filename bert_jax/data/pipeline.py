@@ -1,0 +1,232 @@
+"""The pretraining input pipeline: prepared shards -> NSP pairs -> 80/10/10 masks -> host batches, all in tf.data.
+
+Per host: its own slice of the shard files (`files[process_index::process_count]`), in an order shuffled per
+epoch, read with a deterministic interleave. Each document becomes next-sentence-prediction instances exactly
+as `create_pretraining_data.py` of the original BERT builds them (see `document_instances`); instances are
+shuffled in a buffer, masked (`masking.py`) and batched. Every random choice is a stateless function of
+(seed, epoch, document) or of (seed, epoch, document, instance): the same document yields the same pairs and
+masks on any number of hosts and after any restart.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from bert_jax.data.masking import mask_tokens
+
+# Salts that keep the random streams of different decisions apart.
+_SHARD_ORDER, _PARTNER, _DOCUMENT, _SHUFFLE = 1, 2, 3, 4
+
+
+def _seed(*parts) -> tf.Tensor:
+  """A [2] int64 stateless seed from integers (python or scalar tensors)."""
+  seed = tf.constant([0x5EED, 0], tf.int64)
+  for part in parts:
+    seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(part, tf.int64))
+  return seed
+
+
+def _randint(seed, low, high) -> tf.Tensor:
+  """Uniform int in [low, high] (inclusive, as Python's random.randint)."""
+  return tf.random.stateless_uniform([], seed, minval=low, maxval=high + 1, dtype=tf.int32)
+
+
+def _truncated_lengths(len_a, len_b, max_tokens):
+  """Lengths after BERT's `truncate_seq_pair`: trim the longer side (the second on ties) one token at a time."""
+  excess = tf.maximum(len_a + len_b - max_tokens, 0)
+  diff = tf.abs(len_a - len_b)
+  from_longer = tf.minimum(excess, diff)
+  rest = excess - from_longer
+  cut_a = tf.where(len_a > len_b, from_longer, 0) + rest // 2
+  cut_b = tf.where(len_a > len_b, 0, from_longer) + rest - rest // 2
+  return len_a - cut_a, len_b - cut_b
+
+
+def document_instances(
+  token_ids, sentence_lengths, partner_ids, partner_lengths, seed, *, max_seq_length, short_seq_prob, special
+):
+  """One document -> its NSP instances, as BERT's `create_instances_from_document`.
+
+  token_ids [T], sentence_lengths [S] (this document); partner_* (another document, for random next
+  sentences); seed [2]. Returns input_ids, segment_ids, input_mask [n, max_seq_length] int32 and
+  next_sentence_labels [n] (1 = B is a random next sentence).
+  """
+  max_tokens = max_seq_length - 3  # [CLS] A [SEP] B [SEP]
+  splits = tf.concat([[0], tf.cumsum(sentence_lengths)], 0)
+  partner_splits = tf.concat([[0], tf.cumsum(partner_lengths)], 0)
+  num_sentences = tf.shape(sentence_lengths)[0]
+  num_partner = tf.shape(partner_lengths)[0]
+  seeds = tf.random.experimental.stateless_split(seed, num=2)
+  target = tf.where(
+    tf.random.stateless_uniform([], seeds[0]) < short_seq_prob, _randint(seeds[1], 2, max_tokens), max_tokens
+  )
+
+  def build(i, chunk_start, n, arrays):
+    chunk = i - chunk_start + 1
+    keys = tf.random.experimental.stateless_split(_seed(seed[0], seed[1], n), num=5)
+    a_end = tf.where(chunk < 2, 1, _randint(keys[0], 1, tf.maximum(chunk - 1, 1)))
+    a_lo, a_hi = splits[chunk_start], splits[chunk_start + a_end]
+    is_random = (chunk == 1) | (tf.random.stateless_uniform([], keys[1]) < 0.5)
+    # Random next: sentences of the partner from a random start until target_b tokens.
+    target_b = target - (a_hi - a_lo)
+    start = _randint(keys[2], 0, num_partner - 1)
+    ends = partner_splits[start + 1 :] - partner_splits[start]
+    last = start + tf.minimum(tf.reduce_sum(tf.cast(ends < target_b, tf.int32)), num_partner - 1 - start)
+    b_lo = tf.where(is_random, partner_splits[start], splits[chunk_start + a_end])
+    b_hi = tf.where(is_random, partner_splits[last + 1], splits[i + 1])
+    next_i = tf.where(is_random, i - (chunk - a_end), i)  # Random next: unused sentences go back.
+
+    len_a, len_b = _truncated_lengths(a_hi - a_lo, b_hi - b_lo, max_tokens)
+    # Each trimmed token comes off the front or the back with equal chance.
+    front_a = tf.cast(
+      tf.random.stateless_binomial([], keys[3], tf.cast(a_hi - a_lo - len_a, tf.float32), 0.5), tf.int32
+    )
+    front_b = tf.cast(
+      tf.random.stateless_binomial([], keys[4], tf.cast(b_hi - b_lo - len_b, tf.float32), 0.5), tf.int32
+    )
+    tokens_a = token_ids[a_lo + front_a : a_lo + front_a + len_a]
+    source_b = tf.cond(is_random, lambda: partner_ids, lambda: token_ids)
+    tokens_b = source_b[b_lo + front_b : b_lo + front_b + len_b]
+    cls, sep = special
+    ids = tf.concat([[cls], tokens_a, [sep], tokens_b, [sep]], 0)
+    length = tf.shape(ids)[0]
+    segments = tf.concat([tf.zeros([len_a + 2], tf.int32), tf.ones([len_b + 1], tf.int32)], 0)
+    pad = [[0, max_seq_length - length]]
+    row = (
+      tf.pad(ids, pad),
+      tf.pad(segments, pad),
+      tf.pad(tf.ones([length], tf.int32), pad),
+      tf.cast(is_random, tf.int32),
+    )
+    arrays = tuple(array.write(n, value) for array, value in zip(arrays, row, strict=True))
+    return next_i, arrays
+
+  def body(chunk_start, n, arrays):
+    # The chunk ends at the first sentence that brings it to `target` tokens, or at the document's end
+    # (BERT accumulates sentence by sentence; a search finds the same sentence in one step).
+    reach = tf.searchsorted(splits, splits[chunk_start : chunk_start + 1] + target, side="left")[0] - 1
+    i = tf.clip_by_value(reach, chunk_start, num_sentences - 1)
+    next_i, arrays = build(i, chunk_start, n, arrays)
+    return next_i + 1, n + 1, arrays
+
+  arrays = tuple(
+    tf.TensorArray(tf.int32, size=0, dynamic_size=True, element_shape=shape)
+    for shape in ([max_seq_length], [max_seq_length], [max_seq_length], [])
+  )
+  _, _, arrays = tf.while_loop(lambda start, *_: start < num_sentences, body, (0, 0, arrays))
+  input_ids, segment_ids, input_mask, labels = (array.stack() for array in arrays)
+  return dict(input_ids=input_ids, segment_ids=segment_ids, input_mask=input_mask, next_sentence_labels=labels)
+
+
+def _parse(record):
+  features = tf.io.parse_single_example(
+    record, {"token_ids": tf.io.VarLenFeature(tf.int64), "sentence_lengths": tf.io.VarLenFeature(tf.int64)}
+  )
+  return (
+    tf.cast(tf.sparse.to_dense(features["token_ids"]), tf.int32),
+    tf.cast(tf.sparse.to_dense(features["sentence_lengths"]), tf.int32),
+  )
+
+
+def host_files(prepared_dir: str, manifest: dict, process_index: int, process_count: int) -> list[tuple]:
+  """(global shard index, path, documents) of this host's shards."""
+  shards = [
+    (index, os.path.join(prepared_dir, s["file"]), s["documents"]) for index, s in enumerate(manifest["shards"])
+  ]
+  if len(shards) < process_count:
+    raise ValueError(
+      f"{prepared_dir} has {len(shards)} shard file(s) for {process_count} hosts; every host needs at "
+      f"least one: prepare the corpus into at least {process_count} shards."
+    )
+  return shards[process_index::process_count]
+
+
+def pretraining_dataset(
+  prepared_dir: str,
+  manifest: dict,
+  *,
+  seed: int,
+  batch_size: int,
+  max_seq_length: int,
+  max_predictions_per_seq: int,
+  masked_lm_prob: float,
+  short_seq_prob: float,
+  whole_word_masking: bool,
+  tokenizer_special: dict,
+  word_start: np.ndarray,
+  vocab_size: int,
+  process_index: int = 0,
+  process_count: int = 1,
+  shuffle_buffer: int = 10_000,
+  cycle_length: int = 8,
+) -> tf.data.Dataset:
+  """This host's infinite stream of pretraining batches (numpy-ready dicts with BERT's feature names)."""
+  shards = host_files(prepared_dir, manifest, process_index, process_count)
+  indices = tf.constant([s[0] for s in shards], tf.int64)
+  paths = tf.constant([s[1] for s in shards])
+  counts = tf.constant([s[2] for s in shards], tf.int64)
+  special = (tokenizer_special["cls_id"], tokenizer_special["sep_id"])
+
+  def shard_documents(epoch, position):
+    shard, path, count = indices[position], paths[position], counts[position]
+    documents = tf.data.TFRecordDataset(path).map(_parse)
+    # The partner of document d (for random next sentences) is document d + offset of the same shard.
+    offset = 1 + tf.random.stateless_uniform(
+      [], _seed(seed, epoch, shard, _PARTNER), maxval=tf.maximum(count - 1, 1), dtype=tf.int64
+    )
+    partners = documents.repeat().skip(tf.where(count > 1, offset, 0))
+    return tf.data.Dataset.zip(tf.data.Dataset.range(count), documents, partners).map(
+      lambda index, doc, partner: (epoch, shard, index, doc, partner)
+    )
+
+  def epoch_documents(epoch):
+    order = tf.random.experimental.stateless_shuffle(
+      tf.range(len(shards), dtype=tf.int64), _seed(seed, epoch, _SHARD_ORDER)
+    )
+    return tf.data.Dataset.from_tensor_slices(order).interleave(
+      lambda position: shard_documents(epoch, position),
+      cycle_length=min(cycle_length, len(shards)),
+      block_length=1,
+      num_parallel_calls=tf.data.AUTOTUNE,
+      deterministic=True,
+    )
+
+  def instances(epoch, shard, index, document, partner):
+    doc_seed = _seed(seed, epoch, shard, index, _DOCUMENT)
+    out = document_instances(
+      *document, *partner, doc_seed, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, special=special
+    )
+    # Instance k of the document masks with key (doc_seed[0], doc_seed[1] + k + 1): a distinct Philox key.
+    k = tf.range(1, tf.shape(out["next_sentence_labels"])[0] + 1, dtype=tf.int64)
+    out["mask_seed"] = tf.stack([tf.fill(tf.shape(k), doc_seed[0]), doc_seed[1] + k], axis=1)
+    return out
+
+  def mask(example):
+    masked = mask_tokens(
+      example["input_ids"],
+      example["input_mask"],
+      example["mask_seed"],
+      special_ids=[tokenizer_special[k] for k in ("pad_id", "cls_id", "sep_id", "mask_id")],
+      word_start=word_start,
+      vocab_size=vocab_size,
+      mask_id=tokenizer_special["mask_id"],
+      masked_lm_prob=masked_lm_prob,
+      max_predictions_per_seq=max_predictions_per_seq,
+      whole_word=whole_word_masking,
+    )
+    return dict(
+      input_mask=example["input_mask"],
+      segment_ids=example["segment_ids"],
+      next_sentence_labels=example["next_sentence_labels"],
+      **masked,
+    )
+
+  options = tf.data.Options()
+  options.deterministic = True
+  dataset = tf.data.Dataset.range(2**62).flat_map(epoch_documents)  # Epochs 0, 1, 2, ...
+  dataset = dataset.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+  dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+  dataset = dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)

@@ -1,0 +1,190 @@
+"""The tf.data pretraining pipeline against BERT's recipe, on a corpus the test generates (>100k tokens)."""
+
+import random
+
+import ml_collections
+import numpy as np
+import pytest
+
+from bert_jax.data import pipeline, prepare
+from bert_jax.tokenizer import load_tokenizer
+
+SEQ, PREDICTIONS, BATCH = 128, 20, 128
+WORDS_PER_SHARD = 400  # Shard s uses words s*400 .. s*400+399: tokens tell which shard an example came from.
+NUM_SHARDS = 4
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp("corpus")
+  words = [f"w{i}" for i in range(WORDS_PER_SHARD * NUM_SHARDS)]
+  (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+  rng = np.random.default_rng(0)
+  for shard in range(NUM_SHARDS):
+    documents = []
+    for _ in range(80):  # Documents of 15-60 sentences, as encyclopedia articles.
+      sentences = [
+        " ".join(f"w{shard * WORDS_PER_SHARD + w}" for w in rng.integers(0, WORDS_PER_SHARD, rng.integers(4, 16)))
+        + " ."
+        for _ in range(rng.integers(15, 60))
+      ]
+      documents.append("\n".join(sentences))
+    (root / f"part-{shard}.txt").write_text("\n\n".join(documents) + "\n")
+  data_config = ml_collections.ConfigDict(
+    dict(
+      input_pattern=str(root / "part-*.txt"),
+      input_format="bert",
+      tfds_name="",
+      tfds_split="",
+      tfds_feature="",
+      tfds_data_dir="",
+      num_shards=0,
+    )
+  )
+  tokenizer_args = dict(kind="wordpiece", path=str(root / "vocab.txt"))
+  manifest = prepare.prepare(data_config, tokenizer_args, str(root / "prepared"), 1)
+  assert manifest["tokens"] > 100_000
+  return str(root / "prepared"), manifest, load_tokenizer(**tokenizer_args)
+
+
+def _dataset(corpus, seed=0, **overrides):
+  prepared, manifest, tokenizer = corpus
+  special = dict(pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
+  args = dict(
+    seed=seed,
+    batch_size=BATCH,
+    max_seq_length=SEQ,
+    max_predictions_per_seq=PREDICTIONS,
+    masked_lm_prob=0.15,
+    short_seq_prob=0.1,
+    whole_word_masking=False,
+    tokenizer_special=special,
+    word_start=tokenizer.word_start,
+    vocab_size=tokenizer.vocab_size,
+    shuffle_buffer=1000,
+  )
+  return pipeline.pretraining_dataset(prepared, manifest, **(args | overrides))
+
+
+def _batches(dataset, n):
+  iterator = dataset.as_numpy_iterator()
+  return [next(iterator) for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def many(corpus):
+  return _batches(_dataset(corpus), 40)  # 5,120 instances.
+
+
+def _reference_labels(documents, max_seq_length, short_seq_prob, rng):
+  """Label of each instance, by the loop of `create_instances_from_document` in google-research/bert."""
+  labels = []
+  for document in documents:
+    target = max_seq_length - 3
+    if rng.random() < short_seq_prob:
+      target = rng.randint(2, max_seq_length - 3)
+    chunk, length, i = [], 0, 0
+    while i < len(document):
+      chunk.append(document[i])
+      length += document[i]
+      if i == len(document) - 1 or length >= target:
+        a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+        is_random = len(chunk) == 1 or rng.random() < 0.5
+        if is_random:
+          i -= len(chunk) - a_end
+        labels.append(int(is_random))
+        chunk, length = [], 0
+      i += 1
+  return labels
+
+
+def test_next_sentence_labels_match_the_original_recipe(corpus, many):
+  prepared, manifest, _ = corpus
+  documents = [
+    [int(n) for n in np.asarray(doc[1])]
+    for shard in manifest["shards"]
+    for doc in pipeline.tf.data.TFRecordDataset(f"{prepared}/{shard['file']}").map(pipeline._parse)
+  ]
+  reference = np.mean(_reference_labels(documents * 5, SEQ, 0.1, random.Random(0)))
+  ours = np.mean(np.concatenate([b["next_sentence_labels"] for b in many]))
+  # The recipe is a coin flip, plus label 1 for every one-sentence chunk (short targets, document ends):
+  # above 50% by an amount that depends on the corpus. Ours must match it.
+  assert abs(ours - reference) < 0.02, (ours, reference)
+  assert 0.5 <= reference < 0.56
+
+
+def test_next_sentence_coin_flip_is_fair(corpus):
+  # With no short targets, one-sentence chunks only occur at document ends: the coin flip shows.
+  batches = _batches(_dataset(corpus, short_seq_prob=0.0), 40)
+  labels = np.concatenate([b["next_sentence_labels"] for b in batches])
+  assert abs(labels.mean() - 0.5) < 0.02 + 0.01, labels.mean()
+
+
+def test_pairs_follow_berts_recipe(many):
+  for batch in many:
+    ids, mask, segments = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
+    lengths = mask.sum(1)
+    assert ids.shape[1] == SEQ and (lengths <= SEQ).all()
+    assert (ids[:, 0] == 2).all()  # [CLS]
+    for row in range(len(ids)):
+      n = lengths[row]
+      real_ids = batch["masked_lm_ids"][row][batch["masked_lm_weights"][row] > 0]
+      original = ids[row, :n].copy()
+      original[batch["masked_lm_positions"][row][: len(real_ids)]] = real_ids
+      seps = np.flatnonzero(original == 3)
+      assert len(seps) == 2 and seps[1] == n - 1  # [CLS] A [SEP] B [SEP]
+      assert (segments[row, : seps[0] + 1] == 0).all() and (segments[row, seps[0] + 1 : n] == 1).all()
+      assert seps[0] >= 2 and seps[1] - seps[0] >= 2  # Both segments non-empty.
+      assert (ids[row, n:] == 0).all() and (segments[row, n:] == 0).all()
+  lengths = np.concatenate([b["input_mask"].sum(1) for b in many])
+  assert np.mean(lengths >= SEQ - 8) > 0.5  # Most are full; short targets and document ends make the rest.
+  assert np.mean(lengths < SEQ // 2) > 0.02
+
+
+def test_masks_follow_berts_recipe(many):
+  selected = sum(b["masked_lm_weights"].sum() for b in many)
+  tokens = sum(b["input_mask"].sum() for b in many)
+  assert tokens > 100_000
+  assert abs(selected / tokens - 0.15) < 0.005
+  now = np.concatenate(
+    [np.take_along_axis(b["input_ids"], b["masked_lm_positions"], 1)[b["masked_lm_weights"] > 0] for b in many]
+  )
+  before = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in many])
+  assert not np.isin(before, [0, 2, 3, 4]).any()
+  assert abs(np.mean(now == 4) - 0.8) < 0.015
+  assert abs(np.mean(now == before) - 0.1) < 0.015
+
+
+def test_same_seed_same_batches_other_seed_others(corpus, many):
+  again = _batches(_dataset(corpus), 3)
+  for a, b in zip(again, many[:3], strict=True):
+    for name in a:
+      np.testing.assert_array_equal(a[name], b[name])
+  other = _batches(_dataset(corpus, seed=1), 1)[0]
+  assert not np.array_equal(other["input_ids"], many[0]["input_ids"])
+
+
+def test_resuming_by_position_continues_the_same_stream(corpus, many):
+  resumed = _batches(_dataset(corpus).skip(7), 2)
+  for a, b in zip(resumed, many[7:9], strict=True):
+    for name in a:
+      np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_two_hosts_read_disjoint_shards_covering_the_corpus(corpus):
+  prepared, manifest, tokenizer = corpus
+  hosts = [pipeline.host_files(prepared, manifest, i, 2) for i in range(2)]
+  assert {s[1] for s in hosts[0]}.isdisjoint({s[1] for s in hosts[1]})
+  assert sorted(s[1] for h in hosts for s in h) == sorted(f"{prepared}/{s['file']}" for s in manifest["shards"])
+  for index, files in enumerate(hosts):
+    batch = _batches(_dataset(corpus, process_index=index, process_count=2), 1)[0]
+    unmasked = batch["input_ids"][(batch["input_ids"] > 5)]
+    shard_of_token = (unmasked - 6) // WORDS_PER_SHARD
+    # Tokens come from this host's shards (a random replacement token may come from anywhere).
+    assert np.mean(np.isin(shard_of_token, [s[0] for s in files])) > 0.98
+
+
+def test_fewer_files_than_hosts_is_an_error(corpus):
+  prepared, manifest, _ = corpus
+  with pytest.raises(ValueError, match=r"has 4 shard file\(s\) for 5 hosts"):
+    pipeline.host_files(prepared, manifest, 0, 5)
