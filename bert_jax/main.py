@@ -1,5 +1,7 @@
 """Entry point, run on every host: `python -m bert_jax.main --config=configs/tiny.py --workdir=DIR`.
 
+`--mode=prepare` prepares a corpus (once, on one machine); the default mode pretrains.
+
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error.
 """
@@ -12,9 +14,17 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from bert_jax import train
+from bert_jax.data import prepare
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoard logs go (a path or gs://).")
+_MODE = flags.DEFINE_enum(
+  "mode",
+  "pretrain",
+  ["pretrain", "prepare"],
+  "pretrain: train (resuming from the workdir). prepare: train the SentencePiece vocabulary if tokenizer.path is "
+  "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -49,7 +59,10 @@ def main(argv):
     jax.device_count(),
     jax.devices()[0].platform,
   )
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  if _MODE.value == "prepare":
+    prepare.prepare_for_run(_CONFIG.value, _WORKDIR.value)
+  else:
+    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
 
 
 if __name__ == "__main__":

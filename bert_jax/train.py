@@ -15,11 +15,12 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax import checkpoint, progress, sharding, train_step
-from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.data import prepare, sources
 from bert_jax.features import check_pretraining_batch
 from bert_jax.model import BertForPretraining
 from bert_jax.model_config import BertConfig
 from bert_jax.optim import learning_rate_schedule, make_optimizer
+from bert_jax.tokenizer import load_tokenizer
 
 
 def model_config(config) -> BertConfig:
@@ -35,6 +36,8 @@ def check_config(config) -> BertConfig:
       f"data.max_seq_length={seq} exceeds model.max_position_embeddings="
       f"{model.max_position_embeddings}: positions beyond it have no embedding."
     )
+  if seq < 5:
+    raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
   if not 0 < preds <= seq:
     raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
   for name in (
@@ -49,22 +52,45 @@ def check_config(config) -> BertConfig:
       raise ValueError(f"{name}={config[name]} must be at least 1.")
   if config.eval_steps < 0:
     raise ValueError(f"eval_steps={config.eval_steps} must be non-negative (0 disables evaluation).")
-  if config.data.source != "synthetic":
-    raise ValueError(f"data.source={config.data.source!r} is not available; expected 'synthetic'.")
+  if config.data.source not in ("pretraining", "synthetic"):
+    raise ValueError(f"data.source={config.data.source!r}; expected 'pretraining' or 'synthetic'.")
   return model
 
 
-def make_source(config, model: BertConfig, seed: int, start_example: int) -> SyntheticSource:
-  return SyntheticSource(
-    seed=seed,
-    global_batch_size=config.batch_size,
-    max_seq_length=config.data.max_seq_length,
-    max_predictions_per_seq=config.data.max_predictions_per_seq,
-    vocab_size=model.vocab_size,
-    process_index=jax.process_index(),
-    process_count=jax.process_count(),
-    start_example=start_example,
-  )
+class Data:
+  """What the loop reads: the tokenizer and prepared corpus (pretraining source), and sources made from them."""
+
+  def __init__(self, config, workdir: str, model: BertConfig):
+    self._config, self._model = config, model
+    self.tokenizer, self.identity, self._train, self._eval = None, None, {}, {}
+    if config.data.source == "synthetic":
+      return
+    tokenizer_path, prepared_dir = prepare.paths_for_run(config, workdir)
+    if config.data.embedded_corpus:
+      prepare.prepare_for_run(config, workdir)
+    self.tokenizer = load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
+    if self.tokenizer.vocab_size > model.vocab_size:
+      raise ValueError(f"The tokenizer has {self.tokenizer.vocab_size} ids but model.vocab_size={model.vocab_size}.")
+    self.identity = self.tokenizer.identity()
+    self._train = dict(prepared_dir=prepared_dir, manifest=prepare.read_manifest(prepared_dir, self.tokenizer))
+    eval_dir = config.data.eval_prepared_dir
+    self._eval = (
+      self._train
+      if not eval_dir
+      else dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
+    )
+
+  def source(self, start_example: int, evaluation: bool = False):
+    return sources.make_source(
+      self._config,
+      seed=self._config.seed + int(evaluation),
+      start_example=start_example,
+      process_index=jax.process_index(),
+      process_count=jax.process_count(),
+      vocab_size=self._model.vocab_size,
+      tokenizer=self.tokenizer,
+      **(self._eval if evaluation else self._train),
+    )
 
 
 def _device_batch(source, config, model: BertConfig, mesh) -> dict:
@@ -80,9 +106,9 @@ def _device_batch(source, config, model: BertConfig, mesh) -> dict:
   return sharding.global_batch(host_batch, mesh)
 
 
-def evaluate(eval_step, params, config, model: BertConfig, mesh) -> dict:
-  """The same `eval_steps` batches every time (a fixed held-out stream), summed then averaged."""
-  source = make_source(config, model, seed=config.seed + 1, start_example=0)
+def evaluate(eval_step, params, config, model: BertConfig, mesh, data: Data) -> dict:
+  """The same `eval_steps` batches every time (a fixed stream), summed then averaged."""
+  source = data.source(0, evaluation=True)
   totals = None
   for _ in range(config.eval_steps):
     metrics = eval_step(params, _device_batch(source, config, model, mesh))
@@ -113,7 +139,7 @@ class StopRequest:
       signal.signal(signal.SIGTERM, self._previous)
 
 
-def _init_or_restore(config, model, tx, mesh, manager):
+def _init_or_restore(config, model, tx, mesh, manager, identity):
   """(state, shardings, data position): the newest checkpoint in the workdir, else a fresh init from the seed."""
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
@@ -131,6 +157,11 @@ def _init_or_restore(config, model, tx, mesh, manager):
     logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
     return train_step.create_train_state(model, tx, shardings, config.seed, seq, preds), shardings, {"examples": 0}
   state, data_position = restored
+  if data_position.get("tokenizer") != identity:
+    raise ValueError(
+      f"The checkpoint in the workdir was trained with tokenizer {data_position.get('tokenizer')}; "
+      f"the config's is {identity}. Use the same tokenizer, or a new workdir."
+    )
   logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
   return state, shardings, data_position
 
@@ -146,13 +177,14 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   model = BertForPretraining(model_cfg)
   tx = make_optimizer(config)
 
+  data = Data(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
   try:
-    state, shardings, data_position = _init_or_restore(config, model, tx, mesh, manager)
-    source = make_source(config, model_cfg, config.seed, data_position["examples"])
+    state, shardings, data_position = _init_or_restore(config, model, tx, mesh, manager, data.identity)
+    source = data.source(data_position["examples"])
     step_fn = train_step.make_train_step(model, tx, mesh, shardings)
     eval_fn = train_step.make_eval_step(model, mesh, shardings.params)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
@@ -175,11 +207,11 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
         train_writer.write(step, summary)
         sums, steps_in_sums = None, 0
       if config.eval_steps and (step % config.eval_every_steps == 0 or step == last_step):
-        eval_summary = evaluate(eval_fn, state.params, config, model_cfg, mesh)
+        eval_summary = evaluate(eval_fn, state.params, config, model_cfg, mesh, data)
         logging.info("eval at step %d: %s", step, {k: round(v, 4) for k, v in eval_summary.items()})
         eval_writer.write(step, eval_summary)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
-        checkpoint.save(manager, step, state, {"examples": source.position}, config)
+        checkpoint.save(manager, step, state, {"examples": source.position, "tokenizer": data.identity}, config)
       if stopping:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)
         break

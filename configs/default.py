@@ -38,9 +38,46 @@ def get_config() -> ml_collections.ConfigDict:
   # Compute dtype: "float32" or "bfloat16" (parameters, softmax and loss stay float32).
   config.model.dtype = "float32"
 
+  config.tokenizer = ml_collections.ConfigDict()
+  # "sentencepiece" (a .model file) or "wordpiece" (a Google BERT vocab.txt).
+  config.tokenizer.kind = "wordpiece"
+  # The tokenizer file, local or gs://. Empty with data.embedded_corpus: trained into <workdir>/tokenizer/.
+  config.tokenizer.path = ""
+  # WordPiece only: lower-case and strip accents (uncased vocabularies).
+  config.tokenizer.lower_case = True
+  # SentencePiece training (--mode=prepare with a missing tokenizer.path): at most this many sampled lines.
+  config.tokenizer.train_max_sentences = 2_000_000
+
   config.data = ml_collections.ConfigDict()
-  # Where batches come from: "synthetic" (random tokens in the real layout, for benchmarks and smoke runs).
-  config.data.source = "synthetic"
+  # Where batches come from: "pretraining" (prepared corpus through the tf.data pipeline) or "synthetic"
+  # (random tokens in the real layout, for benchmarks and smoke runs).
+  config.data.source = "pretraining"
+  # The prepared corpus (manifest.json + shards), local or gs://; --mode=prepare writes it.
+  # Empty with data.embedded_corpus: <workdir>/prepared.
+  config.data.prepared_dir = ""
+  # A prepared held-out corpus for evaluation; empty: a fixed sample (another seed) of the training corpus.
+  config.data.eval_prepared_dir = ""
+  # Text that ships with Python, prepared on the fly when missing ("python_docs"); empty for real runs.
+  config.data.embedded_corpus = ""
+  # --mode=prepare inputs: text files by glob (local or gs://) ...
+  config.data.input_pattern = ""
+  # ... in "bert" format (a sentence per line, blank line between documents) or "document" (a file each) ...
+  config.data.input_format = "bert"
+  # ... or a TFDS text dataset: name (e.g. "wikipedia/20230601.en"), split, text feature, data_dir,
+  config.data.tfds_name = ""
+  config.data.tfds_split = "train"
+  config.data.tfds_feature = "text"
+  config.data.tfds_data_dir = ""
+  # and the number of shards to cut its split into (files: one shard per input file).
+  config.data.num_shards = 256
+  # Fraction of tokens selected for masked-LM prediction.
+  config.data.masked_lm_prob = 0.15
+  # Probability of a shorter target length for a document's instances (BERT: 0.1).
+  config.data.short_seq_prob = 0.1
+  # Select whole words (WordPiece ## continuations, SentencePiece pieces without a word-start marker).
+  config.data.whole_word_masking = False
+  # Instances shuffled in a buffer of this size (per host).
+  config.data.shuffle_buffer = 10_000
   # Tokens per sequence, [CLS] and [SEP]s included.
   config.data.max_seq_length = 128
   # Masked-LM predictions per sequence (BERT: 20 at 128 tokens, 80 at 512).

@@ -23,6 +23,7 @@ def small_model_config() -> BertConfig:
 def small_config():
   """configs/tiny.py shrunk further: a whole training run takes seconds."""
   config = tiny.get_config()
+  config.data.source = "synthetic"  # The loop's own tests; the pipeline has its own, and test_main runs both.
   config.model.update(
     vocab_size=101, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
   )

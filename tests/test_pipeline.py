@@ -1,12 +1,13 @@
 """The tf.data pretraining pipeline against BERT's recipe, on a corpus the test generates (>100k tokens)."""
 
 import random
+import shutil
 
 import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax.data import pipeline, prepare
+from bert_jax.data import pipeline, prepare, sources
 from bert_jax.tokenizer import load_tokenizer
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
@@ -188,3 +189,17 @@ def test_fewer_files_than_hosts_is_an_error(corpus):
   prepared, manifest, _ = corpus
   with pytest.raises(ValueError, match=r"has 4 shard file\(s\) for 5 hosts"):
     pipeline.host_files(prepared, manifest, 0, 5)
+
+
+def test_a_truncated_shard_is_named_never_skipped(corpus, tmp_path):
+  prepared, manifest, tokenizer = corpus
+  broken = tmp_path / "prepared"
+  shutil.copytree(prepared, broken)
+  victim = broken / manifest["shards"][2]["file"]
+  victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+  dataset = _dataset((str(broken), manifest, tokenizer))
+  files = [path for _, path, _ in pipeline.host_files(str(broken), manifest, 0, 1)]
+  source = sources.PipelineSource(dataset, files, BATCH, 0)
+  with pytest.raises(ValueError, match=rf"Corrupt or truncated shard {victim}"):
+    for _ in range(100):
+      next(source)

@@ -54,7 +54,8 @@ def test_checkpoint_holds_state_data_position_and_config(small_config, tmp_path)
   step_dir = tmp_path / "checkpoints" / "6"
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "6"]
   assert {"state", "data", "config"} <= set(os.listdir(step_dir))
-  assert json.loads((step_dir / "data" / "metadata").read_text()) == {"examples": 6 * small_config.batch_size}
+  saved_data = json.loads((step_dir / "data" / "metadata").read_text())
+  assert saved_data == {"examples": 6 * small_config.batch_size, "tokenizer": None}  # Synthetic: no tokenizer.
   saved = checkpoint.restore_config(str(tmp_path))
   assert saved["model"]["hidden_size"] == 32 and saved["num_train_steps"] == 6
   assert os.listdir(tmp_path / "tensorboard" / "train") and os.listdir(tmp_path / "tensorboard" / "eval")
@@ -81,6 +82,7 @@ def test_a_partial_checkpoint_is_never_read(small_config, tmp_path):
     (dict(mesh=dict(data=2)), r"Mesh \(data=2, fsdp=1, tensor=1\) needs 2 devices, but 8 are available"),
     (dict(data=dict(max_predictions_per_seq=33)), r"max_predictions_per_seq=33 must be in \[1, data.max_seq_len"),
     (dict(warmup_steps=7), r"warmup_steps=7 must be within \[0, num_train_steps=6\]"),
+    (dict(data=dict(max_seq_length=4, max_predictions_per_seq=2)), r"max_seq_length=4 cannot fit a pair"),
   ],
 )
 def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, override, message):

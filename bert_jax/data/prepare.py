@@ -20,6 +20,7 @@ import re
 import time
 from collections.abc import Iterator
 
+import ml_collections
 import tensorflow as tf
 from absl import logging
 
@@ -240,3 +241,72 @@ def read_manifest(prepared_dir: str, tokenizer=None) -> dict:
       f"{tokenizer.identity()}; prepare the corpus again with this tokenizer."
     )
   return manifest
+
+
+def python_docs_text() -> str:
+  """Python's own documentation topics (`pydoc_data`, shipped with CPython) in BERT's format: ~80 documents of
+  real English, about 65k words. The embedded corpus for demos and offline runs."""
+  from pydoc_data.topics import topics
+
+  documents = []
+  for name in sorted(topics):
+    sentences = [s for s in text_documents([topics[name]]).__next__() if len(s.split()) > 2]
+    if sentences:
+      documents.append("\n".join(sentences))
+  return "\n\n".join(documents) + "\n"
+
+
+def paths_for_run(config, workdir: str) -> tuple[str, str]:
+  """(tokenizer path, prepared dir): the config's, or under the workdir for the embedded corpus."""
+  embedded = bool(config.data.embedded_corpus)
+  tokenizer_path = config.tokenizer.path or (os.path.join(workdir, "tokenizer", "spm.model") if embedded else "")
+  prepared_dir = config.data.prepared_dir or (os.path.join(workdir, "prepared") if embedded else "")
+  if not tokenizer_path or not prepared_dir:
+    raise ValueError(
+      "tokenizer.path and data.prepared_dir must be set (or data.embedded_corpus, which derives "
+      f"both from the workdir); got tokenizer.path={config.tokenizer.path!r}, "
+      f"data.prepared_dir={config.data.prepared_dir!r}."
+    )
+  return tokenizer_path, prepared_dir
+
+
+def prepare_for_run(config, workdir: str) -> tuple[str, str]:
+  """--mode=prepare, and the embedded corpus on first use: the text, the tokenizer (SentencePiece is trained
+  when its file is missing), then the shards. Returns (tokenizer path, prepared dir)."""
+  tokenizer_path, prepared_dir = paths_for_run(config, workdir)
+  data = config.data
+  if data.embedded_corpus:
+    if data.embedded_corpus != "python_docs":
+      raise ValueError(f"data.embedded_corpus={data.embedded_corpus!r}; expected 'python_docs' or ''.")
+    corpus = os.path.join(workdir, "corpus", "python_docs.txt")
+    if not tf.io.gfile.exists(corpus):
+      tf.io.gfile.makedirs(os.path.dirname(corpus))
+      with tf.io.gfile.GFile(corpus + ".tmp", "w") as f:
+        f.write(python_docs_text())
+      tf.io.gfile.rename(corpus + ".tmp", corpus, overwrite=True)
+    data = ml_collections.ConfigDict(data.to_dict())
+    data.update(input_pattern=corpus, input_format="bert", tfds_name="")
+  if not tf.io.gfile.exists(tokenizer_path):
+    if config.tokenizer.kind != "sentencepiece":
+      raise FileNotFoundError(f"tokenizer.path={tokenizer_path!r} does not exist.")
+    if data.tfds_name:
+      raise ValueError("Training a SentencePiece vocabulary reads text files; give tokenizer.path for TFDS input.")
+    inputs = sorted(tf.io.gfile.glob(data.input_pattern)) if data.input_pattern else []
+    if not inputs:
+      raise ValueError(f"data.input_pattern={data.input_pattern!r} matches no file to train a vocabulary on.")
+    tf.io.gfile.makedirs(os.path.dirname(tokenizer_path))
+    logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", config.model.vocab_size, len(inputs))
+    from bert_jax.tokenizer import train_sentencepiece
+
+    trained = train_sentencepiece(
+      inputs,
+      tokenizer_path.removesuffix(".model"),
+      config.model.vocab_size,
+      config.tokenizer.train_max_sentences,
+      config.seed,
+    )
+    assert trained == tokenizer_path, (trained, tokenizer_path)
+  tokenizer_args = dict(kind=config.tokenizer.kind, path=tokenizer_path, lower_case=config.tokenizer.lower_case)
+  if not tf.io.gfile.exists(os.path.join(prepared_dir, MANIFEST)):
+    prepare(data, tokenizer_args, prepared_dir)
+  return tokenizer_path, prepared_dir

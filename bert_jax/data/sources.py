@@ -1,0 +1,96 @@
+"""The batch sources training reads, chosen by `config.data.source`, each resumable from an example position.
+
+`pretraining`: the prepared corpus through the tf.data pipeline (`pipeline.py`); `synthetic`: random tokens in
+the real layout (`synthetic.py`), for benchmarks and smoke runs. Both yield this host's numpy batches and count
+`position`, the examples of the global stream consumed so far, which checkpoints save.
+"""
+
+import tensorflow as tf
+
+from bert_jax.data import pipeline
+from bert_jax.data.synthetic import SyntheticSource
+
+
+class PipelineSource:
+  """Host batches from the tf.data pipeline; starts `start_example` examples into the stream.
+
+  Resuming replays the stream up to the position (the pipeline's randomness is stateless, so it is the same
+  stream); a corrupt or truncated shard raises with the file's name.
+  """
+
+  def __init__(self, dataset: tf.data.Dataset, files: list[str], global_batch_size: int, start_example: int):
+    if start_example % global_batch_size:
+      raise ValueError(f"Data position {start_example} is not a whole number of batches of {global_batch_size}.")
+    self._files, self._global_batch = files, global_batch_size
+    self._iterator = dataset.skip(start_example // global_batch_size).as_numpy_iterator()
+    self.position = start_example
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> dict:
+    try:
+      batch = next(self._iterator)
+    except tf.errors.DataLossError as error:
+      raise ValueError(f"Corrupt or truncated shard {_find_corrupt(self._files)}: {error.message}") from None
+    self.position += self._global_batch
+    return batch
+
+
+def _find_corrupt(files: list[str]) -> str:
+  """Reads each file to the end; the first that fails is the culprit (only on the error path)."""
+  for path in files:
+    try:
+      for _ in tf.data.TFRecordDataset(path):
+        pass
+    except tf.errors.DataLossError:
+      return path
+  return f"(one of {files})"
+
+
+def make_source(
+  config,
+  *,
+  seed: int,
+  start_example: int,
+  process_index: int,
+  process_count: int,
+  vocab_size: int,
+  tokenizer=None,
+  prepared_dir: str = "",
+  manifest: dict | None = None,
+):
+  """The source `config.data.source` names, for this host."""
+  data = config.data
+  host_batch = config.batch_size // process_count
+  if data.source == "synthetic":
+    return SyntheticSource(
+      seed=seed,
+      global_batch_size=config.batch_size,
+      max_seq_length=data.max_seq_length,
+      max_predictions_per_seq=data.max_predictions_per_seq,
+      vocab_size=vocab_size,
+      process_index=process_index,
+      process_count=process_count,
+      start_example=start_example,
+    )
+  special = dict(pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
+  dataset = pipeline.pretraining_dataset(
+    prepared_dir,
+    manifest,
+    seed=seed,
+    batch_size=host_batch,
+    max_seq_length=data.max_seq_length,
+    max_predictions_per_seq=data.max_predictions_per_seq,
+    masked_lm_prob=data.masked_lm_prob,
+    short_seq_prob=data.short_seq_prob,
+    whole_word_masking=data.whole_word_masking,
+    tokenizer_special=special,
+    word_start=tokenizer.word_start,
+    vocab_size=tokenizer.vocab_size,
+    process_index=process_index,
+    process_count=process_count,
+    shuffle_buffer=data.shuffle_buffer,
+  )
+  files = [path for _, path, _ in pipeline.host_files(prepared_dir, manifest, process_index, process_count)]
+  return PipelineSource(dataset, files, config.batch_size, start_example)
