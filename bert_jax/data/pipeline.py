@@ -64,13 +64,16 @@ def document_instances(
 
   def build(i, chunk_start, n, arrays):
     chunk = i - chunk_start + 1
-    keys = tf.random.experimental.stateless_split(_seed(seed[0], seed[1], n), num=5)
-    a_end = tf.where(chunk < 2, 1, _randint(keys[0], 1, tf.maximum(chunk - 1, 1)))
+    # One draw per instance, keyed by (document seed, instance number): uniform integers are floor(u * range).
+    # (Keys [s0 + 1, ...] and [s0 + 2, ...]: instance k's masks use [s0, s1 + k + 1], see pretraining_dataset.)
+    key = seed + tf.stack([tf.constant(1, tf.int64), tf.cast(n, tf.int64) + 1])
+    u = tf.random.stateless_uniform([3], key)
+    a_end = tf.where(chunk < 2, 1, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32))
     a_lo, a_hi = splits[chunk_start], splits[chunk_start + a_end]
-    is_random = (chunk == 1) | (tf.random.stateless_uniform([], keys[1]) < 0.5)
+    is_random = (chunk == 1) | (u[1] < 0.5)
     # Random next: sentences of the partner from a random start until target_b tokens.
     target_b = target - (a_hi - a_lo)
-    start = _randint(keys[2], 0, num_partner - 1)
+    start = tf.minimum(tf.cast(u[2] * tf.cast(num_partner, tf.float32), tf.int32), num_partner - 1)
     ends = partner_splits[start + 1 :] - partner_splits[start]
     last = start + tf.minimum(tf.reduce_sum(tf.cast(ends < target_b, tf.int32)), num_partner - 1 - start)
     b_lo = tf.where(is_random, partner_splits[start], splits[chunk_start + a_end])
@@ -79,12 +82,8 @@ def document_instances(
 
     len_a, len_b = _truncated_lengths(a_hi - a_lo, b_hi - b_lo, max_tokens)
     # Each trimmed token comes off the front or the back with equal chance.
-    front_a = tf.cast(
-      tf.random.stateless_binomial([], keys[3], tf.cast(a_hi - a_lo - len_a, tf.float32), 0.5), tf.int32
-    )
-    front_b = tf.cast(
-      tf.random.stateless_binomial([], keys[4], tf.cast(b_hi - b_lo - len_b, tf.float32), 0.5), tf.int32
-    )
+    trimmed = tf.cast(tf.stack([a_hi - a_lo - len_a, b_hi - b_lo - len_b]), tf.float32)
+    front_a, front_b = tf.unstack(tf.cast(tf.random.stateless_binomial([2], key + [1, 0], trimmed, 0.5), tf.int32))
     tokens_a = token_ids[a_lo + front_a : a_lo + front_a + len_a]
     source_b = tf.cond(is_random, lambda: partner_ids, lambda: token_ids)
     tokens_b = source_b[b_lo + front_b : b_lo + front_b + len_b]
