@@ -185,7 +185,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   try:
     state, shardings, data_position = _init_or_restore(config, model, tx, mesh, manager, data.identity)
     source = data.source(data_position["examples"])
-    step_fn = train_step.make_train_step(model, tx, mesh, shardings)
+    step_fn = train_step.make_train_step(model, tx, mesh, shardings, config.data.next_sentence_prediction)
     eval_fn = train_step.make_eval_step(model, mesh, shardings.params)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
     schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps, config.num_train_steps)

@@ -82,8 +82,8 @@ def create_train_state(
   return jax.jit(init, out_shardings=shardings)()
 
 
-def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key=None):
-  """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + next-sentence cross-entropy.
+def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key=None, next_sentence_prediction=True):
+  """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + next-sentence cross-entropy (if enabled).
 
   Returns (loss, metrics); metrics are sums with their counts.
   """
@@ -104,7 +104,9 @@ def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key
   nsp_correct = jnp.sum(jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)
 
   # As in the original BERT: the MLM mean over real predictions (1e-5 guards a batch with none).
-  loss = mlm_loss_sum / (mlm_count + 1e-5) + jnp.mean(nsp_xent)
+  loss = mlm_loss_sum / (mlm_count + 1e-5)
+  if next_sentence_prediction:
+    loss += jnp.mean(nsp_xent)
   metrics = dict(
     mlm_loss=mlm_loss_sum,
     mlm_accuracy=mlm_correct,
@@ -117,12 +119,18 @@ def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key
 
 
 def train_step(
-  state: TrainState, batch: dict, dropout_key: jax.Array, *, model: BertForPretraining, tx: optax.GradientTransformation
+  state: TrainState,
+  batch: dict,
+  dropout_key: jax.Array,
+  *,
+  model: BertForPretraining,
+  tx: optax.GradientTransformation,
+  next_sentence_prediction: bool = True,
 ) -> tuple[TrainState, dict]:
   """One optimizer update. Dropout is a pure function of (dropout_key, step): resumes replay it exactly."""
   step_key = jax.random.fold_in(dropout_key, state.step)
   grad_fn = jax.value_and_grad(pretraining_loss, has_aux=True)
-  (loss, metrics), grads = grad_fn(state.params, batch, model, step_key)
+  (loss, metrics), grads = grad_fn(state.params, batch, model, step_key, next_sentence_prediction)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
@@ -134,10 +142,10 @@ def eval_step(params, batch: dict, *, model: BertForPretraining) -> dict:
   return metrics
 
 
-def make_train_step(model, tx, mesh: Mesh, shardings):
+def make_train_step(model, tx, mesh: Mesh, shardings, next_sentence_prediction: bool = True):
   """`train_step` jitted over `mesh`: state sharded as `shardings` and donated, batch split on its batch axes."""
   return jax.jit(
-    functools.partial(train_step, model=model, tx=tx),
+    functools.partial(train_step, model=model, tx=tx, next_sentence_prediction=next_sentence_prediction),
     in_shardings=(shardings, sharding.batch_sharding(mesh), sharding.replicated(mesh)),
     out_shardings=(shardings, sharding.replicated(mesh)),
     donate_argnums=0,

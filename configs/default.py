@@ -76,6 +76,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.short_seq_prob = 0.1
   # Select whole words (WordPiece ## continuations, SentencePiece pieces without a word-start marker).
   config.data.whole_word_masking = False
+  # Next-sentence prediction as in BERT; False: full-sentence sequences and no NSP loss (RoBERTa).
+  config.data.next_sentence_prediction = True
   # Instances shuffled in a buffer of this size (per host).
   config.data.shuffle_buffer = 10_000
   # Tokens per sequence, [CLS] and [SEP]s included.

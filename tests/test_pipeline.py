@@ -216,3 +216,15 @@ def test_a_truncated_shard_is_named_never_skipped(corpus, tmp_path):
   with pytest.raises(ValueError, match=rf"Corrupt or truncated shard {victim}"):
     for _ in range(100):
       next(source)
+
+
+def test_without_next_sentence_prediction_sequences_are_full_sentences(corpus):
+  batch = _batches(_dataset(corpus, next_sentence_prediction=False), 1)[0]
+  assert (batch["next_sentence_labels"] == 0).all() and (batch["segment_ids"] == 0).all()
+  lengths = batch["input_mask"].sum(1)
+  assert (lengths <= SEQ).all() and np.mean(lengths >= SEQ - 8) > 0.5
+  for row in range(BATCH):
+    original = batch["input_ids"][row].copy()
+    weights = batch["masked_lm_weights"][row] > 0
+    original[batch["masked_lm_positions"][row][weights]] = batch["masked_lm_ids"][row][weights]
+    assert np.flatnonzero(original == 3).tolist() == [lengths[row] - 1]  # One [SEP], at the end.

@@ -112,3 +112,12 @@ def test_out_of_vocabulary_ids_stop_before_the_step(small_config, name):
     check_pretraining_batch(
       batch, batch_size=8, max_seq_length=32, max_predictions_per_seq=5, vocab_size=101, type_vocab_size=2
     )
+
+
+def test_without_next_sentence_prediction_the_loss_is_the_mlm_loss(small_config):
+  mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:1])
+  batch = sharding.global_batch(_batches(small_config, 1)[0], mesh)
+  loss, metrics = train_step.pretraining_loss(state.params, batch, model, next_sentence_prediction=False)
+  np.testing.assert_allclose(float(loss), float(metrics["mlm_loss"]) / (float(metrics["mlm_count"]) + 1e-5), rtol=1e-6)
+  with_nsp, _ = train_step.pretraining_loss(state.params, batch, model)
+  np.testing.assert_allclose(float(with_nsp) - float(loss), float(metrics["nsp_loss"]) / 8, rtol=1e-5)

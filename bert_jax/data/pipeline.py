@@ -44,15 +44,26 @@ def _truncated_lengths(len_a, len_b, max_tokens):
 
 
 def document_instances(
-  token_ids, sentence_lengths, partner_ids, partner_lengths, seed, *, max_seq_length, short_seq_prob, special
+  token_ids,
+  sentence_lengths,
+  partner_ids,
+  partner_lengths,
+  seed,
+  *,
+  max_seq_length,
+  short_seq_prob,
+  special,
+  next_sentence_prediction=True,
 ):
   """One document -> its NSP instances, as BERT's `create_instances_from_document`.
 
   token_ids [T], sentence_lengths [S] (this document); partner_* (another document, for random next
   sentences); seed [2]. Returns input_ids, segment_ids, input_mask [n, max_seq_length] int32 and
-  next_sentence_labels [n] (1 = B is a random next sentence).
+  next_sentence_labels [n] (1 = B is a random next sentence). Without next-sentence prediction (RoBERTa's
+  full sentences), each instance is `[CLS] sentences... [SEP]` from one chunk, labelled 0.
   """
-  max_tokens = max_seq_length - 3  # [CLS] A [SEP] B [SEP]
+  nsp = next_sentence_prediction
+  max_tokens = max_seq_length - (3 if nsp else 2)  # [CLS] A [SEP] B [SEP], or [CLS] A [SEP]
   splits = tf.concat([[0], tf.cumsum(sentence_lengths)], 0)
   partner_splits = tf.concat([[0], tf.cumsum(partner_lengths)], 0)
   num_sentences = tf.shape(sentence_lengths)[0]
@@ -68,9 +79,12 @@ def document_instances(
     # (Keys [s0 + 1, ...] and [s0 + 2, ...]: instance k's masks use [s0, s1 + k + 1], see pretraining_dataset.)
     key = seed + tf.stack([tf.constant(1, tf.int64), tf.cast(n, tf.int64) + 1])
     u = tf.random.stateless_uniform([3], key)
-    a_end = tf.where(chunk < 2, 1, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32))
+    if nsp:
+      a_end = tf.where(chunk < 2, 1, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32))
+      is_random = (chunk == 1) | (u[1] < 0.5)
+    else:  # The whole chunk is A; B is empty.
+      a_end, is_random = chunk, tf.constant(False)
     a_lo, a_hi = splits[chunk_start], splits[chunk_start + a_end]
-    is_random = (chunk == 1) | (u[1] < 0.5)
     # Random next: sentences of the partner from a random start until target_b tokens.
     target_b = target - (a_hi - a_lo)
     start = tf.minimum(tf.cast(u[2] * tf.cast(num_partner, tf.float32), tf.int32), num_partner - 1)
@@ -88,9 +102,13 @@ def document_instances(
     source_b = tf.cond(is_random, lambda: partner_ids, lambda: token_ids)
     tokens_b = source_b[b_lo + front_b : b_lo + front_b + len_b]
     cls, sep = special
-    ids = tf.concat([[cls], tokens_a, [sep], tokens_b, [sep]], 0)
+    if nsp:
+      ids = tf.concat([[cls], tokens_a, [sep], tokens_b, [sep]], 0)
+      segments = tf.concat([tf.zeros([len_a + 2], tf.int32), tf.ones([len_b + 1], tf.int32)], 0)
+    else:
+      ids = tf.concat([[cls], tokens_a, [sep]], 0)
+      segments = tf.zeros([len_a + 2], tf.int32)
     length = tf.shape(ids)[0]
-    segments = tf.concat([tf.zeros([len_a + 2], tf.int32), tf.ones([len_b + 1], tf.int32)], 0)
     pad = [[0, max_seq_length - length]]
     row = (
       tf.pad(ids, pad),
@@ -152,6 +170,7 @@ def pretraining_dataset(
   masked_lm_prob: float,
   short_seq_prob: float,
   whole_word_masking: bool,
+  next_sentence_prediction: bool = True,
   tokenizer_special: dict,
   word_start: np.ndarray,
   vocab_size: int,
@@ -194,7 +213,13 @@ def pretraining_dataset(
   def instances(epoch, shard, index, document, partner):
     doc_seed = _seed(seed, epoch, shard, index, _DOCUMENT)
     out = document_instances(
-      *document, *partner, doc_seed, max_seq_length=max_seq_length, short_seq_prob=short_seq_prob, special=special
+      *document,
+      *partner,
+      doc_seed,
+      max_seq_length=max_seq_length,
+      short_seq_prob=short_seq_prob,
+      special=special,
+      next_sentence_prediction=next_sentence_prediction,
     )
     # Instance k of the document masks with key (doc_seed[0], doc_seed[1] + k + 1): a distinct Philox key.
     k = tf.range(1, tf.shape(out["next_sentence_labels"])[0] + 1, dtype=tf.int64)

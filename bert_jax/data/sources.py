@@ -85,6 +85,7 @@ def make_source(
     masked_lm_prob=data.masked_lm_prob,
     short_seq_prob=data.short_seq_prob,
     whole_word_masking=data.whole_word_masking,
+    next_sentence_prediction=data.next_sentence_prediction,
     tokenizer_special=special,
     word_start=tokenizer.word_start,
     vocab_size=tokenizer.vocab_size,
