@@ -17,6 +17,23 @@ def checkpoint_dir(workdir: str) -> epath.Path:
   return epath.Path(workdir) / "checkpoints"
 
 
+def data_state_dir(workdir: str, step: int, process_index: int) -> str:
+  """Where host `process_index` keeps its input-pipeline state for checkpoint `step` (beside Orbax's steps)."""
+  return f"{workdir}/pipeline_state/{step}/process_{process_index}"
+
+
+def remove_stale_data_states(workdir: str, manager: ocp.CheckpointManager, process_index: int, current: int) -> None:
+  """Deletes this host's pipeline states of steps that no longer have a checkpoint (except `current`)."""
+  kept = set(manager.all_steps()) | {current}
+  root = epath.Path(workdir) / "pipeline_state"
+  if not root.exists():
+    return
+  for step_dir in root.iterdir():
+    mine = step_dir / f"process_{process_index}"
+    if step_dir.name.isdigit() and int(step_dir.name) not in kept and mine.exists():
+      mine.rmtree()
+
+
 def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
   """Keeps the newest `keep` steps; saves run in the background (`wait_until_finished` before exit)."""
   options = ocp.CheckpointManagerOptions(

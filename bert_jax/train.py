@@ -80,7 +80,7 @@ class Data:
       else dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
     )
 
-  def source(self, start_example: int, evaluation: bool = False):
+  def source(self, start_example: int, evaluation: bool = False, state_dir: str | None = None):
     return sources.make_source(
       self._config,
       seed=self._config.seed + int(evaluation),
@@ -89,6 +89,7 @@ class Data:
       process_count=jax.process_count(),
       vocab_size=self._model.vocab_size,
       tokenizer=self.tokenizer,
+      state_dir=state_dir,
       **(self._eval if evaluation else self._train),
     )
 
@@ -184,7 +185,9 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   eval_writer = progress.MetricWriter(workdir, "eval")
   try:
     state, shardings, data_position = _init_or_restore(config, model, tx, mesh, manager, data.identity)
-    source = data.source(data_position["examples"])
+    first_step = int(state.step)
+    state_dir = checkpoint.data_state_dir(workdir, first_step, jax.process_index()) if first_step else None
+    source = data.source(data_position["examples"], state_dir=state_dir)
     step_fn = train_step.make_train_step(model, tx, mesh, shardings, config.data.next_sentence_prediction)
     eval_fn = train_step.make_eval_step(model, mesh, shardings.params)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
@@ -211,7 +214,9 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
         logging.info("eval at step %d: %s", step, {k: round(v, 4) for k, v in eval_summary.items()})
         eval_writer.write(step, eval_summary)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
+        source.save_state(checkpoint.data_state_dir(workdir, step, jax.process_index()))
         checkpoint.save(manager, step, state, {"examples": source.position, "tokenizer": data.identity}, config)
+        checkpoint.remove_stale_data_states(workdir, manager, jax.process_index(), step)
       if stopping:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)
         break

@@ -70,6 +70,7 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(tmp_path):
   resumed = subprocess.run(_command(interrupted), cwd=ROOT, env=_env(), capture_output=True, text=True)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   assert f"Resumed from step {stopped_step}" in resumed.stderr
+  assert "Restored the input pipeline's state" in resumed.stderr  # Not a replay.
   jax.tree.map(np.testing.assert_array_equal, _final_params(interrupted, 40), _final_params(tmp_path / "whole", 40))
 
 

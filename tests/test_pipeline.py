@@ -228,3 +228,24 @@ def test_without_next_sentence_prediction_sequences_are_full_sentences(corpus):
     weights = batch["masked_lm_weights"][row] > 0
     original[batch["masked_lm_positions"][row][weights]] = batch["masked_lm_ids"][row][weights]
     assert np.flatnonzero(original == 3).tolist() == [lengths[row] - 1]  # One [SEP], at the end.
+
+
+def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, tmp_path, many):
+  prepared, manifest, _ = corpus
+  files = [path for _, path, _ in pipeline.host_files(prepared, manifest, 0, 1)]
+  first = sources.PipelineSource(_dataset(corpus), files, BATCH, 0)
+  for _ in range(5):
+    next(first)
+  first.save_state(str(tmp_path / "state"))
+  assert (tmp_path / "state" / "COMPLETE").read_text() == f"{5 * BATCH} 1"
+  restored = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"))
+  replayed = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "missing"))
+  for expected in many[5:7]:
+    for source in (restored, replayed):
+      batch = next(source)
+      for name in expected:
+        np.testing.assert_array_equal(batch[name], expected[name])
+  # A state saved with another host count is not used (its shards were others): the stream is replayed.
+  (tmp_path / "state" / "COMPLETE").write_text(f"{5 * BATCH} 2")
+  other = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"))
+  np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])

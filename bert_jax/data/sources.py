@@ -6,35 +6,78 @@ the real layout (`synthetic.py`), for benchmarks and smoke runs. Both yield this
 """
 
 import tensorflow as tf
+from absl import logging
 
 from bert_jax.data import pipeline
 from bert_jax.data.synthetic import SyntheticSource
+
+_COMPLETE = "COMPLETE"  # Written last, holding the position: a state directory without it is never read.
 
 
 class PipelineSource:
   """Host batches from the tf.data pipeline; starts `start_example` examples into the stream.
 
-  Resuming replays the stream up to the position (the pipeline's randomness is stateless, so it is the same
-  stream); a corrupt or truncated shard raises with the file's name.
+  To resume, it restores the iterator state saved at that position (`save_state`: file positions, shuffle
+  buffer) when `state_dir` has it, else it replays the stream up to the position (the pipeline's randomness is
+  stateless, so it is the same stream, at the cost of recomputing it). A corrupt or truncated shard raises with
+  the file's name.
   """
 
-  def __init__(self, dataset: tf.data.Dataset, files: list[str], global_batch_size: int, start_example: int):
+  def __init__(
+    self,
+    dataset: tf.data.Dataset,
+    files: list[str],
+    global_batch_size: int,
+    start_example: int,
+    state_dir: str | None = None,
+    process_count: int = 1,
+  ):
     if start_example % global_batch_size:
       raise ValueError(f"Data position {start_example} is not a whole number of batches of {global_batch_size}.")
     self._files, self._global_batch = files, global_batch_size
-    self._iterator = dataset.skip(start_example // global_batch_size).as_numpy_iterator()
-    self.position = start_example
+    self._iterator = iter(dataset)
+    self.position = 0
+    self._hosts = process_count
+    if start_example and state_dir and _saved_position(state_dir) == (start_example, process_count):
+      tf.train.Checkpoint(iterator=self._iterator).read(f"{state_dir}/iterator").assert_consumed()
+      self.position = start_example
+      logging.info("Restored the input pipeline's state at example %d from %s.", start_example, state_dir)
+    elif start_example:
+      logging.warning(
+        "No saved input-pipeline state for example %d: replaying the stream to it (%d batches).",
+        start_example,
+        start_example // global_batch_size,
+      )
+      while self.position < start_example:
+        next(self)
+
+  def save_state(self, state_dir: str) -> None:
+    """Writes the iterator's state (this host's) to `state_dir`; the completion marker goes last."""
+    tf.io.gfile.makedirs(state_dir)
+    tf.train.Checkpoint(iterator=self._iterator).write(f"{state_dir}/iterator")
+    with tf.io.gfile.GFile(f"{state_dir}/{_COMPLETE}", "w") as f:
+      f.write(f"{self.position} {self._hosts}")
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict:
     try:
-      batch = next(self._iterator)
+      batch = {name: value.numpy() for name, value in next(self._iterator).items()}
     except tf.errors.DataLossError as error:
       raise ValueError(f"Corrupt or truncated shard {_find_corrupt(self._files)}: {error.message}") from None
     self.position += self._global_batch
     return batch
+
+
+def _saved_position(state_dir: str) -> tuple[int, int] | None:
+  """(position, host count) of a complete saved state; a state saved with another host count does not apply."""
+  marker = f"{state_dir}/{_COMPLETE}"
+  if not tf.io.gfile.exists(marker):
+    return None
+  with tf.io.gfile.GFile(marker) as f:
+    position, hosts = f.read().split()
+  return int(position), int(hosts)
 
 
 def _find_corrupt(files: list[str]) -> str:
@@ -59,8 +102,9 @@ def make_source(
   tokenizer=None,
   prepared_dir: str = "",
   manifest: dict | None = None,
+  state_dir: str | None = None,
 ):
-  """The source `config.data.source` names, for this host."""
+  """The source `config.data.source` names, for this host; `state_dir` may hold its state at `start_example`."""
   data = config.data
   host_batch = config.batch_size // process_count
   if data.source == "synthetic":
@@ -94,4 +138,4 @@ def make_source(
     shuffle_buffer=data.shuffle_buffer,
   )
   files = [path for _, path, _ in pipeline.host_files(prepared_dir, manifest, process_index, process_count)]
-  return PipelineSource(dataset, files, config.batch_size, start_example)
+  return PipelineSource(dataset, files, config.batch_size, start_example, state_dir, process_count)

@@ -78,6 +78,9 @@ class SyntheticSource:
     self._host_offset = process_index * self._host_batch
     self.position = start_example  # Examples of the global stream consumed so far: the data position.
 
+  def save_state(self, state_dir: str) -> None:
+    """Nothing to save: the position alone (in the checkpoint) determines the stream."""
+
   def __iter__(self):
     return self
 
