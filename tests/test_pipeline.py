@@ -51,7 +51,6 @@ def corpus(tmp_path_factory):
 
 def _dataset(corpus, seed=0, **overrides):
   prepared, manifest, tokenizer = corpus
-  special = dict(pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
   args = dict(
     seed=seed,
     batch_size=BATCH,
@@ -60,12 +59,9 @@ def _dataset(corpus, seed=0, **overrides):
     masked_lm_prob=0.15,
     short_seq_prob=0.1,
     whole_word_masking=False,
-    tokenizer_special=special,
-    word_start=tokenizer.word_start,
-    vocab_size=tokenizer.vocab_size,
     shuffle_buffer=1000,
   )
-  return pipeline.pretraining_dataset(prepared, manifest, **(args | overrides))
+  return pipeline.pretraining_dataset(prepared, manifest, tokenizer, **(args | overrides))
 
 
 def _batches(dataset, n):

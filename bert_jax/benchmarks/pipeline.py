@@ -53,11 +53,11 @@ def main(argv):
   )
 
   tokenizer = load_tokenizer(**tokenizer_args)
-  special = dict(pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
   for seq, predictions in ((128, 20), (512, 80)):
     dataset = pipeline.pretraining_dataset(
       scratch,
       manifest,
+      tokenizer,
       seed=0,
       batch_size=_BATCH.value,
       max_seq_length=seq,
@@ -65,9 +65,6 @@ def main(argv):
       masked_lm_prob=0.15,
       short_seq_prob=0.1,
       whole_word_masking=False,
-      tokenizer_special=special,
-      word_start=tokenizer.word_start,
-      vocab_size=tokenizer.vocab_size,
     )
     iterator = dataset.as_numpy_iterator()
     for _ in range(3):  # Warm up: graph building, first shuffle buffer fill.

@@ -10,7 +10,6 @@ masks on any number of hosts and after any restart.
 
 import os
 
-import numpy as np
 import tensorflow as tf
 
 from bert_jax.data.masking import mask_tokens
@@ -162,6 +161,7 @@ def host_files(prepared_dir: str, manifest: dict, process_index: int, process_co
 def pretraining_dataset(
   prepared_dir: str,
   manifest: dict,
+  tokenizer,
   *,
   seed: int,
   batch_size: int,
@@ -171,20 +171,20 @@ def pretraining_dataset(
   short_seq_prob: float,
   whole_word_masking: bool,
   next_sentence_prediction: bool = True,
-  tokenizer_special: dict,
-  word_start: np.ndarray,
-  vocab_size: int,
   process_index: int = 0,
   process_count: int = 1,
   shuffle_buffer: int = 10_000,
   cycle_length: int = 8,
 ) -> tf.data.Dataset:
-  """This host's infinite stream of pretraining batches (numpy-ready dicts with BERT's feature names)."""
+  """This host's infinite stream of pretraining batches (numpy-ready dicts with BERT's feature names).
+
+  `tokenizer` (bert_jax.tokenizer) gives the special ids, the word starts and the vocabulary size.
+  """
   shards = host_files(prepared_dir, manifest, process_index, process_count)
   indices = tf.constant([s[0] for s in shards], tf.int64)
   paths = tf.constant([s[1] for s in shards])
   counts = tf.constant([s[2] for s in shards], tf.int64)
-  special = (tokenizer_special["cls_id"], tokenizer_special["sep_id"])
+  special = (tokenizer.cls_id, tokenizer.sep_id)
 
   def shard_documents(epoch, position):
     shard, path, count = indices[position], paths[position], counts[position]
@@ -231,10 +231,10 @@ def pretraining_dataset(
       example["input_ids"],
       example["input_mask"],
       example["mask_seed"],
-      special_ids=[tokenizer_special[k] for k in ("pad_id", "cls_id", "sep_id", "mask_id")],
-      word_start=word_start,
-      vocab_size=vocab_size,
-      mask_id=tokenizer_special["mask_id"],
+      special_ids=[tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id],
+      word_start=tokenizer.word_start,
+      vocab_size=tokenizer.vocab_size,
+      mask_id=tokenizer.mask_id,
       masked_lm_prob=masked_lm_prob,
       max_predictions_per_seq=max_predictions_per_seq,
       whole_word=whole_word_masking,

@@ -118,10 +118,10 @@ def make_source(
       process_count=process_count,
       start_example=start_example,
     )
-  special = dict(pad_id=tokenizer.pad_id, cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id, mask_id=tokenizer.mask_id)
   dataset = pipeline.pretraining_dataset(
     prepared_dir,
     manifest,
+    tokenizer,
     seed=seed,
     batch_size=host_batch,
     max_seq_length=data.max_seq_length,
@@ -130,9 +130,6 @@ def make_source(
     short_seq_prob=data.short_seq_prob,
     whole_word_masking=data.whole_word_masking,
     next_sentence_prediction=data.next_sentence_prediction,
-    tokenizer_special=special,
-    word_start=tokenizer.word_start,
-    vocab_size=tokenizer.vocab_size,
     process_index=process_index,
     process_count=process_count,
     shuffle_buffer=data.shuffle_buffer,
