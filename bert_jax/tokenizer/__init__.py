@@ -6,12 +6,12 @@ special tokens and which ids begin a word (for whole-word masking).
 """
 
 import hashlib
-import os
 
 import numpy as np
 
 from bert_jax.tokenizer import wordpiece
 
+_TRAINING_THREADS = 16
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The ids a SentencePiece vocabulary trained by bert_jax gives them (WordPiece takes them from vocab.txt).
 SENTENCEPIECE_SPECIAL_IDS = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
@@ -107,7 +107,9 @@ def train_sentencepiece(
 ) -> str:
   """Trains a unigram SentencePiece model with BERT's special tokens at ids 0-4; returns the model path.
 
-  Memory stays bounded on any corpus: at most `max_sentences` lines, sampled uniformly, are loaded.
+  Memory stays bounded on any corpus: at most `max_sentences` lines, sampled uniformly, are loaded. The model is
+  a function of the input and `seed` on any machine, when trained once per process (sentencepiece's random
+  generator is process-global: a second training in the same process continues its stream).
   """
   import sentencepiece as spm
 
@@ -127,7 +129,8 @@ def train_sentencepiece(
     bos_id=-1,
     eos_id=-1,
     control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-    num_threads=os.cpu_count() or 1,
+    # A fixed thread count: the trained model depends on it, so it must not depend on the machine's cores.
+    num_threads=_TRAINING_THREADS,
     minloglevel=2,
   )
   return model_prefix + ".model"
