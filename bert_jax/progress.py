@@ -54,6 +54,10 @@ class Progress:
     self._total, self._tokens_per_step = total_steps, tokens_per_step
     self._last_step, self._last_time = first_step, time.perf_counter()
 
+  def exclude(self, seconds: float) -> None:
+    """Leaves time spent outside training steps (evaluation, checkpoints) out of the speed."""
+    self._last_time += seconds
+
   def report(self, step: int, summary: dict) -> dict:
     """Logs one line for `step`; returns the speed figures it measured."""
     now = time.perf_counter()

@@ -7,6 +7,7 @@ anything is compiled or written.
 
 import signal
 import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -210,13 +211,17 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
         train_writer.write(step, summary)
         sums, steps_in_sums = None, 0
       if config.eval_steps and (step % config.eval_every_steps == 0 or step == last_step):
+        eval_start = time.perf_counter()
         eval_summary = evaluate(eval_fn, state.params, config, model_cfg, mesh, data)
+        ticker.exclude(time.perf_counter() - eval_start)
         logging.info("eval at step %d: %s", step, {k: round(v, 4) for k, v in eval_summary.items()})
         eval_writer.write(step, eval_summary)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
+        save_start = time.perf_counter()
         source.save_state(checkpoint.data_state_dir(workdir, step, jax.process_index()))
         checkpoint.save(manager, step, state, {"examples": source.position, "tokenizer": data.identity}, config)
         checkpoint.remove_stale_data_states(workdir, manager, jax.process_index(), step)
+        ticker.exclude(time.perf_counter() - save_start)
       if stopping:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)
         break
