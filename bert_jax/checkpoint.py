@@ -22,15 +22,19 @@ def data_state_dir(workdir: str, step: int, process_index: int) -> str:
   return f"{workdir}/pipeline_state/{step}/process_{process_index}"
 
 
-def remove_stale_data_states(workdir: str, manager: ocp.CheckpointManager, process_index: int, current: int) -> None:
-  """Deletes this host's pipeline states of steps that no longer have a checkpoint (except `current`)."""
-  kept = set(manager.all_steps()) | {current}
+def remove_stale_data_states(workdir: str, process_index: int, current: int) -> None:
+  """Deletes this host's pipeline states whose checkpoint step is gone from disk (keeps `current`).
+
+  Orbax drops an old step from `all_steps()` when a new save starts but deletes it only once the new step is
+  committed: the directory on disk, not the manager's list, says whether a state can still be needed.
+  """
   root = epath.Path(workdir) / "pipeline_state"
   if not root.exists():
     return
+  on_disk = {int(p.name) for p in checkpoint_dir(workdir).iterdir() if p.name.isdigit()}
   for step_dir in root.iterdir():
     mine = step_dir / f"process_{process_index}"
-    if step_dir.name.isdigit() and int(step_dir.name) not in kept and mine.exists():
+    if step_dir.name.isdigit() and int(step_dir.name) not in on_disk | {current} and mine.exists():
       mine.rmtree()
 
 

@@ -220,7 +220,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
         save_start = time.perf_counter()
         source.save_state(checkpoint.data_state_dir(workdir, step, jax.process_index()))
         checkpoint.save(manager, step, state, {"examples": source.position, "tokenizer": data.identity}, config)
-        checkpoint.remove_stale_data_states(workdir, manager, jax.process_index(), step)
+        checkpoint.remove_stale_data_states(workdir, jax.process_index(), step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopping:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)

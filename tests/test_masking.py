@@ -113,3 +113,33 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
         assert position - 1 in chosen
       if position + 1 < SEQ and ids[row, position + 1] >= 500:
         assert position + 1 in chosen
+
+
+def test_whole_word_masking_skips_a_word_that_does_not_fit_and_goes_on():
+  # 20 tokens -> 3 predictions. Words of 2 pieces and of 1: after a 2-piece word, another 2-piece word does
+  # not fit, but a 1-piece word still does (BERT's `continue`), so every sequence gets exactly 3.
+  ids = np.array([[CLS] + [10, 600, 11, 12, 601, 13] * 3 + [SEP]], np.int32)
+  mask = np.ones_like(ids)
+  for seed in range(40):
+    out = _mask_all(ids, mask, whole_word=True, seed=seed)
+    assert out["masked_lm_weights"].sum() == 3
+
+
+def test_number_of_predictions_rounds_as_python_does():
+  # round(350 * 0.15) = round(52.5) = 52 (half to even); float32 arithmetic would make it 53.
+  length = 350
+  ids = np.full((1, length), 7, np.int32)
+  ids[0, 0], ids[0, -1] = CLS, SEP
+  out = mask_tokens(
+    tf.constant(ids[0]),
+    tf.ones([length], tf.int32),
+    tf.constant([0, 0], tf.int64),
+    special_ids=SPECIAL,
+    word_start=np.ones(VOCAB, bool),
+    vocab_size=VOCAB,
+    mask_id=MASK,
+    masked_lm_prob=0.15,
+    max_predictions_per_seq=80,
+    whole_word=False,
+  )
+  assert int(out["masked_lm_weights"].numpy().sum()) == round(length * 0.15) == 52

@@ -1,5 +1,6 @@
 """The tf.data pretraining pipeline against BERT's recipe, on a corpus the test generates (>100k tokens)."""
 
+import json
 import random
 import shutil
 
@@ -188,9 +189,10 @@ def test_two_hosts_read_disjoint_shards_covering_the_corpus(corpus):
   assert sorted(s[1] for h in hosts for s in h) == sorted(f"{prepared}/{s['file']}" for s in manifest["shards"])
   for index, files in enumerate(hosts):
     batch = _batches(_dataset(corpus, process_index=index, process_count=2), 1)[0]
-    unmasked = batch["input_ids"][(batch["input_ids"] > 5)]
-    shard_of_token = (unmasked - 6) // WORDS_PER_SHARD
-    # Tokens come from this host's shards (a random replacement token may come from anywhere).
+    # Segment A always comes from this host's documents (B may come from any shard's, as random next).
+    segment_a = batch["input_ids"][(batch["input_ids"] > 5) & (batch["segment_ids"] == 0)]
+    shard_of_token = (segment_a - 6) // WORDS_PER_SHARD
+    # (A random replacement token may come from anywhere.)
     assert np.mean(np.isin(shard_of_token, [s[0] for s in files])) > 0.98
 
 
@@ -233,7 +235,7 @@ def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, tmp_path, man
   for _ in range(5):
     next(first)
   first.save_state(str(tmp_path / "state"))
-  assert (tmp_path / "state" / "COMPLETE").read_text() == f"{5 * BATCH} 1"
+  assert json.loads((tmp_path / "state" / "COMPLETE").read_text()) == dict(position=5 * BATCH, hosts=1, fingerprint="")
   restored = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"))
   replayed = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "missing"))
   for expected in many[5:7]:
@@ -241,7 +243,37 @@ def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, tmp_path, man
       batch = next(source)
       for name in expected:
         np.testing.assert_array_equal(batch[name], expected[name])
-  # A state saved with another host count is not used (its shards were others): the stream is replayed.
-  (tmp_path / "state" / "COMPLETE").write_text(f"{5 * BATCH} 2")
-  other = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"))
-  np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
+  # A state saved with another host count or other data settings is not used: the stream is replayed.
+  for hosts, fingerprint in ((1, "other settings"), (2, "")):
+    other = sources.PipelineSource(
+      _dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"), process_count=hosts, fingerprint=fingerprint
+    )
+    np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
+
+
+def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus):
+  _, _, tokenizer = corpus
+  for shard in range(3):  # One document per file, hence per shard: the partner must come from elsewhere.
+    words = " ".join(f"w{shard * WORDS_PER_SHARD + i}" for i in range(8))
+    (tmp_path / f"doc-{shard}.txt").write_text("\n".join(f"{words} ." for _ in range(60)) + "\n")
+  data_config = ml_collections.ConfigDict(
+    dict(
+      input_pattern=str(tmp_path / "doc-*.txt"),
+      input_format="bert",
+      tfds_name="",
+      tfds_split="",
+      tfds_feature="",
+      tfds_data_dir="",
+      num_shards=0,
+    )
+  )
+  manifest = prepare.prepare(data_config, dict(kind="wordpiece", path=tokenizer.path), str(tmp_path / "out"), 1)
+  assert [s["documents"] for s in manifest["shards"]] == [1, 1, 1]
+  batch = _batches(_dataset((str(tmp_path / "out"), manifest, tokenizer)), 1)[0]
+  assert (batch["next_sentence_labels"] == 1).sum() > 20
+  for row in np.flatnonzero(batch["next_sentence_labels"] == 1):
+    ids, segments = batch["input_ids"][row], batch["segment_ids"][row].copy()
+    segments[batch["masked_lm_positions"][row][batch["masked_lm_weights"][row] > 0]] = -1  # Masked: skip.
+    shard_a = set(((ids[(segments == 0) & (ids > 5)] - 6) // WORDS_PER_SHARD).tolist())
+    shard_b = set(((ids[(segments == 1) & (ids > 5)] - 6) // WORDS_PER_SHARD).tolist())
+    assert len(shard_a) == 1 and len(shard_b) == 1 and shard_a != shard_b, (shard_a, shard_b)

@@ -32,7 +32,8 @@ def mask_tokens(
   seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=3)
   is_real = input_mask > 0
   candidate = is_real & ~tf.reduce_any(input_ids[:, None] == tf.constant(special_ids, tf.int32)[None, :], axis=1)
-  num_tokens = tf.reduce_sum(tf.cast(is_real, tf.float32))
+  # float64, so that round-half-to-even sees the same products as Python's `round(len(tokens) * prob)`.
+  num_tokens = tf.reduce_sum(tf.cast(is_real, tf.float64))
   num_to_predict = tf.minimum(
     max_predictions_per_seq, tf.maximum(1, tf.cast(tf.round(num_tokens * masked_lm_prob), tf.int32))
   )
@@ -49,9 +50,15 @@ def mask_tokens(
   unit_sizes = tf.math.unsorted_segment_sum(
     tf.cast(candidate, tf.int32), tf.where(candidate, unit, num_units), num_units + 1
   )[:num_units]
-  # Take units in random order while their pieces fit into num_to_predict.
+  # Take units in random order; a unit that does not fit in what is left is skipped, later ones may fit.
   size_by_rank = tf.scatter_nd(unit_rank[:, None], unit_sizes, [num_units])
-  taken_rank = tf.cumsum(size_by_rank) <= num_to_predict
+  if whole_word:
+    totals = tf.scan(
+      lambda total, size: tf.where(total + size <= num_to_predict, total + size, total), size_by_rank, initializer=0
+    )
+    taken_rank = totals > tf.concat([[0], totals[:-1]], 0)
+  else:  # Units of one token: the first num_to_predict of them.
+    taken_rank = tf.cumsum(size_by_rank) <= num_to_predict
   unit_taken = tf.gather(taken_rank, unit_rank)
   selected = candidate & tf.gather(tf.concat([unit_taken, [False]], 0), tf.where(candidate, unit, num_units))
 

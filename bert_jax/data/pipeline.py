@@ -15,11 +15,12 @@ import tensorflow as tf
 from bert_jax.data.masking import mask_tokens
 
 # Salts that keep the random streams of different decisions apart.
-_SHARD_ORDER, _PARTNER, _DOCUMENT, _SHUFFLE = 1, 2, 3, 4
+_SHARD_ORDER, _PARTNER, _DOCUMENT = 1, 2, 3
 
 
 def _seed(*parts) -> tf.Tensor:
-  """A [2] int64 stateless seed from integers (python or scalar tensors)."""
+  """A [2] int64 stateless seed from integers (python or scalar tensors). Callers put their salt first:
+  `stateless_fold_in` keeps the last value as the second word, so a salt last could equal a data value."""
   seed = tf.constant([0x5EED, 0], tf.int64)
   for part in parts:
     seed = tf.random.experimental.stateless_fold_in(seed, tf.cast(part, tf.int64))
@@ -182,25 +183,41 @@ def pretraining_dataset(
   """
   shards = host_files(prepared_dir, manifest, process_index, process_count)
   indices = tf.constant([s[0] for s in shards], tf.int64)
-  paths = tf.constant([s[1] for s in shards])
-  counts = tf.constant([s[2] for s in shards], tf.int64)
   special = (tokenizer.cls_id, tokenizer.sep_id)
+  # Every shard of the corpus, for partner documents (any host may read any shard).
+  all_paths = tf.constant([os.path.join(prepared_dir, s["file"]) for s in manifest["shards"]])
+  all_counts = tf.constant([s["documents"] for s in manifest["shards"]], tf.int64)
+  all_indices = tf.range(len(manifest["shards"]), dtype=tf.int64)
+  if not sum(s[2] for s in shards):
+    raise ValueError(f"Host {process_index}'s shards of {prepared_dir} hold no documents.")
+  if sum(s["documents"] for s in manifest["shards"]) < 2:
+    raise ValueError(f"{prepared_dir} holds fewer than 2 documents: next-sentence pairs need random documents.")
 
   def shard_documents(epoch, position):
-    shard, path, count = indices[position], paths[position], counts[position]
-    documents = tf.data.TFRecordDataset(path).map(_parse)
-    # The partner of document d (for random next sentences) is document d + offset of the same shard.
-    offset = 1 + tf.random.stateless_uniform(
-      [], _seed(seed, epoch, shard, _PARTNER), maxval=tf.maximum(count - 1, 1), dtype=tf.int64
+    shard = indices[position]
+    count = all_counts[shard]
+    documents = tf.data.TFRecordDataset(all_paths[shard]).map(_parse)
+    # Random next sentences come from a partner stream: the documents of another shard (chosen per shard and
+    # epoch) from a random document on; in a one-shard corpus, the same shard shifted by at least one.
+    others = tf.boolean_mask(all_indices, (all_counts > 0) & (all_indices != shard))
+    keys = tf.random.stateless_uniform([2], _seed(_PARTNER, seed, epoch, shard))
+    num_others = tf.shape(others, out_type=tf.int64)[0]
+    partner_shard = tf.cond(
+      num_others > 0,
+      lambda: others[tf.minimum(tf.cast(keys[0] * tf.cast(num_others, tf.float32), tf.int64), num_others - 1)],
+      lambda: shard,
     )
-    partners = documents.repeat().skip(tf.where(count > 1, offset, 0))
+    partner_count = all_counts[partner_shard]
+    first = tf.cast(keys[1] * tf.cast(partner_count, tf.float32), tf.int64)
+    first = tf.where(partner_shard == shard, 1 + first % tf.maximum(partner_count - 1, 1), first % partner_count)
+    partners = tf.data.TFRecordDataset(all_paths[partner_shard]).map(_parse).repeat().skip(first)
     return tf.data.Dataset.zip(tf.data.Dataset.range(count), documents, partners).map(
       lambda index, doc, partner: (epoch, shard, index, doc, partner)
     )
 
   def epoch_documents(epoch):
     order = tf.random.experimental.stateless_shuffle(
-      tf.range(len(shards), dtype=tf.int64), _seed(seed, epoch, _SHARD_ORDER)
+      tf.range(len(shards), dtype=tf.int64), _seed(_SHARD_ORDER, seed, epoch)
     )
     return tf.data.Dataset.from_tensor_slices(order).interleave(
       lambda position: shard_documents(epoch, position),
@@ -211,7 +228,7 @@ def pretraining_dataset(
     )
 
   def instances(epoch, shard, index, document, partner):
-    doc_seed = _seed(seed, epoch, shard, index, _DOCUMENT)
+    doc_seed = _seed(_DOCUMENT, seed, epoch, shard, index)
     out = document_instances(
       *document,
       *partner,

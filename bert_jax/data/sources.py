@@ -5,13 +5,16 @@ the real layout (`synthetic.py`), for benchmarks and smoke runs. Both yield this
 `position`, the examples of the global stream consumed so far, which checkpoints save.
 """
 
+import hashlib
+import json
+
 import tensorflow as tf
 from absl import logging
 
 from bert_jax.data import pipeline
 from bert_jax.data.synthetic import SyntheticSource
 
-_COMPLETE = "COMPLETE"  # Written last, holding the position: a state directory without it is never read.
+_COMPLETE = "COMPLETE"  # Written last (position, hosts, fingerprint): a state directory without it is never read.
 
 
 class PipelineSource:
@@ -31,14 +34,15 @@ class PipelineSource:
     start_example: int,
     state_dir: str | None = None,
     process_count: int = 1,
+    fingerprint: str = "",
   ):
     if start_example % global_batch_size:
       raise ValueError(f"Data position {start_example} is not a whole number of batches of {global_batch_size}.")
     self._files, self._global_batch = files, global_batch_size
     self._iterator = iter(dataset)
     self.position = 0
-    self._hosts = process_count
-    if start_example and state_dir and _saved_position(state_dir) == (start_example, process_count):
+    self._marker = lambda position: dict(position=position, hosts=process_count, fingerprint=fingerprint)
+    if start_example and state_dir and _saved_marker(state_dir) == self._marker(start_example):
       tf.train.Checkpoint(iterator=self._iterator).read(f"{state_dir}/iterator").assert_consumed()
       self.position = start_example
       logging.info("Restored the input pipeline's state at example %d from %s.", start_example, state_dir)
@@ -56,7 +60,7 @@ class PipelineSource:
     tf.io.gfile.makedirs(state_dir)
     tf.train.Checkpoint(iterator=self._iterator).write(f"{state_dir}/iterator")
     with tf.io.gfile.GFile(f"{state_dir}/{_COMPLETE}", "w") as f:
-      f.write(f"{self.position} {self._hosts}")
+      json.dump(self._marker(self.position), f)
 
   def __iter__(self):
     return self
@@ -70,14 +74,14 @@ class PipelineSource:
     return batch
 
 
-def _saved_position(state_dir: str) -> tuple[int, int] | None:
-  """(position, host count) of a complete saved state; a state saved with another host count does not apply."""
+def _saved_marker(state_dir: str) -> dict | None:
+  """The completion marker of a saved state. The state applies only if it matches the run exactly: the same
+  position, host count (each host's shards) and pipeline fingerprint (corpus, tokenizer, data settings)."""
   marker = f"{state_dir}/{_COMPLETE}"
   if not tf.io.gfile.exists(marker):
     return None
   with tf.io.gfile.GFile(marker) as f:
-    position, hosts = f.read().split()
-  return int(position), int(hosts)
+    return json.load(f)
 
 
 def _find_corrupt(files: list[str]) -> str:
@@ -135,4 +139,6 @@ def make_source(
     shuffle_buffer=data.shuffle_buffer,
   )
   files = [path for _, path, _ in pipeline.host_files(prepared_dir, manifest, process_index, process_count)]
-  return PipelineSource(dataset, files, config.batch_size, start_example, state_dir, process_count)
+  settings = dict(data.to_dict(), seed=seed, batch_size=config.batch_size, manifest=manifest)
+  fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+  return PipelineSource(dataset, files, config.batch_size, start_example, state_dir, process_count, fingerprint)
