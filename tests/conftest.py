@@ -8,7 +8,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import pytest  # noqa: E402
 
 from bert_jax.model_config import BertConfig  # noqa: E402
-from configs import tiny  # noqa: E402
+from configs import default, tiny  # noqa: E402
 
 
 @pytest.fixture
@@ -47,3 +47,15 @@ def compilation_cache(tmp_path_factory):
   jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+@pytest.fixture(scope="session")
+def data_config():
+  """Makes `config.data` of configs/default.py with some keys changed (what corpus preparation reads)."""
+
+  def make(**overrides):
+    data = default.get_config().data
+    data.update(overrides)
+    return data
+
+  return make

@@ -4,7 +4,6 @@ import json
 import random
 import shutil
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,7 +17,7 @@ NUM_SHARDS = 4
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, data_config):
   root = tmp_path_factory.mktemp("corpus")
   words = [f"w{i}" for i in range(WORDS_PER_SHARD * NUM_SHARDS)]
   (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
@@ -33,19 +32,9 @@ def corpus(tmp_path_factory):
       ]
       documents.append("\n".join(sentences))
     (root / f"part-{shard}.txt").write_text("\n\n".join(documents) + "\n")
-  data_config = ml_collections.ConfigDict(
-    dict(
-      input_pattern=str(root / "part-*.txt"),
-      input_format="bert",
-      tfds_name="",
-      tfds_split="",
-      tfds_feature="",
-      tfds_data_dir="",
-      num_shards=0,
-    )
-  )
   tokenizer_args = dict(kind="wordpiece", path=str(root / "vocab.txt"))
-  manifest = prepare.prepare(data_config, tokenizer_args, str(root / "prepared"), 1)
+  inputs = data_config(input_pattern=str(root / "part-*.txt"), input_format="bert")
+  manifest = prepare.prepare(inputs, tokenizer_args, str(root / "prepared"), 1)
   assert manifest["tokens"] > 100_000
   return str(root / "prepared"), manifest, load_tokenizer(**tokenizer_args)
 
@@ -251,23 +240,13 @@ def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, tmp_path, man
     np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
 
 
-def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus):
+def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus, data_config):
   _, _, tokenizer = corpus
   for shard in range(3):  # One document per file, hence per shard: the partner must come from elsewhere.
     words = " ".join(f"w{shard * WORDS_PER_SHARD + i}" for i in range(8))
     (tmp_path / f"doc-{shard}.txt").write_text("\n".join(f"{words} ." for _ in range(60)) + "\n")
-  data_config = ml_collections.ConfigDict(
-    dict(
-      input_pattern=str(tmp_path / "doc-*.txt"),
-      input_format="bert",
-      tfds_name="",
-      tfds_split="",
-      tfds_feature="",
-      tfds_data_dir="",
-      num_shards=0,
-    )
-  )
-  manifest = prepare.prepare(data_config, dict(kind="wordpiece", path=tokenizer.path), str(tmp_path / "out"), 1)
+  inputs = data_config(input_pattern=str(tmp_path / "doc-*.txt"), input_format="bert")
+  manifest = prepare.prepare(inputs, dict(kind="wordpiece", path=tokenizer.path), str(tmp_path / "out"), 1)
   assert [s["documents"] for s in manifest["shards"]] == [1, 1, 1]
   batch = _batches(_dataset((str(tmp_path / "out"), manifest, tokenizer)), 1)[0]
   assert (batch["next_sentence_labels"] == 1).sum() > 20

@@ -3,7 +3,6 @@
 import json
 import os
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,19 +17,6 @@ BERT_FORMAT = (
   "Another document starts here.\nCaf\xe9 in Latin-1 is not UTF-8.\nThe end.\n"
 )
 ONE_DOCUMENT = "A whole book in one file. It has sentences! Does it?\nYes, lines wrap\nacross paragraphs.\n\nNew one."
-
-
-def _data_config(**overrides):
-  config = dict(
-    input_pattern="",
-    input_format="bert",
-    tfds_name="",
-    tfds_split="train",
-    tfds_feature="text",
-    tfds_data_dir="",
-    num_shards=2,
-  )
-  return ml_collections.ConfigDict(config | overrides)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +42,8 @@ def _records(path):
   return out
 
 
-def test_bert_format_files_become_shards_of_documents_with_counts(tmp_path, tokenizer_args):
-  manifest = prepare.prepare(_data_config(input_pattern=_inputs(tmp_path)), tokenizer_args, str(tmp_path / "out"), 1)
+def test_bert_format_files_become_shards_of_documents_with_counts(tmp_path, tokenizer_args, data_config):
+  manifest = prepare.prepare(data_config(input_pattern=_inputs(tmp_path)), tokenizer_args, str(tmp_path / "out"), 1)
   assert [s["file"] for s in manifest["shards"]] == [
     "documents-00000-of-00002.tfrecord",
     "documents-00001-of-00002.tfrecord",
@@ -74,8 +60,8 @@ def test_bert_format_files_become_shards_of_documents_with_counts(tmp_path, toke
   assert on_disk == json.loads(json.dumps(manifest))
 
 
-def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(tmp_path, tokenizer_args):
-  config = _data_config(input_pattern=_inputs(tmp_path))
+def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(tmp_path, tokenizer_args, data_config):
+  config = data_config(input_pattern=_inputs(tmp_path))
   prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 2)  # Two worker processes.
   prepare.prepare(config, tokenizer_args, str(tmp_path / "two"), 1)
   for name in ("documents-00000-of-00002.tfrecord", "documents-00001-of-00002.tfrecord"):
@@ -88,10 +74,10 @@ def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(tmp_path
   assert manifest["documents"] == 3
 
 
-def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args):
+def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args, data_config):
   (tmp_path / "book.txt").write_text(ONE_DOCUMENT, encoding="utf-8")
   (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
-  config = _data_config(input_pattern=str(tmp_path / "*.txt"), input_format="document")
+  config = data_config(input_pattern=str(tmp_path / "*.txt"), input_format="document")
   manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
   assert manifest["documents"] == 1 and manifest["empty_documents"] == 1
   assert prepare.split_sentences("A whole book. It has sentences! Does it?\nYes.") == [
@@ -103,8 +89,8 @@ def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args)
   assert manifest["sentences"] == 5
 
 
-def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args):
-  config = _data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text", num_shards=3)
+def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, data_config):
+  config = data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text", num_shards=3)
   with tfds.testing.mock_data(num_examples=9):
     manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
   assert len(manifest["shards"]) == 3
@@ -112,14 +98,14 @@ def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args):
   assert manifest["documents"] + manifest["empty_documents"] == 3 * 9
 
 
-def test_bad_inputs_are_named(tmp_path, tokenizer_args):
+def test_bad_inputs_are_named(tmp_path, tokenizer_args, data_config):
   with pytest.raises(ValueError, match=r"data.input_pattern='/nowhere/\*.txt' matches no file"):
-    prepare.prepare(_data_config(input_pattern="/nowhere/*.txt"), tokenizer_args, str(tmp_path / "out"), 1)
+    prepare.prepare(data_config(input_pattern="/nowhere/*.txt"), tokenizer_args, str(tmp_path / "out"), 1)
   with pytest.raises(ValueError, match=r"data.input_format='csv'"):
     prepare.prepare(
-      _data_config(input_pattern=_inputs(tmp_path), input_format="csv"), tokenizer_args, str(tmp_path / "out"), 1
+      data_config(input_pattern=_inputs(tmp_path), input_format="csv"), tokenizer_args, str(tmp_path / "out"), 1
     )
-  prepare.prepare(_data_config(input_pattern=str(tmp_path / "in" / "b.txt")), tokenizer_args, str(tmp_path / "ok"), 1)
+  prepare.prepare(data_config(input_pattern=str(tmp_path / "in" / "b.txt")), tokenizer_args, str(tmp_path / "ok"), 1)
   other = tmp_path / "other.txt"
   other.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"was prepared with tokenizer .*sentencepiece.* but the config's tokenizer"):

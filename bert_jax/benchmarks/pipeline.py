@@ -13,11 +13,11 @@ import os
 import tempfile
 import time
 
-import ml_collections
 from absl import app, flags
 
 from bert_jax.data import pipeline, prepare
 from bert_jax.tokenizer import load_tokenizer
+from configs import default
 
 _INPUT = flags.DEFINE_string("input", None, "Glob of text files.", required=True)
 _FORMAT = flags.DEFINE_enum("input_format", "document", list(prepare.INPUT_FORMATS), "Input text format.")
@@ -30,17 +30,8 @@ _SECONDS = flags.DEFINE_float("seconds", 20.0, "Seconds to time each sequence le
 def main(argv):
   del argv
   scratch = tempfile.mkdtemp(prefix="bert_jax_pipeline_")
-  data = ml_collections.ConfigDict(
-    dict(
-      input_pattern=_INPUT.value,
-      input_format=_FORMAT.value,
-      tfds_name="",
-      tfds_split="",
-      tfds_feature="",
-      tfds_data_dir="",
-      num_shards=0,
-    )
-  )
+  data = default.get_config().data
+  data.update(input_pattern=_INPUT.value, input_format=_FORMAT.value, tfds_name="")
   tokenizer_args = dict(kind=_KIND.value, path=_PATH.value)
   text_mb = sum(os.path.getsize(p) for p in glob.glob(_INPUT.value)) / 1e6
   start = time.perf_counter()
