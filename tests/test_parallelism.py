@@ -1,0 +1,76 @@
+"""DP, FSDP, TP and mixes are config changes: one train step on 8 fake devices equals the step on 1 device."""
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import sharding, train_step
+from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.model import BertForPretraining
+from bert_jax.optim import make_optimizer
+from bert_jax.train import model_config
+
+MESHES = {
+  "dp8": dict(data=8, fsdp=1, tensor=1),
+  "fsdp8": dict(data=1, fsdp=8, tensor=1),
+  "dp4_tp2": dict(data=4, fsdp=1, tensor=2),
+  "fsdp4_tp2": dict(data=1, fsdp=4, tensor=2),
+}
+
+
+def _step(config, devices, mesh_shape):
+  mesh = sharding.make_mesh(mesh_shape, devices)
+  model = BertForPretraining(model_config(config))
+  tx = make_optimizer(config)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
+  state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=config.batch_size,
+    max_seq_length=seq,
+    max_predictions_per_seq=preds,
+    vocab_size=config.model.vocab_size,
+  )
+  step = train_step.make_train_step(model, tx, mesh, shardings)
+  state, metrics = step(state, sharding.global_batch(next(source), mesh), jax.random.key(3))
+  return state, float(metrics["loss"])
+
+
+@pytest.fixture
+def parallel_config(small_config):
+  small_config.model.vocab_size = 104  # Divisible by the tensor axis.
+  return small_config
+
+
+@pytest.mark.parametrize("name", sorted(MESHES))
+def test_one_step_on_eight_devices_equals_one_device(parallel_config, name):
+  reference, reference_loss = _step(parallel_config, jax.devices()[:1], dict(data=1))
+  state, loss = _step(parallel_config, jax.devices(), MESHES[name])
+  np.testing.assert_allclose(loss, reference_loss, rtol=1e-5)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+    jax.device_get(state.params),
+    jax.device_get(reference.params),
+  )
+
+
+def test_fsdp_splits_every_large_parameter_eight_ways(small_config):
+  config = small_config
+  config.model.update(
+    vocab_size=4096, hidden_size=256, num_heads=4, intermediate_size=2048, max_position_embeddings=512
+  )
+  mesh = sharding.make_mesh(MESHES["fsdp8"])
+  model = BertForPretraining(model_config(config))
+  tx = make_optimizer(config)
+  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 32, 5)
+  large = 0
+  for (path, leaf), leaf_sharding in zip(
+    jax.tree_util.tree_leaves_with_path(abstract.params), jax.tree.leaves(shardings.params), strict=True
+  ):
+    nbytes = int(np.prod(leaf.shape)) * leaf.dtype.itemsize
+    if nbytes > 1 << 20:  # Above 1 MiB: a device holds at most an eighth (plus padding).
+      large += 1
+      per_device = int(np.prod(leaf_sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
+      assert per_device <= nbytes / 8 + 4096, (jax.tree_util.keystr(path), leaf.shape, leaf_sharding.spec)
+  assert large >= 5  # Word embeddings and both feed-forward kernels of each layer.
