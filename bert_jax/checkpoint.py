@@ -63,11 +63,18 @@ def _with_shardings(abstract, shardings):
   return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
 
 
-def restore_latest(manager: ocp.CheckpointManager, abstract_state, shardings):
-  """(state, data_position) from the newest complete step, placed directly into `shardings`; None if none."""
-  step = manager.latest_step()
-  if step is None:
-    return None
+def read_only_manager(workdir: str) -> ocp.CheckpointManager:
+  """A manager that reads another run's checkpoints (and never deletes or writes any)."""
+  return ocp.CheckpointManager(checkpoint_dir(workdir), options=ocp.CheckpointManagerOptions(read_only=True))
+
+
+def read_config(manager: ocp.CheckpointManager, step: int) -> dict:
+  """The config checkpoint `step` was written with, as a plain dict."""
+  return manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+
+
+def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings):
+  """(state, data_position) of checkpoint `step`, placed directly into `shardings`."""
   restored = manager.restore(
     step,
     args=ocp.args.Composite(
@@ -79,8 +86,8 @@ def restore_latest(manager: ocp.CheckpointManager, abstract_state, shardings):
 
 def restore_config(workdir: str, step: int | None = None) -> dict:
   """The config a checkpoint was written with (newest step by default), as a plain dict."""
-  with ocp.CheckpointManager(checkpoint_dir(workdir), options=ocp.CheckpointManagerOptions(read_only=True)) as m:
-    step = m.latest_step() if step is None else step
+  with read_only_manager(workdir) as manager:
+    step = manager.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"No checkpoint under {checkpoint_dir(workdir)}.")
-    return m.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+    return read_config(manager, step)

@@ -3,12 +3,21 @@
 Post-LayerNorm transformer layers, erf-GELU, truncated-normal(0.02) initialisation, a tanh pooler on [CLS],
 a masked-LM head whose decoder is tied to the word embeddings and that runs only at the gathered
 `masked_lm_positions`, and a 2-way next-sentence head. Every parameter carries logical axis names
-(`vocab`, `embed`, `mlp`, `heads`, `kv`); `sharding.py` maps them onto the device mesh.
+(`vocab`, `embed`, `mlp`, `heads`, `kv`, and `layers` for scanned layers) and the main activations carry
+`act_*` names; the config's logical axis rules map both onto the device mesh (constraints are no-ops outside
+`activation_rules`).
+
+`BertConfig.scan_layers` runs the layers as one `nn.scan` over stacked parameters (`bert/layers/...`, leading
+axis `num_layers`) instead of `bert/layer_{i}/...`; `param_layout.py` converts between the two.
+`BertConfig.remat` rematerialises each layer in the backward pass.
 
 Parameters are float32; activations run in `config.dtype`; the attention softmax and the logits are float32.
 """
 
+import contextlib
+import contextvars
 import functools
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
@@ -54,6 +63,31 @@ def _layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
 
 gelu = functools.partial(jax.nn.gelu, approximate=False)  # BERT's GELU is the exact (erf) form.
 
+_HIDDEN = ("act_batch", "act_length", "act_embed")
+_HEADS = ("act_batch", "act_length", "act_heads", "act_kv")
+
+
+_ACTIVATION_RULES: contextvars.ContextVar[tuple] = contextvars.ContextVar("activation_rules", default=())
+
+
+@contextlib.contextmanager
+def activation_rules(rules: Sequence[tuple]):
+  """While tracing inside this context (and a mesh context), activations are constrained by `rules`.
+
+  Not flax's `nn.logical_axis_rules`: under it, DenseGeneral's parameter shape check applies the kernel's
+  logical names to its flattened 2-D init and fails.
+  """
+  token = _ACTIVATION_RULES.set(tuple(tuple(rule) for rule in rules))
+  try:
+    yield
+  finally:
+    _ACTIVATION_RULES.reset(token)
+
+
+def _constrain(x: Array, logical_axes: tuple) -> Array:
+  rules = _ACTIVATION_RULES.get()
+  return nn.with_logical_constraint(x, logical_axes, rules=rules) if rules else x
+
 
 class Embeddings(nn.Module):
   """Word + position + token-type embeddings, then LayerNorm and dropout."""
@@ -81,7 +115,7 @@ class Embeddings(nn.Module):
       + self.position_embeddings(positions)[None]
       + self.token_type_embeddings(segment_ids)
     )
-    return self.dropout(self.layer_norm(x), deterministic=deterministic)
+    return _constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), _HIDDEN)
 
 
 class SelfAttention(nn.Module):
@@ -95,7 +129,8 @@ class SelfAttention(nn.Module):
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
-      _dense(config, heads, ("embed", "heads", "kv"), name=name)(x) for name in ("query", "key", "value")
+      _constrain(_dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS)
+      for name in ("query", "key", "value")
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
@@ -103,7 +138,7 @@ class SelfAttention(nn.Module):
     scores = jnp.where(input_mask[:, None, None, :] > 0, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(config.compute_dtype)
     probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bkhd->bqhd", probs, value)  # [batch, seq, heads, head_dim]
+    context = _constrain(jnp.einsum("bhqk,bkhd->bqhd", probs, value), _HEADS)  # [batch, seq, heads, head_dim]
     return _dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
 
 
@@ -119,8 +154,40 @@ class TransformerLayer(nn.Module):
     attended = SelfAttention(config, name="attention")(x, input_mask, deterministic)
     x = _layer_norm(config, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
     hidden = gelu(_dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
+    hidden = _constrain(hidden, ("act_batch", "act_length", "act_mlp"))
     out = _dense(config, config.hidden_size, ("mlp", "embed"), name="output")(hidden)
-    return _layer_norm(config, "output_layer_norm")(x + dropout(out, deterministic=deterministic))
+    return _constrain(_layer_norm(config, "output_layer_norm")(x + dropout(out, deterministic=deterministic)), _HIDDEN)
+
+
+class _ScannedLayer(TransformerLayer):
+  """A TransformerLayer in `nn.scan`'s (carry, inputs) -> (carry, outputs) form."""
+
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> tuple[Array, None]:
+    return super().__call__(x, input_mask, deterministic), None
+
+
+_REMAT_POLICIES = {"full": None, "save_dots": jax.checkpoint_policies.checkpoint_dots}
+
+
+def _layer_class(config: BertConfig, layer_cls: type[nn.Module]) -> type[nn.Module]:
+  if config.remat == "none":
+    return layer_cls
+  # `deterministic` (argument 3, counting self) switches dropout: static, not traced.
+  return nn.remat(
+    layer_cls, policy=_REMAT_POLICIES[config.remat], prevent_cse=not config.scan_layers, static_argnums=(3,)
+  )
+
+
+def _scanned_layers(config: BertConfig) -> nn.Module:
+  """All layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each."""
+  return nn.scan(
+    _layer_class(config, _ScannedLayer),
+    variable_axes={"params": 0},
+    split_rngs={"params": True, "dropout": True},
+    in_axes=(nn.broadcast, nn.broadcast),
+    length=config.num_layers,
+    metadata_params={nn.PARTITION_NAME: "layers"},
+  )(config, name="layers")
 
 
 class BertModel(nn.Module):
@@ -131,15 +198,22 @@ class BertModel(nn.Module):
   def setup(self):
     config = self.config
     self.embeddings = Embeddings(config)
-    self.layers = [TransformerLayer(config, name=f"layer_{i}") for i in range(config.num_layers)]
+    if config.scan_layers:
+      self.layers = _scanned_layers(config)
+    else:
+      layer_cls = _layer_class(config, TransformerLayer)
+      self.layers = [layer_cls(config, name=f"layer_{i}") for i in range(config.num_layers)]
     self.pooler = _dense(config, config.hidden_size, ("embed", "embed_out"), name="pooler")
 
   def __call__(
     self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True
   ) -> tuple[Array, Array]:
     x = self.embeddings(input_ids, segment_ids, deterministic)
-    for layer in self.layers:
-      x = layer(x, input_mask, deterministic)
+    if self.config.scan_layers:
+      x, _ = self.layers(x, input_mask, deterministic)
+    else:
+      for layer in self.layers:
+        x = layer(x, input_mask, deterministic)
     pooled = jnp.tanh(self.pooler(x[:, 0]))
     return x, pooled
 

@@ -8,6 +8,19 @@ import dataclasses
 import jax.numpy as jnp
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# The fields that fix the parameters' shapes: a checkpoint loads into any config that agrees on these.
+SIZE_FIELDS = (
+  "vocab_size",
+  "hidden_size",
+  "num_layers",
+  "num_heads",
+  "intermediate_size",
+  "max_position_embeddings",
+  "type_vocab_size",
+)
+# What the backward pass keeps of each layer's activations: everything ("none": no rematerialisation), nothing
+# but the layer's input ("full": the layer is recomputed), or the matmul outputs ("save_dots").
+REMAT_POLICIES = ("none", "full", "save_dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,17 +40,14 @@ class BertConfig:
   layer_norm_eps: float = 1e-12
   # Activations and matmuls run in this dtype; parameters stay float32, softmax and loss run in float32.
   dtype: str = "float32"
+  # Rematerialisation of each transformer layer in the backward pass: one of REMAT_POLICIES.
+  remat: str = "none"
+  # One `nn.scan` over stacked layer parameters (compiles one layer, not num_layers) instead of a Python loop.
+  # The parameter layouts differ (`layers` with a leading layer axis vs `layer_{i}`); `param_layout` converts.
+  scan_layers: bool = False
 
   def __post_init__(self):
-    for name in (
-      "vocab_size",
-      "hidden_size",
-      "num_layers",
-      "num_heads",
-      "intermediate_size",
-      "max_position_embeddings",
-      "type_vocab_size",
-    ):
+    for name in SIZE_FIELDS:
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"model.{name} must be a positive integer, got {value!r}.")
@@ -52,6 +62,10 @@ class BertConfig:
         raise ValueError(f"model.{name} must be in [0, 1), got {value!r}.")
     if self.dtype not in COMPUTE_DTYPES:
       raise ValueError(f"model.dtype={self.dtype!r} is not supported; expected one of {COMPUTE_DTYPES}.")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"model.remat={self.remat!r} is not supported; expected one of {REMAT_POLICIES}.")
+    if not isinstance(self.scan_layers, bool):
+      raise ValueError(f"model.scan_layers must be True or False, got {self.scan_layers!r}.")
 
   @property
   def head_dim(self) -> int:

@@ -1,5 +1,5 @@
-"""BERT's optimizer: AdamW with weight decay except on LayerNorm and biases, linear warmup then linear decay,
-global-norm clipping."""
+"""BERT's optimizers: AdamW (the default, as in BERT) or LAMB (You et al. 2019, the 76-minute BERT), both with
+weight decay except on LayerNorm and biases, linear warmup then linear decay, and global-norm clipping."""
 
 import jax
 import optax
@@ -18,6 +18,22 @@ def weight_decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
+OPTIMIZERS = ("adamw", "lamb")
+
+
+def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float, mask) -> optax.GradientTransformation:
+  """LAMB: Adam's direction plus decoupled weight decay, each parameter's update scaled by the trust ratio
+  ||w|| / ||update||. As in the LAMB authors' BERT optimizer, the parameters without weight decay (LayerNorm,
+  biases) are also excluded from the trust ratio (`exclude_from_layer_adaptation` defaults to the decay exclusions).
+  """
+  return optax.chain(
+    optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+    optax.add_decayed_weights(weight_decay, mask),
+    optax.masked(optax.scale_by_trust_ratio(), mask),
+    optax.scale_by_learning_rate(learning_rate),
+  )
+
+
 def learning_rate_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
   """Linear warmup from 0 to `learning_rate`, then the original BERT's linear decay to 0 at `total_steps`."""
   if not 0 <= warmup_steps <= total_steps:
@@ -31,14 +47,25 @@ def learning_rate_schedule(learning_rate: float, warmup_steps: int, total_steps:
   return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
+def schedule_end_step(config) -> int:
+  """The step at which the learning rate reaches zero: `schedule_end_step`, or `num_train_steps` if 0."""
+  return config.schedule_end_step or config.num_train_steps
+
+
+def make_schedule(config) -> optax.Schedule:
+  return learning_rate_schedule(config.learning_rate, config.warmup_steps, schedule_end_step(config))
+
+
 def make_optimizer(config) -> optax.GradientTransformation:
-  """From the top-level config: `learning_rate`, `warmup_steps`, `num_train_steps`, `adam_*`,
-  `weight_decay`, `max_grad_norm`."""
-  schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps, config.num_train_steps)
+  """From the top-level config: `optimizer`, `learning_rate`, `warmup_steps`, `num_train_steps`,
+  `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm`."""
+  if config.optimizer not in OPTIMIZERS:
+    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+  make = optax.adamw if config.optimizer == "adamw" else lamb
   return optax.chain(
     optax.clip_by_global_norm(config.max_grad_norm),
-    optax.adamw(
-      schedule,
+    make(
+      make_schedule(config),
       b1=config.adam_b1,
       b2=config.adam_b2,
       eps=config.adam_eps,

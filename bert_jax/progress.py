@@ -48,10 +48,19 @@ def summarize(metric_sums: dict, num_steps: int) -> dict:
 
 
 class Progress:
-  """Console lines: step, loss, MLM accuracy, tokens/s and ETA, measured since the previous line."""
+  """Console lines: step, loss, MLM accuracy, tokens/s, model FLOPs utilisation and ETA, measured since the
+  previous line. MFU needs the model FLOPs of a step and the peak FLOP/s of all devices (see flops.py)."""
 
-  def __init__(self, total_steps: int, tokens_per_step: int, first_step: int):
+  def __init__(
+    self,
+    total_steps: int,
+    tokens_per_step: int,
+    first_step: int,
+    flops_per_step: float | None = None,
+    peak_flops: float | None = None,
+  ):
     self._total, self._tokens_per_step = total_steps, tokens_per_step
+    self._flops_per_step, self._peak_flops = flops_per_step, peak_flops
     self._last_step, self._last_time = first_step, time.perf_counter()
 
   def exclude(self, seconds: float) -> None:
@@ -64,9 +73,13 @@ class Progress:
     seconds_per_step = (now - self._last_time) / max(step - self._last_step, 1)
     self._last_step, self._last_time = step, now
     speed = {"tokens_per_sec": self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
+    mfu = ""
+    if self._flops_per_step and self._peak_flops:
+      speed["mfu"] = self._flops_per_step / seconds_per_step / self._peak_flops
+      mfu = f" | MFU {100 * speed['mfu']:.1f}%"
     eta = int(seconds_per_step * (self._total - step))
     logging.info(
-      "step %d/%d | loss %.4f | mlm_loss %.4f | mlm_acc %.4f | nsp_acc %.4f | %s tok/s | ETA %d:%02d:%02d",
+      "step %d/%d | loss %.4f | mlm_loss %.4f | mlm_acc %.4f | nsp_acc %.4f | %s tok/s%s | ETA %d:%02d:%02d",
       step,
       self._total,
       summary.get("loss", float("nan")),
@@ -74,6 +87,7 @@ class Progress:
       summary["mlm_accuracy"],
       summary["nsp_accuracy"],
       f"{speed['tokens_per_sec']:,.0f}",
+      mfu,
       eta // 3600,
       eta // 60 % 60,
       eta % 60,

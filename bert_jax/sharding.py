@@ -51,12 +51,12 @@ def data_parallel_size(mesh: Mesh) -> int:
   return int(np.prod([mesh.shape[axis] for axis in BATCH_AXES]))
 
 
-def check_batch_size(global_batch_size: int, mesh: Mesh) -> None:
+def check_batch_size(global_batch_size: int, mesh: Mesh, num_microbatches: int = 1) -> None:
   size = data_parallel_size(mesh)
-  if global_batch_size % size or global_batch_size % jax.process_count():
+  if global_batch_size % (size * num_microbatches) or global_batch_size % jax.process_count():
     raise ValueError(
-      f"Global batch size {global_batch_size} is not divisible by the data-parallel size "
-      f"{size} (mesh data x fsdp) and the {jax.process_count()} host(s)."
+      f"Global batch size {global_batch_size} is not divisible by the data-parallel size {size} (mesh data x fsdp)"
+      f" x {num_microbatches} microbatch(es), and by the {jax.process_count()} host(s)."
     )
 
 

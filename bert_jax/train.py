@@ -5,6 +5,8 @@ Everything that can be checked without compiling (config, mesh, batch divisibili
 anything is compiled or written.
 """
 
+import dataclasses
+import functools
 import signal
 import threading
 import time
@@ -15,12 +17,12 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, progress, sharding, train_step
+from bert_jax import checkpoint, flops, param_layout, progress, sharding, train_step
 from bert_jax.data import prepare, sources
 from bert_jax.features import check_pretraining_batch
 from bert_jax.model import BertForPretraining
-from bert_jax.model_config import BertConfig
-from bert_jax.optim import learning_rate_schedule, make_optimizer
+from bert_jax.model_config import SIZE_FIELDS, BertConfig
+from bert_jax.optim import make_optimizer, make_schedule, schedule_end_step
 from bert_jax.tokenizer import load_tokenizer
 
 
@@ -51,6 +53,16 @@ def check_config(config) -> BertConfig:
   ):
     if config[name] < 1:
       raise ValueError(f"{name}={config[name]} must be at least 1.")
+  if config.num_microbatches < 1 or config.batch_size % config.num_microbatches:
+    raise ValueError(
+      f"num_microbatches={config.num_microbatches} must be at least 1 and divide batch_size={config.batch_size}."
+    )
+  if config.schedule_end_step and config.schedule_end_step < config.num_train_steps:
+    raise ValueError(
+      f"schedule_end_step={config.schedule_end_step} is before num_train_steps={config.num_train_steps}: the "
+      "learning rate would reach zero before training ends (0: end the schedule at num_train_steps)."
+    )
+  flops.peak_flops_per_device("", config.peak_tflops_per_device)  # Raises on a negative peak.
   if config.eval_steps < 0:
     raise ValueError(f"eval_steps={config.eval_steps} must be non-negative (0 disables evaluation).")
   if config.data.source not in ("pretraining", "synthetic"):
@@ -141,8 +153,45 @@ class StopRequest:
       signal.signal(signal.SIGTERM, self._previous)
 
 
-def _init_or_restore(config, model, tx, mesh, manager, identity):
-  """(state, shardings, data position): the newest checkpoint in the workdir, else a fresh init from the seed."""
+def _check_compatible(saved: dict, config, where: str) -> None:
+  """Raises if the checkpoint's config (a dict) has other parameter or optimizer-state shapes than `config`."""
+  different = [
+    f"model.{name}: {saved['model'][name]} vs {config.model[name]}"
+    for name in SIZE_FIELDS
+    if saved["model"][name] != config.model[name]
+  ]
+  if saved.get("optimizer", "adamw") != config.optimizer:
+    different.append(f"optimizer: {saved.get('optimizer', 'adamw')!r} vs {config.optimizer!r}")
+  if different:
+    raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
+
+
+def _restore(manager, where: str, config, model_cfg: BertConfig, tx, mesh, abstract, shardings):
+  """(state, data position) from `manager`'s newest step in `shardings`, converted to this model's layer layout
+  (scanned or unrolled) if it was saved in the other one; None if there is no checkpoint."""
+  step = manager.latest_step()
+  if step is None:
+    return None
+  saved = checkpoint.read_config(manager, step)
+  _check_compatible(saved, config, where)
+  saved_scanned = saved["model"].get("scan_layers", False)
+  if saved_scanned == model_cfg.scan_layers:
+    return checkpoint.restore(manager, step, abstract, shardings)
+  logging.info("Converting %s's %s layer layout to this model's.", where, "scanned" if saved_scanned else "unrolled")
+  saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scanned))
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  saved_abstract, saved_shardings = train_step.state_shardings(
+    saved_model, tx, mesh, config.logical_axis_rules, seq, preds
+  )
+  state, data_position = checkpoint.restore(manager, step, saved_abstract, saved_shardings)
+  convert = functools.partial(param_layout.convert, scanned=model_cfg.scan_layers)
+  return jax.jit(convert, out_shardings=shardings, donate_argnums=0)(state), data_position
+
+
+def _init_or_restore(config, model_cfg, tx, mesh, manager, identity):
+  """(state, shardings, data position, resumed): the workdir's newest checkpoint; else `config.init_from`'s
+  (state only: the data stream starts afresh); else a fresh initialisation from the seed."""
+  model = BertForPretraining(model_cfg)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params))
@@ -154,18 +203,30 @@ def _init_or_restore(config, model, tx, mesh, manager, identity):
     seq,
     config.num_train_steps,
   )
-  restored = checkpoint.restore_latest(manager, abstract, shardings)
+  restore = functools.partial(
+    _restore, config=config, model_cfg=model_cfg, tx=tx, mesh=mesh, abstract=abstract, shardings=shardings
+  )
+  restored, resumed = restore(manager, "the workdir"), True
+  if restored is None and config.init_from:
+    with checkpoint.read_only_manager(config.init_from) as source_manager:
+      restored, resumed = restore(source_manager, f"init_from={config.init_from}"), False
+    if restored is None:
+      raise FileNotFoundError(f"init_from={config.init_from} has no checkpoint under {config.init_from}/checkpoints.")
   if restored is None:
     logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
-    return train_step.create_train_state(model, tx, shardings, config.seed, seq, preds), shardings, {"examples": 0}
+    state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
+    return state, shardings, {"examples": 0}, False
   state, data_position = restored
   if data_position.get("tokenizer") != identity:
     raise ValueError(
-      f"The checkpoint in the workdir was trained with tokenizer {data_position.get('tokenizer')}; "
-      f"the config's is {identity}. Use the same tokenizer, or a new workdir."
+      f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
+      "Use the same tokenizer, or a new workdir."
     )
+  if not resumed:
+    logging.info("Initialised from %s at step %d; the data stream starts afresh.", config.init_from, int(state.step))
+    return state, shardings, {"examples": 0}, False
   logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
-  return state, shardings, data_position
+  return state, shardings, data_position, True
 
 
 def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
@@ -175,7 +236,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   """
   model_cfg = check_config(config)
   mesh = sharding.make_mesh(config.mesh.to_dict())
-  sharding.check_batch_size(config.batch_size, mesh)
+  sharding.check_batch_size(config.batch_size, mesh, config.num_microbatches)
   model = BertForPretraining(model_cfg)
   tx = make_optimizer(config)
 
@@ -185,16 +246,26 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
   try:
-    state, shardings, data_position = _init_or_restore(config, model, tx, mesh, manager, data.identity)
+    state, shardings, data_position, resumed = _init_or_restore(config, model_cfg, tx, mesh, manager, data.identity)
     first_step = int(state.step)
-    state_dir = checkpoint.data_state_dir(workdir, first_step, jax.process_index()) if first_step else None
+    state_dir = checkpoint.data_state_dir(workdir, first_step, jax.process_index()) if resumed else None
     source = data.source(data_position["examples"], state_dir=state_dir)
-    step_fn = train_step.make_train_step(model, tx, mesh, shardings, config.data.next_sentence_prediction)
-    eval_fn = train_step.make_eval_step(model, mesh, shardings.params)
+    rules = config.logical_axis_rules
+    step_fn = train_step.make_train_step(
+      model, tx, mesh, shardings, rules, config.data.next_sentence_prediction, config.num_microbatches
+    )
+    eval_fn = train_step.make_eval_step(model, mesh, shardings.params, rules)
     dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
-    schedule = learning_rate_schedule(config.learning_rate, config.warmup_steps, config.num_train_steps)
-    tokens_per_step = config.batch_size * config.data.max_seq_length
+    schedule = make_schedule(config)
+    seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+    tokens_per_step = config.batch_size * seq
+    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, config.peak_tflops_per_device)
+    flops_per_step = flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds)
     last_step = config.num_train_steps
+    if first_step >= last_step:
+      logging.info("Step %d is already at num_train_steps=%d: nothing to train.", first_step, last_step)
+    elif schedule_end_step(config) > last_step:
+      logging.info("Stopping at step %d of a schedule that ends at %d.", last_step, schedule_end_step(config))
 
     ticker, sums, steps_in_sums = None, None, 0
     for step in range(int(state.step) + 1, last_step + 1):
@@ -203,7 +274,9 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
       steps_in_sums += 1
       if ticker is None:  # Time from the end of the first (compiling) step.
         jax.block_until_ready(metrics)
-        ticker = progress.Progress(last_step, tokens_per_step, step)
+        ticker = progress.Progress(
+          last_step, tokens_per_step, step, flops_per_step, peak * jax.device_count() if peak else None
+        )
       stopping = stop.at(step)
       if step % config.log_every_steps == 0 or step == last_step or stopping:
         summary = progress.summarize(jax.device_get(sums), steps_in_sums)

@@ -17,7 +17,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
 from bert_jax.features import pretraining_shapes
-from bert_jax.model import BertForPretraining
+from bert_jax.model import BertForPretraining, activation_rules
 
 
 @struct.dataclass
@@ -82,9 +82,25 @@ def create_train_state(
   return jax.jit(init, out_shardings=shardings)()
 
 
-def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key=None, next_sentence_prediction=True):
+def loss_normalizers(batch: dict) -> tuple[jax.Array, jax.Array]:
+  """What the MLM and NSP loss sums are divided by: real predictions (+1e-5, guarding a batch with none, as in
+  the original BERT) and sequences. From the whole batch, so microbatches add up to the full-batch loss."""
+  mlm = jnp.sum(batch["masked_lm_weights"]) + 1e-5
+  return mlm, jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+
+
+def pretraining_loss(
+  params,
+  batch: dict,
+  model: BertForPretraining,
+  dropout_key=None,
+  next_sentence_prediction=True,
+  normalizers: tuple | None = None,
+):
   """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + next-sentence cross-entropy (if enabled).
 
+  The MLM term is the mean over real predictions, the NSP term the mean over sequences; `normalizers` (from
+  `loss_normalizers` of the whole batch) replace this batch's own counts when it is one microbatch of many.
   Returns (loss, metrics); metrics are sums with their counts.
   """
   deterministic = dropout_key is None
@@ -103,10 +119,10 @@ def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key
   nsp_count = jnp.asarray(labels.shape[0], jnp.float32)
   nsp_correct = jnp.sum(jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)
 
-  # As in the original BERT: the MLM mean over real predictions (1e-5 guards a batch with none).
-  loss = mlm_loss_sum / (mlm_count + 1e-5)
+  mlm_normalizer, nsp_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
+  loss = mlm_loss_sum / mlm_normalizer
   if next_sentence_prediction:
-    loss += jnp.mean(nsp_xent)
+    loss += jnp.sum(nsp_xent) / nsp_normalizer
   metrics = dict(
     mlm_loss=mlm_loss_sum,
     mlm_accuracy=mlm_correct,
@@ -118,6 +134,47 @@ def pretraining_loss(params, batch: dict, model: BertForPretraining, dropout_key
   return loss, metrics
 
 
+def microbatches(batch: dict, num_microbatches: int) -> dict:
+  """[batch, ...] -> [num_microbatches, batch / num_microbatches, ...], microbatch i holding rows i, i + n, ...
+
+  Strided, so every microbatch keeps the batch's split over the data-parallel devices.
+  """
+
+  def split(x):
+    x = x.reshape(x.shape[0] // num_microbatches, num_microbatches, *x.shape[1:]).swapaxes(0, 1)
+    if jax.sharding.get_abstract_mesh().empty:  # Not traced under a mesh (see with_activation_rules).
+      return x
+    return jax.lax.with_sharding_constraint(x, PartitionSpec(None, sharding.BATCH_AXES))
+
+  return jax.tree.map(split, batch)
+
+
+def gradients(params, batch: dict, dropout_key, *, model, next_sentence_prediction=True, num_microbatches=1):
+  """((loss, metric sums), gradients) of the whole batch, computed over `num_microbatches` sequential slices.
+
+  Each microbatch's loss is normalised by the whole batch's counts, so the accumulated gradient equals the
+  full-batch gradient (up to float32 summation order); activation memory is that of one microbatch.
+  """
+  grad_fn = jax.value_and_grad(pretraining_loss, has_aux=True)
+  if num_microbatches == 1:
+    return grad_fn(params, batch, model, dropout_key, next_sentence_prediction)
+  normalizers = loss_normalizers(batch)
+
+  parts = microbatches(batch, num_microbatches)
+
+  def microbatch_grads(index, microbatch):
+    key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
+    return grad_fn(params, microbatch, model, key, next_sentence_prediction, normalizers)
+
+  def accumulate(totals, inputs):
+    return jax.tree.map(jnp.add, totals, microbatch_grads(*inputs)), None
+
+  first = jax.tree.map(lambda x: x[0], parts)
+  zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(microbatch_grads, 0, first))
+  totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(num_microbatches), parts))
+  return totals
+
+
 def train_step(
   state: TrainState,
   batch: dict,
@@ -126,11 +183,18 @@ def train_step(
   model: BertForPretraining,
   tx: optax.GradientTransformation,
   next_sentence_prediction: bool = True,
+  num_microbatches: int = 1,
 ) -> tuple[TrainState, dict]:
   """One optimizer update. Dropout is a pure function of (dropout_key, step): resumes replay it exactly."""
   step_key = jax.random.fold_in(dropout_key, state.step)
-  grad_fn = jax.value_and_grad(pretraining_loss, has_aux=True)
-  (loss, metrics), grads = grad_fn(state.params, batch, model, step_key, next_sentence_prediction)
+  (loss, metrics), grads = gradients(
+    state.params,
+    batch,
+    step_key,
+    model=model,
+    next_sentence_prediction=next_sentence_prediction,
+    num_microbatches=num_microbatches,
+  )
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics = dict(metrics, loss=loss, grad_norm=optax.global_norm(grads))
@@ -142,19 +206,41 @@ def eval_step(params, batch: dict, *, model: BertForPretraining) -> dict:
   return metrics
 
 
-def make_train_step(model, tx, mesh: Mesh, shardings, next_sentence_prediction: bool = True):
-  """`train_step` jitted over `mesh`: state sharded as `shardings` and donated, batch split on its batch axes."""
+def with_activation_rules(fn, mesh: Mesh, rules):
+  """`fn` traced with the abstract `mesh` and the logical axis `rules` in context: the model's `act_*`
+  constraints apply."""
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), activation_rules(rules):
+      return fn(*args, **kwargs)
+
+  return wrapped
+
+
+def make_train_step(
+  model, tx, mesh: Mesh, shardings, rules, next_sentence_prediction: bool = True, num_microbatches: int = 1
+):
+  """`train_step` jitted over `mesh`: state sharded as `shardings` and donated, batch split on its batch axes,
+  activations constrained by the logical axis `rules`."""
+  step = functools.partial(
+    train_step,
+    model=model,
+    tx=tx,
+    next_sentence_prediction=next_sentence_prediction,
+    num_microbatches=num_microbatches,
+  )
   return jax.jit(
-    functools.partial(train_step, model=model, tx=tx, next_sentence_prediction=next_sentence_prediction),
+    with_activation_rules(step, mesh, rules),
     in_shardings=(shardings, sharding.batch_sharding(mesh), sharding.replicated(mesh)),
     out_shardings=(shardings, sharding.replicated(mesh)),
     donate_argnums=0,
   )
 
 
-def make_eval_step(model, mesh: Mesh, param_shardings):
+def make_eval_step(model, mesh: Mesh, param_shardings, rules):
   return jax.jit(
-    functools.partial(eval_step, model=model),
+    with_activation_rules(functools.partial(eval_step, model=model), mesh, rules),
     in_shardings=(param_shardings, sharding.batch_sharding(mesh)),
     out_shardings=sharding.replicated(mesh),
   )

@@ -37,6 +37,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.layer_norm_eps = 1e-12
   # Compute dtype: "float32" or "bfloat16" (parameters, softmax and loss stay float32).
   config.model.dtype = "float32"
+  # Rematerialisation of each layer in the backward pass: "none", "full" (recompute the layer; least memory)
+  # or "save_dots" (keep matmul outputs, recompute the rest).
+  config.model.remat = "none"
+  # Scan one layer over stacked parameters (nn.scan): compile time independent of depth. Checkpoints convert
+  # between the scanned and unrolled layouts on restore, so either loads into either.
+  config.model.scan_layers = False
 
   config.tokenizer = ml_collections.ConfigDict()
   # "sentencepiece" (a .model file) or "wordpiece" (a Google BERT vocab.txt).
@@ -87,13 +93,21 @@ def get_config() -> ml_collections.ConfigDict:
 
   # Global batch size, over all hosts and devices.
   config.batch_size = 256
-  # Optimizer updates in the whole run.
+  # Each step's batch is processed as this many sequential microbatches whose gradients are summed (gradient
+  # accumulation): the same update as the whole batch, with one microbatch's activation memory.
+  config.num_microbatches = 1
+  # Training stops at this step (the optimizer's step count, which continues across phases).
   config.num_train_steps = 1_000_000
-  # Linear warmup steps, then linear decay to zero at num_train_steps.
+  # Linear warmup steps, then linear decay to zero at schedule_end_step.
   config.warmup_steps = 10_000
+  # Where the linear decay reaches zero; 0: num_train_steps. Two-phase pretraining sets it to the end of phase 2
+  # in both phases, so phase 1 stops part-way down the schedule and phase 2 continues it.
+  config.schedule_end_step = 0
   # Peak learning rate.
   config.learning_rate = 1e-4
-  # AdamW moments and epsilon, as in BERT.
+  # "adamw" (BERT) or "lamb" (You et al. 2019; large batches). Both use adam_* and weight_decay.
+  config.optimizer = "adamw"
+  # Adam moments and epsilon, as in BERT.
   config.adam_b1 = 0.9
   config.adam_b2 = 0.999
   config.adam_eps = 1e-6
@@ -101,6 +115,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.weight_decay = 0.01
   # Gradients are clipped to this global norm.
   config.max_grad_norm = 1.0
+
+  # A workdir (local or gs://) whose newest checkpoint starts this run when its own workdir has none: its
+  # parameters, optimizer state and step (the data stream starts afresh). Phase 2 of two-phase pretraining
+  # names phase 1's workdir here. The model sizes and optimizer must match; dtype, remat and layer layout may not.
+  config.init_from = ""
 
   # Console progress line and TensorBoard scalars every this many steps.
   config.log_every_steps = 100
@@ -113,9 +132,23 @@ def get_config() -> ml_collections.ConfigDict:
   # Keep the newest this many checkpoints.
   config.keep_checkpoints = 3
 
+  # Model FLOPs utilisation in the logs: peak dense bf16 TFLOP/s of one device. 0: looked up from the device
+  # kind (TPU v4/v5e/v5p/v6e, H100, A100; table in bert_jax/flops.py and the README); unknown kinds log no MFU.
+  config.peak_tflops_per_device = 0.0
+
+  # Multi-host: `jax.distributed.initialize`. On TPU VMs leave these empty: JAX finds the slice itself.
+  # Elsewhere give the coordinator (host:port of process 0) and, unless the cluster (SLURM, ...) tells JAX,
+  # the process count and this process's id. JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID in
+  # the environment fill keys left empty.
+  config.distributed = ml_collections.ConfigDict()
+  config.distributed.coordinator_address = ""
+  config.distributed.num_processes = 0
+  config.distributed.process_id = -1
+
   # Device mesh sizes; one axis may be -1 to take the remaining devices.
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
-  # Logical axis name -> mesh axes (None: replicated). Parameters and batches follow these rules.
+  # Logical axis name -> mesh axes (None: replicated). Parameters follow the first six names, activations
+  # the `act_*` names (constraints inside the model), the stacked layer axis of scanned parameters `layers`.
   config.logical_axis_rules = (
     ("vocab", "tensor"),
     ("embed", "fsdp"),
@@ -123,6 +156,13 @@ def get_config() -> ml_collections.ConfigDict:
     ("mlp", "tensor"),
     ("heads", "tensor"),
     ("kv", None),
+    ("layers", None),
+    ("act_batch", ("data", "fsdp")),
+    ("act_length", None),
+    ("act_embed", None),
+    ("act_heads", "tensor"),
+    ("act_kv", None),
+    ("act_mlp", "tensor"),
   )
   config.lock()
   return config

@@ -8,6 +8,7 @@ import pytest
 import torch
 import transformers
 
+from bert_jax import param_layout
 from bert_jax.convert_hf import hf_config_dict, load_safetensors, params_from_hf
 from bert_jax.model import BertForPretraining
 
@@ -160,3 +161,52 @@ def test_dropout_is_active_in_training_and_a_function_of_the_key(small_model_con
 
   np.testing.assert_array_equal(run(1), run(1))
   assert not np.allclose(run(1), run(2))
+
+
+def _replace(config, **changes):
+  return config.__class__(**{**config.__dict__, **changes})
+
+
+def test_scanned_layers_equal_unrolled_and_layouts_convert_both_ways(small_model_config, tmp_path):
+  config = _replace(small_model_config, num_layers=3)
+  reference = _reference(config)
+  reference.save_pretrained(tmp_path)
+  unrolled = params_from_hf(load_safetensors(str(tmp_path / "model.safetensors")), config)
+  scanned = param_layout.convert(unrolled, scanned=True)
+  assert param_layout.is_scanned(scanned) and not param_layout.is_scanned(unrolled)
+
+  # The converted tree is exactly the scanned model's own tree, names, shapes and logical axes included.
+  scanned_model = BertForPretraining(_replace(config, scan_layers=True))
+  inputs = _inputs(config)
+  boxed = jax.eval_shape(scanned_model.init, jax.random.key(0), *inputs)["params"]
+  assert jax.tree.map(np.shape, scanned) == jax.tree.map(np.shape, nn.meta.unbox(boxed))
+  query = boxed["bert"]["layers"]["attention"]["query"]["kernel"]
+  assert query.names == ("layers", "embed", "heads", "kv") and query.value.shape[0] == 3
+
+  expected = BertForPretraining(config).apply({"params": unrolled}, *inputs)
+  outputs = scanned_model.apply({"params": scanned}, *inputs)
+  for name in expected:
+    np.testing.assert_allclose(outputs[name], expected[name], atol=1e-6, rtol=0)
+  jax.tree.map(np.testing.assert_array_equal, param_layout.convert(scanned, scanned=False), unrolled)
+  jax.tree.map(np.testing.assert_array_equal, param_layout.convert(unrolled, scanned=False), unrolled)
+
+
+@pytest.mark.parametrize("scan_layers, remat", [(False, "full"), (True, "save_dots")])
+def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config, scan_layers, remat):
+  inputs = _inputs(small_model_config)
+  results = {}
+  for policy in ("none", remat):
+    model = BertForPretraining(_replace(small_model_config, remat=policy, scan_layers=scan_layers))
+    params = nn.meta.unbox(model.init(jax.random.key(0), *inputs)["params"])
+
+    def loss(params, model=model):
+      outputs = model.apply(
+        {"params": params}, *inputs, deterministic=False, rngs={"dropout": jax.random.key(1)}
+      )  # Dropout on: rematerialisation must replay the same masks.
+      return jnp.sum(outputs["mlm_logits"] ** 2) + jnp.sum(outputs["nsp_logits"])
+
+    results[policy] = jax.jit(jax.value_and_grad(loss))(params)
+  np.testing.assert_allclose(results[remat][0], results["none"][0], rtol=1e-6)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), results[remat][1], results["none"][1]
+  )

@@ -48,3 +48,39 @@ def test_one_update_is_clipped_adamw_with_decoupled_decay():
   np.testing.assert_allclose(new["dense"]["kernel"], 2.0 - lr * (1.0 + 0.01 * 2.0), rtol=1e-5)
   np.testing.assert_allclose(new["dense"]["bias"], 2.0, rtol=1e-6)
   assert jax.tree.structure(new) == jax.tree.structure(params)
+
+
+def test_lamb_scales_each_decayed_update_by_its_trust_ratio():
+  config = default.get_config()
+  config.unlock()
+  config.update(
+    optimizer="lamb", learning_rate=0.1, warmup_steps=0, num_train_steps=10, weight_decay=0.01, max_grad_norm=1e9
+  )
+  tx = make_optimizer(config)
+  rng = np.random.default_rng(0)
+  params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32), "bias": jnp.ones(4)}}
+  grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), params)
+  state = tx.init(params)
+  for step in range(2):  # Two steps: the moments and bias corrections matter.
+    updates, state = tx.update(grads, state, params)
+    new = optax.apply_updates(params, updates)
+    # The LAMB paper, by hand: Adam's bias-corrected direction + decoupled decay, times ||w|| / ||update||.
+    t, lr = step + 1, 0.1 * (1 - step / 10)
+    for name, decayed in (("kernel", True), ("bias", False)):
+      w, g = np.asarray(params["dense"][name], np.float64), np.asarray(grads["dense"][name], np.float64)
+      m = (1 - 0.9**t) * g / (1 - 0.9**t)  # Constant gradients: m and v are g and g^2 after bias correction.
+      v = (1 - 0.999**t) * g**2 / (1 - 0.999**t)
+      update = m / (np.sqrt(v) + 1e-6)
+      if decayed:
+        update = update + 0.01 * w
+        update *= np.linalg.norm(w) / np.linalg.norm(update)
+      np.testing.assert_allclose(new["dense"][name], w - lr * update, rtol=1e-5, atol=1e-6)
+    params = new
+
+
+def test_unknown_optimizer_is_named():
+  config = default.get_config()
+  config.unlock()
+  config.optimizer = "sgd"
+  with pytest.raises(ValueError, match="optimizer='sgd'"):
+    make_optimizer(config)

@@ -32,7 +32,7 @@ def _step(config, devices, mesh_shape):
     max_predictions_per_seq=preds,
     vocab_size=config.model.vocab_size,
   )
-  step = train_step.make_train_step(model, tx, mesh, shardings)
+  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
   state, metrics = step(state, sharding.global_batch(next(source), mesh), jax.random.key(3))
   return state, float(metrics["loss"])
 

@@ -1,3 +1,5 @@
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -33,7 +35,7 @@ def _batches(config, n):
 
 def _run(config, devices, batches):
   mesh, model, tx, shardings, state = _setup(config, devices)
-  step = train_step.make_train_step(model, tx, mesh, shardings)
+  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
   key = jax.random.key(7)
   losses = []
   for batch in batches:
@@ -85,7 +87,8 @@ def test_training_fits_a_fixed_batch(small_config):
 def test_metrics_are_sums_with_denominators(small_config):
   mesh, model, _, shardings, state = _setup(small_config, jax.devices())
   batch = _batches(small_config, 1)[0]
-  metrics = train_step.make_eval_step(model, mesh, shardings.params)(state.params, sharding.global_batch(batch, mesh))
+  eval_step = train_step.make_eval_step(model, mesh, shardings.params, small_config.logical_axis_rules)
+  metrics = eval_step(state.params, sharding.global_batch(batch, mesh))
   assert float(metrics["mlm_count"]) == batch["masked_lm_weights"].sum()
   assert float(metrics["nsp_count"]) == small_config.batch_size
   assert 0 <= float(metrics["mlm_accuracy"]) <= float(metrics["mlm_count"])
@@ -96,7 +99,7 @@ def test_metrics_are_sums_with_denominators(small_config):
 def test_mlm_weights_exclude_padding_predictions(small_config):
   mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:1])
   batch = _batches(small_config, 1)[0]
-  eval_step = train_step.make_eval_step(model, mesh, shardings.params)
+  eval_step = train_step.make_eval_step(model, mesh, shardings.params, small_config.logical_axis_rules)
   before = eval_step(state.params, sharding.global_batch(batch, mesh))
   changed = dict(batch, masked_lm_ids=np.where(batch["masked_lm_weights"] > 0, batch["masked_lm_ids"], 99))
   after = eval_step(state.params, sharding.global_batch(changed, mesh))
@@ -121,3 +124,31 @@ def test_without_next_sentence_prediction_the_loss_is_the_mlm_loss(small_config)
   np.testing.assert_allclose(float(loss), float(metrics["mlm_loss"]) / (float(metrics["mlm_count"]) + 1e-5), rtol=1e-6)
   with_nsp, _ = train_step.pretraining_loss(state.params, batch, model)
   np.testing.assert_allclose(float(with_nsp) - float(loss), float(metrics["nsp_loss"]) / 8, rtol=1e-5)
+
+
+def test_gradient_accumulation_equals_the_full_batch(small_config):
+  small_config.batch_size = 16
+  mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:2])
+  batch = sharding.global_batch(_batches(small_config, 1)[0], mesh)
+  key = jax.random.key(0)
+
+  def grads(num_microbatches):
+    fn = functools.partial(train_step.gradients, model=model, num_microbatches=num_microbatches)
+    fn = train_step.with_activation_rules(fn, mesh, small_config.logical_axis_rules)
+    return jax.jit(fn)(state.params, batch, None)  # No dropout: the same function of the same inputs.
+
+  (full_loss, full_metrics), full_grads = grads(1)
+  (loss, metrics), accumulated = grads(4)
+  np.testing.assert_allclose(loss, full_loss, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5), metrics, full_metrics)
+  scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(full_grads))
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5 * scale, rtol=1e-4), accumulated, full_grads)
+
+  # In the train step: the same update, and a batch that does not split evenly is refused up front.
+  step = train_step.make_train_step(
+    model, make_optimizer(small_config), mesh, shardings, small_config.logical_axis_rules, num_microbatches=4
+  )
+  _, step_metrics = step(state, batch, key)
+  np.testing.assert_allclose(step_metrics["mlm_count"], full_metrics["mlm_count"])
+  with pytest.raises(ValueError, match="microbatch"):
+    sharding.check_batch_size(16, mesh, num_microbatches=16)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 from absl import app, flags
 
+from bert_jax import flops as flops_lib
 from bert_jax import sharding, train_step
 from bert_jax.convert_hf import hf_config_dict
 from bert_jax.data.synthetic import SyntheticSource
@@ -34,16 +35,6 @@ _PREDICTIONS = flags.DEFINE_integer("max_predictions", 20, "Masked positions per
 _DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per round.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (the best round of each side counts).")
-
-
-def analytic_flops(config: BertConfig, batch: int, seq: int, predictions: int) -> float:
-  """Training FLOPs of one step (3x forward) of the useful work: encoder, pooler, and the MLM and NSP heads at
-  the masked positions only. Embedding lookups, norms and softmaxes are not counted."""
-  hidden, inter = config.hidden_size, config.intermediate_size
-  tokens = batch * seq
-  per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
-  heads = 2 * batch * predictions * (hidden * hidden + hidden * config.vocab_size) + 2 * batch * (hidden * hidden)
-  return 3.0 * (config.num_layers * per_layer + heads)
 
 
 def _hf_loss(params, batch, dropout_key, *, module):
@@ -108,7 +99,7 @@ def main(argv):
   model = BertForPretraining(model_cfg)
   _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, predictions)
   ours_state = train_step.create_train_state(model, tx, shardings, 0, seq, predictions)
-  ours_step = train_step.make_train_step(model, tx, mesh, shardings)
+  ours_step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
 
   # The reference, built from the same config with random weights (no download).
   hf_model = FlaxBertForPreTraining(
@@ -121,7 +112,7 @@ def main(argv):
   hf_state = (hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32))
   hf_step = jax.jit(functools.partial(_hf_step, module=hf_model.module, tx=tx), donate_argnums=0)
 
-  flops = analytic_flops(model_cfg, batch, seq, predictions)
+  flops = flops_lib.train_flops_per_step(model_cfg, batch, seq, predictions)
   compiled = {}
   for name, step, state in (("bert_jax", ours_step, ours_state), ("transformers", hf_step, hf_state)):
     start = time.perf_counter()

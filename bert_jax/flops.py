@@ -1,0 +1,44 @@
+"""Model FLOPs of a train step, and the peak FLOP/s of accelerators, for model FLOPs utilisation (MFU).
+
+MFU = (model FLOPs per step x steps per second) / (peak FLOP/s per device x devices). Model FLOPs count the
+useful work only (rematerialisation, padding and the optimizer are not counted), as in the PaLM paper.
+"""
+
+from bert_jax.model_config import BertConfig
+
+# Peak dense bfloat16 TFLOP/s per device (one chip; for GPUs, the SXM part), from the vendors' spec sheets.
+# Matched against `jax.Device.device_kind`, first match wins (longer names first).
+PEAK_TFLOPS = (
+  ("TPU v6 lite", 918.0),  # v6e (Trillium)
+  ("TPU v5 lite", 197.0),  # v5e
+  ("TPU v5p", 459.0),
+  ("TPU v5", 459.0),  # v5p reports "TPU v5"
+  ("TPU v4", 275.0),
+  ("H100 PCIe", 756.0),
+  ("H100", 989.0),  # SXM
+  ("H200", 989.0),
+  ("A100", 312.0),
+)
+
+
+def train_flops_per_step(config: BertConfig, batch: int, seq: int, predictions: int) -> float:
+  """Training FLOPs of one step (3x forward: forward, and backward at twice the forward) of the useful work:
+  encoder, pooler, and the MLM and NSP heads at the masked positions only. Embedding lookups, norms and softmaxes
+  are not counted."""
+  hidden, inter = config.hidden_size, config.intermediate_size
+  tokens = batch * seq
+  per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
+  heads = 2 * batch * predictions * (hidden * hidden + hidden * config.vocab_size) + 2 * batch * (hidden * hidden)
+  return 3.0 * (config.num_layers * per_layer + heads)
+
+
+def peak_flops_per_device(device_kind: str, configured_tflops: float = 0.0) -> float | None:
+  """Peak FLOP/s of one device: `configured_tflops` if set, else the table's entry for `device_kind`, else None."""
+  if configured_tflops < 0:
+    raise ValueError(f"peak_tflops_per_device={configured_tflops} must be positive (0: look up the device kind).")
+  if configured_tflops:
+    return configured_tflops * 1e12
+  for kind, tflops in PEAK_TFLOPS:
+    if kind.lower() in device_kind.lower():
+      return tflops * 1e12
+  return None
