@@ -68,6 +68,14 @@ def read_only_manager(workdir: str) -> ocp.CheckpointManager:
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=ocp.CheckpointManagerOptions(read_only=True))
 
 
+def has_checkpoint(workdir: str) -> bool:
+  """Whether `workdir` holds at least one complete checkpoint step (reads only)."""
+  if not checkpoint_dir(workdir).exists():
+    return False
+  with read_only_manager(workdir) as manager:
+    return manager.latest_step() is not None
+
+
 def read_config(manager: ocp.CheckpointManager, step: int) -> dict:
   """The config checkpoint `step` was written with, as a plain dict."""
   return manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]

@@ -1,19 +1,22 @@
 """Entry point, run on every host: `python -m bert_jax.main --config=configs/tiny.py --workdir=DIR`.
 
-`--mode=prepare` prepares a corpus (once, on one machine); the default mode pretrains.
+`--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the train step for the
+configured mesh and reports memory, FLOPs and shardings (see dry_run.py); the default mode pretrains.
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error.
 """
 
 import logging as std_logging
+import math
+import os
 import sys
 
 import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import train
+from bert_jax import distributed, dry_run, train
 from bert_jax.data import prepare
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
@@ -21,9 +24,11 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoa
 _MODE = flags.DEFINE_enum(
   "mode",
   "pretrain",
-  ["pretrain", "prepare"],
+  ["pretrain", "prepare", "dry_run"],
   "pretrain: train (resuming from the workdir). prepare: train the SentencePiece vocabulary if tokenizer.path is "
-  "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir.",
+  "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir. dry_run: compile the train "
+  "step on abstract inputs and report per-device memory, FLOPs and parameter shardings (on CPU, a mesh with no -1 "
+  "gets that many fake devices).",
 )
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -46,10 +51,24 @@ def _quiet_library_info(record) -> bool:
   return record.levelno > std_logging.INFO or "/orbax/" not in record.pathname
 
 
+def _fake_cpu_devices_for_dry_run(config) -> None:
+  """A dry run on CPU gets as many (fake) devices as the mesh names, unless XLA_FLAGS already sets a count."""
+  sizes = list(config.mesh.to_dict().values())
+  if -1 not in sizes and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    jax.config.update("jax_num_cpu_devices", math.prod(sizes))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.get_absl_logger().addFilter(_quiet_library_info)
+  config = _CONFIG.value
+  if _MODE.value == "dry_run":
+    _fake_cpu_devices_for_dry_run(config)
+  elif _MODE.value == "pretrain":  # Preparation runs on one machine: it joins no job.
+    distributed.initialize(config.distributed)  # Before anything touches a device.
+  if jax.process_index() != 0:  # Progress and evaluation lines come from process 0; others log warnings.
+    logging.set_verbosity(logging.WARNING)
   logging.info(
     "JAX %s, process %d of %d, %d local / %d global devices (%s).",
     jax.__version__,
@@ -60,9 +79,11 @@ def main(argv):
     jax.devices()[0].platform,
   )
   if _MODE.value == "prepare":
-    prepare.prepare_for_run(_CONFIG.value, _WORKDIR.value)
+    prepare.prepare_for_run(config, _WORKDIR.value)
+  elif _MODE.value == "dry_run":
+    dry_run.compile_train_step(config)
   else:
-    train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+    train.train_and_evaluate(config, _WORKDIR.value)
 
 
 if __name__ == "__main__":

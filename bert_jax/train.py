@@ -185,7 +185,7 @@ def _restore(manager, where: str, config, model_cfg: BertConfig, tx, mesh, abstr
   )
   state, data_position = checkpoint.restore(manager, step, saved_abstract, saved_shardings)
   convert = functools.partial(param_layout.convert, scanned=model_cfg.scan_layers)
-  return jax.jit(convert, out_shardings=shardings, donate_argnums=0)(state), data_position
+  return jax.jit(convert, out_shardings=shardings)(state), data_position
 
 
 def _init_or_restore(config, model_cfg, tx, mesh, manager, identity):
@@ -210,8 +210,6 @@ def _init_or_restore(config, model_cfg, tx, mesh, manager, identity):
   if restored is None and config.init_from:
     with checkpoint.read_only_manager(config.init_from) as source_manager:
       restored, resumed = restore(source_manager, f"init_from={config.init_from}"), False
-    if restored is None:
-      raise FileNotFoundError(f"init_from={config.init_from} has no checkpoint under {config.init_from}/checkpoints.")
   if restored is None:
     logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
     state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
@@ -240,6 +238,10 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   model = BertForPretraining(model_cfg)
   tx = make_optimizer(config)
 
+  if config.init_from and not checkpoint.has_checkpoint(config.init_from):
+    raise FileNotFoundError(
+      f"init_from={config.init_from!r} holds no checkpoint (expected <init_from>/checkpoints/<step>)."
+    )
   data = Data(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()

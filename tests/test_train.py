@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint, train, train_step
+from bert_jax import checkpoint, param_layout, progress, train, train_step
 
 
 class Crash(Exception):
@@ -83,11 +83,68 @@ def test_a_partial_checkpoint_is_never_read(small_config, tmp_path):
     (dict(data=dict(max_predictions_per_seq=33)), r"max_predictions_per_seq=33 must be in \[1, data.max_seq_len"),
     (dict(warmup_steps=7), r"warmup_steps=7 must be within \[0, num_train_steps=6\]"),
     (dict(data=dict(max_seq_length=4, max_predictions_per_seq=2)), r"max_seq_length=4 cannot fit a pair"),
+    (dict(num_microbatches=3), r"num_microbatches=3 must be at least 1 and divide batch_size=8"),
+    (dict(num_microbatches=2), r"size 8 \(mesh data x fsdp\) x 2 microbatch"),
+    (dict(schedule_end_step=4), r"schedule_end_step=4 is before num_train_steps=6"),
+    (dict(optimizer="sgd"), r"optimizer='sgd' is not supported"),
+    (dict(model=dict(remat="some")), r"model.remat='some' is not supported"),
+    (dict(init_from="/nonexistent/run"), r"init_from='/nonexistent/run' holds no checkpoint"),
   ],
 )
 def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, override, message):
   small_config.update(override)
   workdir = tmp_path / "run"
-  with pytest.raises(ValueError, match=message):
+  with pytest.raises((ValueError, FileNotFoundError), match=message):
     train.train_and_evaluate(small_config, str(workdir))
   assert not workdir.exists()
+
+
+def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
+  small_config.update(num_train_steps=3)
+  unrolled = train.train_and_evaluate(small_config, str(tmp_path))
+  expected = jax.device_get(param_layout.convert((unrolled.params, unrolled.opt_state), scanned=True))
+
+  small_config.model.update(scan_layers=True, remat="full")
+  restored = train.train_and_evaluate(small_config, str(tmp_path))  # Step 3 of 3: restores, trains nothing.
+  assert param_layout.is_scanned(restored.params) and int(restored.step) == 3
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get((restored.params, restored.opt_state)), expected)
+
+  small_config.num_train_steps = 4  # Trains on in the scanned layout; the next restore converts back.
+  train.train_and_evaluate(small_config, str(tmp_path))
+  small_config.model.update(scan_layers=False, remat="none")
+  assert int(train.train_and_evaluate(small_config, str(tmp_path)).step) == 4
+
+
+def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_path):
+  phase_1, phase_2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
+  small_config.update(num_train_steps=4, schedule_end_step=6, warmup_steps=1)
+  small_config.data.update(max_seq_length=32, max_predictions_per_seq=5)
+  end_of_phase_1 = train.train_and_evaluate(small_config, phase_1)
+
+  small_config.update(num_train_steps=6, init_from=phase_1)
+  small_config.data.update(max_seq_length=40, max_predictions_per_seq=6)
+  state = train.train_and_evaluate(small_config, phase_2)
+  assert int(state.step) == 6
+  assert int(state.opt_state[1][0].count) == 6  # Adam's step count (and so the schedule) went on from 4.
+  assert sorted(os.listdir(os.path.join(phase_2, "checkpoints"))) == ["6"]
+  assert sorted(os.listdir(os.path.join(phase_1, "checkpoints"))) == ["3", "4"]  # Phase 1 is never written to.
+  saved = checkpoint.restore_config(phase_2)
+  assert saved["data"]["max_seq_length"] == 40 and saved["init_from"] == phase_1
+
+  # Started from phase 1's final state: phase 2 stopped at step 4 is phase 1's end, bit for bit.
+  small_config.num_train_steps = 4
+  start = train.train_and_evaluate(small_config, str(tmp_path / "phase2_at_4"))
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(start.params), jax.device_get(end_of_phase_1.params))
+
+  small_config.model.update(hidden_size=64, num_heads=4)
+  with pytest.raises(ValueError, match=r"model.hidden_size: 32 vs 64"):
+    train.train_and_evaluate(small_config, str(tmp_path / "mismatched"))
+
+
+def test_progress_reports_model_flops_utilisation():
+  ticker = progress.Progress(total_steps=10, tokens_per_step=1000, first_step=0, flops_per_step=1e12, peak_flops=4e12)
+  ticker._last_time -= 2.0  # Two seconds for the two steps since the first: 1e12 FLOP/s of a 4e12 peak.
+  speed = ticker.report(2, dict(loss=1.0, mlm_loss=1.0, mlm_accuracy=0.5, nsp_accuracy=0.5))
+  np.testing.assert_allclose(speed["mfu"], 0.25, rtol=0.01)
+  np.testing.assert_allclose(speed["tokens_per_sec"], 1000, rtol=0.01)
+  assert "mfu" not in progress.Progress(10, 1000, 0).report(2, dict(mlm_loss=1, mlm_accuracy=0, nsp_accuracy=0))
