@@ -93,13 +93,21 @@ class Data:
       else dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
     )
 
-  def source(self, start_example: int, evaluation: bool = False, state_dir: str | None = None):
+  def source(
+    self,
+    start_example: int,
+    evaluation: bool = False,
+    state_dir: str | None = None,
+    host: tuple[int, int] | None = None,
+  ):
+    """This host's batches from `start_example` on; `host` = (index, count) stands in for another host's."""
+    process_index, process_count = host or (jax.process_index(), jax.process_count())
     return sources.make_source(
       self._config,
       seed=self._config.seed + int(evaluation),
       start_example=start_example,
-      process_index=jax.process_index(),
-      process_count=jax.process_count(),
+      process_index=process_index,
+      process_count=process_count,
       vocab_size=self._model.vocab_size,
       tokenizer=self.tokenizer,
       state_dir=state_dir,
@@ -128,6 +136,11 @@ def evaluate(eval_step, params, config, model: BertConfig, mesh, data: Data) -> 
     metrics = eval_step(params, _device_batch(source, config, model, mesh))
     totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
   return progress.summarize(jax.device_get(totals), config.eval_steps)
+
+
+def train_dropout_key(seed: int) -> jax.Array:
+  """The key every step's dropout derives from (with the step number): a function of the seed only."""
+  return jax.random.fold_in(jax.random.key(seed), 1)
 
 
 class StopRequest:
@@ -257,7 +270,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
       model, tx, mesh, shardings, rules, config.data.next_sentence_prediction, config.num_microbatches
     )
     eval_fn = train_step.make_eval_step(model, mesh, shardings.params, rules)
-    dropout_key = jax.random.fold_in(jax.random.key(config.seed), 1)
+    dropout_key = train_dropout_key(config.seed)
     schedule = make_schedule(config)
     seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
     tokens_per_step = config.batch_size * seq

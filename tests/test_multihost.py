@@ -1,0 +1,184 @@
+"""Two hosts, for real: two `python -m bert_jax.main` processes with 4 CPU devices each, joined by
+`jax.distributed.initialize` on localhost, against one process with 8 devices on the same data."""
+
+import glob
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_jax import checkpoint, sharding, train, train_step
+from bert_jax.data import prepare
+from bert_jax.model import BertForPretraining
+from bert_jax.optim import make_optimizer
+from configs import tiny
+from tests.test_main import ROOT
+
+STEPS, HOSTS, WORDS_PER_SHARD = 2, 2, 22
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, data_config):
+  """A 4-shard corpus with a 94-piece WordPiece vocabulary; shard s uses only words s*22 .. s*22+21."""
+  root = tmp_path_factory.mktemp("multihost_corpus")
+  words = [f"w{i}" for i in range(4 * WORDS_PER_SHARD)]
+  (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+  rng = np.random.default_rng(0)
+  for shard in range(4):
+    own = words[shard * WORDS_PER_SHARD : (shard + 1) * WORDS_PER_SHARD]
+    documents = [
+      "\n".join(" ".join(rng.choice(own, rng.integers(4, 12))) + " ." for _ in range(rng.integers(5, 20)))
+      for _ in range(20)
+    ]
+    (root / f"part-{shard}.txt").write_text("\n\n".join(documents) + "\n")
+  tokenizer = dict(kind="wordpiece", path=str(root / "vocab.txt"))
+  prepare.prepare(data_config(input_pattern=str(root / "part-*.txt")), tokenizer, str(root / "prepared"), 1)
+  return root
+
+
+def _overrides(corpus) -> dict:
+  return {
+    "model.vocab_size": 101,
+    "model.hidden_size": 32,
+    "model.num_layers": 2,
+    "model.num_heads": 4,
+    "model.intermediate_size": 48,
+    "model.max_position_embeddings": 40,
+    "tokenizer.kind": "wordpiece",
+    "tokenizer.path": str(corpus / "vocab.txt"),
+    "data.embedded_corpus": "",
+    "data.prepared_dir": str(corpus / "prepared"),
+    "data.max_seq_length": 32,
+    "data.max_predictions_per_seq": 5,
+    "data.shuffle_buffer": 100,
+    "batch_size": 16,
+    "num_train_steps": STEPS,
+    "warmup_steps": 1,
+    "log_every_steps": 1,
+    "checkpoint_every_steps": STEPS,
+    "eval_steps": 0,
+  }
+
+
+def _config(corpus):
+  config = tiny.get_config()
+  config.update_from_flattened_dict(_overrides(corpus))
+  return config
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _run_two_hosts(corpus, workdir) -> list[subprocess.CompletedProcess]:
+  flags = [f"--config.{key}={value}" for key, value in _overrides(corpus).items()]
+  address = f"localhost:{_free_port()}"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  processes = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        "-m",
+        "bert_jax.main",
+        "--config=configs/tiny.py",
+        f"--workdir={workdir}",
+        *flags,
+        f"--config.distributed.coordinator_address={address}",
+        f"--config.distributed.num_processes={HOSTS}",
+        f"--config.distributed.process_id={index}",
+      ],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for index in range(HOSTS)
+  ]
+  results = []
+  for process in processes:
+    try:
+      stdout, stderr = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+      for p in processes:
+        p.kill()
+      raise
+    results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
+  return results
+
+
+def _logged_losses(workdir) -> list[float]:
+  files = glob.glob(os.path.join(workdir, "tensorboard", "train", "events.*"))
+  assert len(files) == 1, files  # Written by process 0 only.
+  losses = {}
+  for event in tf.compat.v1.train.summary_iterator(files[0]):
+    for value in event.summary.value:
+      if value.tag == "loss":
+        losses[event.step] = float(tf.make_ndarray(value.tensor))
+  return [losses[step] for step in sorted(losses)]
+
+
+def _first_segment_words(batch) -> np.ndarray:
+  """Word ids of segment A (always from the host's own document; B may be a random next sentence from any
+  shard), leaving out masked positions (10% of them hold random words)."""
+  keep = (batch["segment_ids"] == 0) & (batch["input_mask"] == 1) & (batch["input_ids"] >= 6)
+  rows = np.arange(len(keep))[:, None]
+  keep[rows, batch["masked_lm_positions"]] &= batch["masked_lm_weights"] == 0
+  return batch["input_ids"][keep]
+
+
+def test_two_hosts_equal_one_host_with_eight_devices_and_their_checkpoint_restores_in_one(prepared, tmp_path):
+  workdir = str(tmp_path / "two_hosts")
+  results = _run_two_hosts(prepared, workdir)
+  for index, result in enumerate(results):
+    assert result.returncode == 0, f"process {index}:\n{result.stderr[-4000:]}"
+  assert "process 0 of 2, 4 local / 8 global devices" in results[0].stderr
+  # Progress lines come from process 0 only; each process saved its own pipeline state.
+  assert "step 2/2" in results[0].stderr and "step 2/2" not in results[1].stderr
+  assert sorted(os.listdir(os.path.join(workdir, "pipeline_state", str(STEPS)))) == ["process_0", "process_1"]
+
+  # Each host reads its own half of the corpus: the tokens of its batches come from its own shards.
+  config = _config(prepared)
+  model_cfg = train.check_config(config)
+  data = train.Data(config, workdir, model_cfg)
+  sources = [data.source(0, host=(index, HOSTS)) for index in range(HOSTS)]
+  host_batches = [[next(source) for _ in range(STEPS)] for source in sources]
+  host_tokens = [
+    {int(t) for b in batches for t in np.unique(b["input_ids"])} - set(range(6)) for batches in host_batches
+  ]
+  assert host_tokens[0] and host_tokens[1]
+
+  # One process, 8 devices, the global batches the two hosts formed (host 0's rows, then host 1's).
+  mesh = sharding.make_mesh(config.mesh.to_dict())
+  model, tx = BertForPretraining(model_cfg), make_optimizer(config)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
+  state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
+  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
+  losses = []
+  for step_index in range(STEPS):
+    batch = {
+      name: np.concatenate([host_batches[h][step_index][name] for h in range(HOSTS)]) for name in host_batches[0][0]
+    }
+    state, metrics = step(state, sharding.global_batch(batch, mesh), train.train_dropout_key(config.seed))
+    losses.append(float(metrics["loss"]))
+  np.testing.assert_allclose(_logged_losses(workdir), losses, rtol=1e-5)
+
+  # The checkpoint the two processes wrote restores in this one process, on 8 devices, to the same parameters.
+  with checkpoint.read_only_manager(workdir) as manager:
+    restored, position = checkpoint.restore(manager, STEPS, abstract, shardings)
+  assert int(restored.step) == STEPS and position["tokenizer"] == data.identity
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+    jax.device_get(restored.params),
+    jax.device_get(state.params),
+  )
+  resumed = train.train_and_evaluate(config, workdir)  # The loop's own restore: nothing left to train.
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params), jax.device_get(restored.params))
