@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import sharding, train_step
+from bert_jax import param_layout, sharding, train_step
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model import BertForPretraining
 from bert_jax.optim import make_optimizer
@@ -18,6 +18,17 @@ MESHES = {
 }
 
 
+def _synthetic_batch(config) -> dict:
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=config.batch_size,
+    max_seq_length=config.data.max_seq_length,
+    max_predictions_per_seq=config.data.max_predictions_per_seq,
+    vocab_size=config.model.vocab_size,
+  )
+  return next(source)
+
+
 def _step(config, devices, mesh_shape):
   mesh = sharding.make_mesh(mesh_shape, devices)
   model = BertForPretraining(model_config(config))
@@ -25,15 +36,8 @@ def _step(config, devices, mesh_shape):
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
   state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
-  source = SyntheticSource(
-    seed=0,
-    global_batch_size=config.batch_size,
-    max_seq_length=seq,
-    max_predictions_per_seq=preds,
-    vocab_size=config.model.vocab_size,
-  )
   step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
-  state, metrics = step(state, sharding.global_batch(next(source), mesh), jax.random.key(3))
+  state, metrics = step(state, sharding.global_batch(_synthetic_batch(config), mesh), jax.random.key(3))
   return state, float(metrics["loss"])
 
 
@@ -74,3 +78,33 @@ def test_fsdp_splits_every_large_parameter_eight_ways(small_config):
       per_device = int(np.prod(leaf_sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
       assert per_device <= nbytes / 8 + 4096, (jax.tree_util.keystr(path), leaf.shape, leaf_sharding.spec)
   assert large >= 5  # Word embeddings and both feed-forward kernels of each layer.
+
+
+def test_scanned_rematerialised_layers_on_fsdp_and_tensor_axes_equal_one_device(parallel_config):
+  config = parallel_config
+  config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)  # Scan splits dropout keys.
+  reference, reference_loss = _step(config, jax.devices()[:1], dict(data=1))
+
+  # The same initial state (scanned init draws other random numbers), in the scanned layout on FSDP 4 x TP 2.
+  unrolled_model = BertForPretraining(model_config(config))
+  tx = make_optimizer(config)
+  _, one_device = train_step.state_shardings(
+    unrolled_model, tx, sharding.make_mesh(dict(data=1), jax.devices()[:1]), config.logical_axis_rules, 32, 5
+  )
+  initial = train_step.create_train_state(unrolled_model, tx, one_device, config.seed, 32, 5)
+  config.model.update(scan_layers=True, remat="save_dots")
+  mesh = sharding.make_mesh(MESHES["fsdp4_tp2"])
+  model = BertForPretraining(model_config(config))
+  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 32, 5)
+  state = jax.device_put(param_layout.convert(jax.device_get(initial), scanned=True), shardings)
+  kernel = state.params["bert"]["layers"]["intermediate"]["kernel"]  # [layers, embed, mlp]
+  assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
+
+  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
+  state, metrics = step(state, sharding.global_batch(_synthetic_batch(config), mesh), jax.random.key(3))
+  np.testing.assert_allclose(float(metrics["loss"]), reference_loss, rtol=1e-5)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+    param_layout.convert(jax.device_get(state.params), scanned=False),
+    jax.device_get(reference.params),
+  )
