@@ -1,7 +1,7 @@
 """Train-step throughput of bert_jax against Hugging Face's `FlaxBertForPreTraining`, in one process.
 
     pip install -e '.[test]'   # transformers is the reference, not a dependency of bert_jax
-    python -m bert_jax.benchmarks.train_step --preset=base --batch_size=8 --seq=128 --dtype=float32
+    python -m bert_jax.benchmarks.train_step --preset=base --batch_size=8 --seq=128 --dtypes=float32,bfloat16
 
 Both sides get the same config, the same random initialisation scheme, the same optimizer (bert_jax's AdamW
 with BERT's decay mask, warmup and clipping), the same synthetic batches and the same dropout key, and both
@@ -32,7 +32,8 @@ _PRESET = flags.DEFINE_string("preset", "base", "Model size preset (bert_jax.mod
 _BATCH = flags.DEFINE_integer("batch_size", 8, "Global batch size.")
 _SEQ = flags.DEFINE_integer("seq", 128, "Sequence length.")
 _PREDICTIONS = flags.DEFINE_integer("max_predictions", 20, "Masked positions per sequence.")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+_DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Compute dtypes, each run against the reference.")
+_PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s of the device for MFU (0: from flops.py).")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per round.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (the best round of each side counts).")
 
@@ -72,30 +73,18 @@ def _time_round(step, state, batches, dropout_key, steps):
   return state, time.perf_counter() - start, float(metrics["loss"])
 
 
-def main(argv):
-  del argv
+def _contestants(dtype: str, mesh, batches, dropout_key) -> dict:
+  """{name: (jitted step, initial state, model config)} of bert_jax and transformers at `dtype`."""
   from transformers import BertConfig as HFBertConfig
   from transformers import FlaxBertForPreTraining
 
   config = default.get_config()
-  config.unlock()
-  config.model.update(preset(_PRESET.value), dtype=_DTYPE.value)
+  config.model.update(preset(_PRESET.value), dtype=dtype)
   config.update(batch_size=_BATCH.value, num_train_steps=10_000, warmup_steps=100)
   model_cfg = BertConfig(**config.model.to_dict())
-  batch, seq, predictions = _BATCH.value, _SEQ.value, _PREDICTIONS.value
-  mesh = sharding.make_mesh(dict(data=-1), jax.devices()[:1])
+  seq, predictions = _SEQ.value, _PREDICTIONS.value
   tx = make_optimizer(config)
-  source = SyntheticSource(
-    seed=0,
-    global_batch_size=batch,
-    max_seq_length=seq,
-    max_predictions_per_seq=predictions,
-    vocab_size=model_cfg.vocab_size,
-  )
-  batches = [sharding.global_batch(next(source), mesh) for _ in range(2)]
-  dropout_key = jax.random.key(1)
 
-  # bert_jax.
   model = BertForPretraining(model_cfg)
   _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, predictions)
   ours_state = train_step.create_train_state(model, tx, shardings, 0, seq, predictions)
@@ -103,48 +92,71 @@ def main(argv):
 
   # The reference, built from the same config with random weights (no download).
   hf_model = FlaxBertForPreTraining(
-    HFBertConfig(**hf_config_dict(model_cfg)),
-    seed=0,
-    dtype=jnp.dtype(_DTYPE.value),
-    _do_init=True,
+    HFBertConfig(**hf_config_dict(model_cfg)), seed=0, dtype=jnp.dtype(dtype), _do_init=True
   )
   hf_params = jax.tree.map(jnp.asarray, hf_model.params)
   hf_state = (hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32))
   hf_step = jax.jit(functools.partial(_hf_step, module=hf_model.module, tx=tx), donate_argnums=0)
+  return {
+    f"bert_jax {dtype}": (ours_step, ours_state, model_cfg),
+    f"transformers {dtype}": (hf_step, hf_state, model_cfg),
+  }
 
+
+def main(argv):
+  del argv
+  batch, seq, predictions = _BATCH.value, _SEQ.value, _PREDICTIONS.value
+  mesh = sharding.make_mesh(dict(data=-1), jax.devices()[:1])
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=batch,
+    max_seq_length=seq,
+    max_predictions_per_seq=predictions,
+    vocab_size=default.get_config().model.vocab_size,
+  )
+  batches = [sharding.global_batch(next(source), mesh) for _ in range(2)]
+  dropout_key = jax.random.key(1)
+
+  contestants = {}
+  for dtype in _DTYPES.value:
+    contestants.update(_contestants(dtype, mesh, batches, dropout_key))
+  model_cfg = next(iter(contestants.values()))[2]
   flops = flops_lib.train_flops_per_step(model_cfg, batch, seq, predictions)
+  peak = flops_lib.peak_flops_per_device(jax.devices()[0].device_kind, _PEAK_TFLOPS.value)
+
   compiled = {}
-  for name, step, state in (("bert_jax", ours_step, ours_state), ("transformers", hf_step, hf_state)):
+  for name, (step, state, _) in contestants.items():
     start = time.perf_counter()
-    lowered = step.lower(state, batches[0], dropout_key)
-    cost = lowered.compile().cost_analysis()
+    cost = step.lower(state, batches[0], dropout_key).compile().cost_analysis()
     compiled[name] = dict(xla_flops=float(cost.get("flops", float("nan"))) if cost else float("nan"))
     state, _, _ = _time_round(step, state, batches, dropout_key, 1)  # Compile and warm up.
-    compiled[name]["compile_s"] = time.perf_counter() - start
-    compiled[name]["state"] = state
+    compiled[name].update(compile_s=time.perf_counter() - start, state=state)
 
-  best = {"bert_jax": float("inf"), "transformers": float("inf")}
-  for round_index in range(_ROUNDS.value):
-    for name, step in (("bert_jax", ours_step), ("transformers", hf_step)):
+  best = dict.fromkeys(contestants, float("inf"))
+  for round_index in range(_ROUNDS.value):  # Alternating rounds: machine noise hits every contestant alike.
+    for name, (step, _, _) in contestants.items():
       compiled[name]["state"], seconds, loss = _time_round(
         step, compiled[name]["state"], batches, dropout_key, _STEPS.value
       )
       best[name] = min(best[name], seconds / _STEPS.value)
-      print(f"round {round_index}: {name:12s} {seconds / _STEPS.value:.3f} s/step  loss {loss:.3f}", flush=True)
+      print(f"round {round_index}: {name:22s} {seconds / _STEPS.value:.3f} s/step  loss {loss:.3f}", flush=True)
 
   tokens = batch * seq
   print(
     f"\n{jax.devices()[0].device_kind} x1, {jax.__version__=}; {_PRESET.value}, batch {batch}, seq {seq}, "
-    f"{predictions} predictions, {_DTYPE.value}"
+    f"{predictions} predictions"
   )
   for name in best:
+    mfu = f"  MFU {100 * flops / best[name] / peak:5.1f}%" if peak else ""
     print(
-      f"{name:12s} {tokens / best[name]:10,.0f} tokens/s  {best[name]:.3f} s/step  "
-      f"model {flops / best[name] / 1e9:8.1f} GFLOP/s  XLA-counted {compiled[name]['xla_flops'] / 1e9:8.1f} "
+      f"{name:22s} {tokens / best[name]:10,.0f} tokens/s  {best[name]:.3f} s/step  "
+      f"model {flops / best[name] / 1e9:8.1f} GFLOP/s{mfu}  XLA-counted {compiled[name]['xla_flops'] / 1e9:8.1f} "
       f"GFLOP/step  compile+first step {compiled[name]['compile_s']:.1f} s"
     )
   print(f"analytic model FLOPs per step: {flops / 1e9:.1f} GFLOP")
-  print(f"speedup bert_jax / transformers: {best['transformers'] / best['bert_jax']:.3f}x")
+  for dtype in _DTYPES.value:
+    ratio = best[f"transformers {dtype}"] / best[f"bert_jax {dtype}"]
+    print(f"speedup bert_jax / transformers, {dtype}: {ratio:.3f}x")
 
 
 if __name__ == "__main__":
