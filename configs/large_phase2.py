@@ -1,0 +1,23 @@
+"""BERT-Large pretraining, phase 2 of 2: sequence 512 (80 predictions per sequence) from phase 1's checkpoint at
+step 900k to step 1M, on the same schedule (`configs/large.py`). Its own workdir; `init_from` names phase 1's:
+
+    python -m bert_jax.main --config=configs/large_phase2.py --workdir=gs://BUCKET/bert-large-phase2 \\
+        --config.init_from=gs://BUCKET/bert-large \\
+        --config.tokenizer.path=gs://BUCKET/vocab/uncased_vocab.txt --config.data.prepared_dir=gs://BUCKET/wiki_uncased
+
+The run starts from phase 1's newest checkpoint (parameters, optimizer state and step; the data stream starts
+afresh at the new length) and, once it has its own checkpoints, resumes from those. Phase 1's workdir is only read.
+"""
+
+from configs import large
+
+
+def get_config():
+  config = large.get_config()
+  config.num_train_steps = large.TOTAL_STEPS
+  config.data.max_seq_length = 512
+  config.data.max_predictions_per_seq = 80
+  # A placeholder that fails with a clear error until it names phase 1's workdir: phase 2 must not start from
+  # scratch by accident.
+  config.init_from = "gs://BUCKET/bert-large"
+  return config
