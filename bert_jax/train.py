@@ -144,12 +144,18 @@ def train_dropout_key(seed: int) -> jax.Array:
 
 
 class StopRequest:
-  """SIGTERM (how TPU VMs and schedulers announce preemption) asks the loop to checkpoint and stop cleanly."""
+  """SIGTERM (how TPU VMs and schedulers announce preemption) asks the loop to checkpoint and stop cleanly.
+
+  One process: a Python signal handler. Several: JAX's preemption service (started by
+  `jax.distributed.initialize`) catches SIGTERM on any host and agrees with the others on one step to stop at;
+  a Python handler here would take the signal from it.
+  """
 
   def __init__(self):
     self.requested = False
     self._previous = None
-    if threading.current_thread() is threading.main_thread():
+    self._multihost = jax.process_count() > 1
+    if not self._multihost and threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._handle)
 
   def _handle(self, signum, frame):
@@ -157,8 +163,9 @@ class StopRequest:
     self.requested = True
 
   def at(self, step: int) -> bool:
-    if jax.process_count() > 1:  # Every host must stop at the same step: JAX's preemption sync point.
-      return multihost_utils.reached_preemption_sync_point(step)
+    if self._multihost and multihost_utils.reached_preemption_sync_point(step):
+      logging.warning("Preemption notice: every host stops at step %d with a checkpoint.", step)
+      return True
     return self.requested
 
   def close(self) -> None:

@@ -3,9 +3,11 @@
 
 import glob
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -77,11 +79,11 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _run_two_hosts(corpus, workdir) -> list[subprocess.CompletedProcess]:
-  flags = [f"--config.{key}={value}" for key, value in _overrides(corpus).items()]
+def _start_two_hosts(corpus, workdir, **overrides) -> list[subprocess.Popen]:
+  flags = [f"--config.{key}={value}" for key, value in (_overrides(corpus) | overrides).items()]
   address = f"localhost:{_free_port()}"
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
-  processes = [
+  return [
     subprocess.Popen(
       [
         sys.executable,
@@ -102,16 +104,20 @@ def _run_two_hosts(corpus, workdir) -> list[subprocess.CompletedProcess]:
     )
     for index in range(HOSTS)
   ]
-  results = []
-  for process in processes:
-    try:
-      stdout, stderr = process.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-      for p in processes:
-        p.kill()
-      raise
-    results.append(subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr))
-  return results
+
+
+def _finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
+  stdout, stderr = process.communicate(timeout=180)
+  return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _run_two_hosts(corpus, workdir) -> list[subprocess.CompletedProcess]:
+  processes = _start_two_hosts(corpus, workdir)
+  try:
+    return [_finish(process) for process in processes]
+  finally:
+    for process in processes:
+      process.kill()
 
 
 def _logged_losses(workdir) -> list[float]:
@@ -182,3 +188,26 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_their_checkpoint_restor
   )
   resumed = train.train_and_evaluate(config, workdir)  # The loop's own restore: nothing left to train.
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params), jax.device_get(restored.params))
+
+
+def test_sigterm_on_every_host_stops_all_at_one_step_with_a_checkpoint(prepared, tmp_path):
+  """A TPU slice's preemption: every host gets SIGTERM; they agree on a step, checkpoint it and exit 0."""
+  workdir = str(tmp_path / "preempted")
+  processes = _start_two_hosts(prepared, workdir, **{"num_train_steps": 10_000, "checkpoint_every_steps": 10_000})
+  try:
+    deadline = time.monotonic() + 240
+    while not os.path.exists(os.path.join(workdir, "tensorboard", "train")) or not _logged_losses(workdir):
+      assert time.monotonic() < deadline and all(p.poll() is None for p in processes), "no training step logged"
+      time.sleep(0.5)
+    for process in processes:
+      process.send_signal(signal.SIGTERM)
+    results = [_finish(process) for process in processes]
+  finally:
+    for process in processes:
+      process.kill()
+  for index, result in enumerate(results):
+    assert result.returncode == 0, f"process {index}:\n{result.stderr[-4000:]}"
+  steps = os.listdir(os.path.join(workdir, "checkpoints"))
+  assert len(steps) == 1 and int(steps[0]) < 10_000, steps
+  assert sorted(os.listdir(os.path.join(workdir, "pipeline_state", steps[0]))) == ["process_0", "process_1"]
+  assert "Stopped at step" in results[0].stderr
