@@ -37,18 +37,10 @@ def _final_params(workdir, step: int) -> dict:
 
 
 def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(tmp_path):
-  whole = subprocess.run(_command(tmp_path / "whole"), cwd=ROOT, env=_env(), capture_output=True, text=True)
-  assert whole.returncode == 0, whole.stderr[-3000:]
-  log = whole.stderr
-  assert "step 40/40 | loss" in log and "tok/s" in log and "ETA" in log
-  assert "eval at step 40" in log
-  # Real text through the real pipeline: the model learns.
-  steps = [line.split("| ") for line in log.splitlines() if "| mlm_loss" in line]
-  mlm_loss = [float(fields[2].split()[1]) for fields in steps]
-  mlm_accuracy = [float(fields[3].split()[1]) for fields in steps]
-  assert mlm_loss[-1] < mlm_loss[0] - 0.5 and mlm_accuracy[-1] > mlm_accuracy[0], (mlm_loss, mlm_accuracy)
-  assert os.listdir(tmp_path / "whole" / "tensorboard" / "train")
-
+  # The uninterrupted run and the one to interrupt run side by side.
+  whole_process = subprocess.Popen(
+    _command(tmp_path / "whole"), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+  )
   interrupted = tmp_path / "interrupted"
   with subprocess.Popen(
     _command(interrupted), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
@@ -61,6 +53,17 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(tmp_path):
         break
     lines += process.stderr.readlines()
     assert process.wait(timeout=120) == 0, "".join(lines)[-3000:]
+  _, log = whole_process.communicate(timeout=300)
+  assert whole_process.returncode == 0, log[-3000:]
+  assert "step 40/40 | loss" in log and "tok/s" in log and "ETA" in log
+  assert "eval at step 40" in log
+  # Real text through the real pipeline: the model learns.
+  steps = [line.split("| ") for line in log.splitlines() if "| mlm_loss" in line]
+  mlm_loss = [float(fields[2].split()[1]) for fields in steps]
+  mlm_accuracy = [float(fields[3].split()[1]) for fields in steps]
+  assert mlm_loss[-1] < mlm_loss[0] - 0.5 and mlm_accuracy[-1] > mlm_accuracy[0], (mlm_loss, mlm_accuracy)
+  assert os.listdir(tmp_path / "whole" / "tensorboard" / "train")
+
   stopped = [line for line in lines if "Stopped at step" in line]
   assert stopped, "".join(lines)[-3000:]
   stopped_step = int(stopped[0].split("Stopped at step ")[1].split()[0])

@@ -191,7 +191,8 @@ def test_scanned_layers_equal_unrolled_and_layouts_convert_both_ways(small_model
   jax.tree.map(np.testing.assert_array_equal, param_layout.convert(unrolled, scanned=False), unrolled)
 
 
-@pytest.mark.parametrize("scan_layers, remat", [(False, "full"), (True, "save_dots")])
+# Scanned layers with save_dots on an FSDP x TP mesh: tests/test_parallelism.py.
+@pytest.mark.parametrize("scan_layers, remat", [(False, "full")])
 def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config, scan_layers, remat):
   inputs = _inputs(small_model_config)
   results = {}

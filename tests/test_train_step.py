@@ -128,9 +128,8 @@ def test_without_next_sentence_prediction_the_loss_is_the_mlm_loss(small_config)
 
 def test_gradient_accumulation_equals_the_full_batch(small_config):
   small_config.batch_size = 16
-  mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:2])
+  mesh, model, _, _, state = _setup(small_config, jax.devices()[:2])
   batch = sharding.global_batch(_batches(small_config, 1)[0], mesh)
-  key = jax.random.key(0)
 
   def grads(num_microbatches):
     fn = functools.partial(train_step.gradients, model=model, num_microbatches=num_microbatches)
@@ -144,11 +143,6 @@ def test_gradient_accumulation_equals_the_full_batch(small_config):
   scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(full_grads))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5 * scale, rtol=1e-4), accumulated, full_grads)
 
-  # In the train step: the same update, and a batch that does not split evenly is refused up front.
-  step = train_step.make_train_step(
-    model, make_optimizer(small_config), mesh, shardings, small_config.logical_axis_rules, num_microbatches=4
-  )
-  _, step_metrics = step(state, batch, key)
-  np.testing.assert_allclose(step_metrics["mlm_count"], full_metrics["mlm_count"])
+  # A batch that does not split evenly is refused before anything is compiled.
   with pytest.raises(ValueError, match="microbatch"):
     sharding.check_batch_size(16, mesh, num_microbatches=16)
