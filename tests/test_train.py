@@ -100,7 +100,7 @@ def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, ove
 
 
 def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
-  small_config.update(num_train_steps=3)
+  small_config.update(num_train_steps=3, eval_steps=0)
   unrolled = train.train_and_evaluate(small_config, str(tmp_path))
   expected = jax.device_get(param_layout.convert((unrolled.params, unrolled.opt_state), scanned=True))
 
@@ -115,7 +115,7 @@ def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
 
 def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_path):
   phase_1, phase_2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
-  small_config.update(num_train_steps=4, schedule_end_step=6, warmup_steps=1)
+  small_config.update(num_train_steps=4, schedule_end_step=6, warmup_steps=1, eval_steps=0)
   small_config.data.update(max_seq_length=32, max_predictions_per_seq=5)
   end_of_phase_1 = train.train_and_evaluate(small_config, phase_1)
 
