@@ -2,7 +2,10 @@
 weight decay except on LayerNorm and biases, linear warmup then linear decay, and global-norm clipping."""
 
 import jax
+import jax.numpy as jnp
 import optax
+
+from bert_jax import param_layout
 
 # Only matrices decay: Dense kernels and embedding tables. LayerNorm scales/biases and all biases do not,
 # as in the original BERT (`exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`).
@@ -21,15 +24,40 @@ def weight_decay_mask(params):
 OPTIMIZERS = ("adamw", "lamb")
 
 
+def _is_stacked_layers(path) -> bool:
+  return any(getattr(key, "key", None) == param_layout.SCANNED_KEY for key in path)
+
+
+def scale_by_layerwise_trust_ratio() -> optax.GradientTransformation:
+  """`optax.scale_by_trust_ratio` with one ratio per layer: leaves of scanned layers (`bert/layers/...`, stacked
+  on a leading layer axis) take their norms per slice of that axis, so both layer layouts get the same update."""
+
+  def update_fn(updates, state, params):
+    if params is None:
+      raise ValueError("The trust ratio needs the params: call update(grads, state, params).")
+
+    def scale(path, update, param):
+      axis = tuple(range(1, param.ndim)) if _is_stacked_layers(path) else None
+      param_norm = optax.safe_norm(param, 0.0, axis=axis, keepdims=True)
+      update_norm = optax.safe_norm(update, 0.0, axis=axis, keepdims=True)
+      zero = jnp.logical_or(param_norm == 0.0, update_norm == 0.0)
+      return update * jnp.where(zero, 1.0, param_norm / update_norm).astype(update.dtype)
+
+    return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
 def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float, mask) -> optax.GradientTransformation:
   """LAMB: Adam's direction plus decoupled weight decay, each parameter's update scaled by the trust ratio
   ||w|| / ||update||. As in the LAMB authors' BERT optimizer, the parameters without weight decay (LayerNorm,
   biases) are also excluded from the trust ratio (`exclude_from_layer_adaptation` defaults to the decay exclusions).
+  The ratio is per layer in either layer layout (`scale_by_layerwise_trust_ratio`).
   """
   return optax.chain(
     optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
     optax.add_decayed_weights(weight_decay, mask),
-    optax.masked(optax.scale_by_trust_ratio(), mask),
+    optax.masked(scale_by_layerwise_trust_ratio(), mask),
     optax.scale_by_learning_rate(learning_rate),
   )
 

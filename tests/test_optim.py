@@ -4,6 +4,7 @@ import numpy as np
 import optax
 import pytest
 
+from bert_jax import param_layout
 from bert_jax.optim import learning_rate_schedule, make_optimizer, weight_decay_mask
 from configs import default
 
@@ -76,6 +77,37 @@ def test_lamb_scales_each_decayed_update_by_its_trust_ratio():
         update *= np.linalg.norm(w) / np.linalg.norm(update)
       np.testing.assert_allclose(new["dense"][name], w - lr * update, rtol=1e-5, atol=1e-6)
     params = new
+
+
+def test_lamb_takes_one_trust_ratio_per_layer_in_either_layer_layout():
+  config = default.get_config()
+  config.unlock()
+  config.update(optimizer="lamb", learning_rate=0.1, warmup_steps=0, num_train_steps=10)
+  tx = make_optimizer(config)
+  rng = np.random.default_rng(0)
+
+  def layer(scale):  # Layers of different magnitudes: one ratio over the stack would differ from each layer's.
+    return {"dense": {"kernel": jnp.asarray(scale * rng.normal(size=(3, 4)), jnp.float32), "bias": jnp.ones(4)}}
+
+  unrolled = {"bert": {f"layer_{i}": layer(scale) for i, scale in enumerate((0.1, 1.0, 10.0))}}
+  unrolled["cls"] = {"kernel": jnp.asarray(rng.normal(size=(4, 2)), jnp.float32)}
+  grads = jax.tree.map(lambda p: jnp.asarray(rng.normal(size=p.shape), jnp.float32), unrolled)
+
+  def two_steps(params, grads):
+    state = tx.init(params)
+    for _ in range(2):
+      updates, state = tx.update(grads, state, params)
+      params = optax.apply_updates(params, updates)
+    return params
+
+  from_unrolled = two_steps(unrolled, grads)
+  from_scanned = two_steps(param_layout.convert(unrolled, scanned=True), param_layout.convert(grads, scanned=True))
+  assert "layers" in from_scanned["bert"]
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+    param_layout.convert(from_scanned, scanned=False),
+    from_unrolled,
+  )
 
 
 def test_unknown_optimizer_is_named():
