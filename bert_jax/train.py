@@ -1,6 +1,7 @@
 """The pretraining loop: checks, state creation or resumption, steps, logging, evaluation, checkpoints.
 
-Resume order: the newest complete checkpoint in the workdir, else a fresh initialisation from `config.seed`.
+Start order: the newest complete checkpoint in the workdir; else `config.init_from`'s newest (a previous phase:
+state only, the data stream starts afresh); else a fresh initialisation from `config.seed`.
 Everything that can be checked without compiling (config, mesh, batch divisibility) is checked first, before
 anything is compiled or written.
 """
@@ -186,18 +187,36 @@ def _check_compatible(saved: dict, config, where: str) -> None:
     raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
 
 
-def _restore(manager, where: str, config, model_cfg: BertConfig, tx, mesh, abstract, shardings):
+def _check_start_checkpoint(config, workdir: str) -> None:
+  """Before anything is written: the checkpoint this run will start from (the workdir's newest, else
+  `init_from`'s) exists where the config names it and fits the config. A workdir with checkpoints never reads
+  `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone."""
+  if checkpoint.has_checkpoint(workdir):
+    directory, where = workdir, "the workdir"
+  elif config.init_from:
+    if not checkpoint.has_checkpoint(config.init_from):
+      raise FileNotFoundError(
+        f"init_from={config.init_from!r} holds no checkpoint (expected <init_from>/checkpoints/<step>)."
+      )
+    directory, where = config.init_from, f"init_from={config.init_from}"
+  else:
+    return
+  _check_compatible(checkpoint.restore_config(directory), config, where)
+
+
+def _restore(manager, config, model_cfg: BertConfig, tx, mesh, abstract, shardings):
   """(state, data position) from `manager`'s newest step in `shardings`, converted to this model's layer layout
   (scanned or unrolled) if it was saved in the other one; None if there is no checkpoint."""
   step = manager.latest_step()
   if step is None:
     return None
-  saved = checkpoint.read_config(manager, step)
-  _check_compatible(saved, config, where)
+  saved = checkpoint.read_config(manager, step)  # Checked by _check_start_checkpoint before anything ran.
   saved_scanned = saved["model"].get("scan_layers", False)
   if saved_scanned == model_cfg.scan_layers:
     return checkpoint.restore(manager, step, abstract, shardings)
-  logging.info("Converting %s's %s layer layout to this model's.", where, "scanned" if saved_scanned else "unrolled")
+  logging.info(
+    "Converting step %d's %s layer layout to this model's.", step, "scanned" if saved_scanned else "unrolled"
+  )
   saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scanned))
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   saved_abstract, saved_shardings = train_step.state_shardings(
@@ -226,10 +245,10 @@ def _init_or_restore(config, model_cfg, tx, mesh, manager, identity):
   restore = functools.partial(
     _restore, config=config, model_cfg=model_cfg, tx=tx, mesh=mesh, abstract=abstract, shardings=shardings
   )
-  restored, resumed = restore(manager, "the workdir"), True
+  restored, resumed = restore(manager), True
   if restored is None and config.init_from:
     with checkpoint.read_only_manager(config.init_from) as source_manager:
-      restored, resumed = restore(source_manager, f"init_from={config.init_from}"), False
+      restored, resumed = restore(source_manager), False
   if restored is None:
     logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
     state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
@@ -258,10 +277,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   model = BertForPretraining(model_cfg)
   tx = make_optimizer(config)
 
-  if config.init_from and not checkpoint.has_checkpoint(config.init_from):
-    raise FileNotFoundError(
-      f"init_from={config.init_from!r} holds no checkpoint (expected <init_from>/checkpoints/<step>)."
-    )
+  _check_start_checkpoint(config, workdir)
   data = Data(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()

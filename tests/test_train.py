@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -134,9 +135,16 @@ def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_pa
   start = train.train_and_evaluate(small_config, str(tmp_path / "phase2_at_4"))
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(start.params), jax.device_get(end_of_phase_1.params))
 
+  # Once phase 2 has checkpoints of its own, it resumes from them even with phase 1's gone.
+  shutil.rmtree(phase_1)
+  small_config.num_train_steps = 6
+  assert int(train.train_and_evaluate(small_config, phase_2).step) == 6
+
+  small_config.update(init_from=phase_2)
   small_config.model.update(hidden_size=64, num_heads=4)
-  with pytest.raises(ValueError, match=r"model.hidden_size: 32 vs 64"):
+  with pytest.raises(ValueError, match=r"init_from=.*phase2 does not fit .*model.hidden_size: 32 vs 64"):
     train.train_and_evaluate(small_config, str(tmp_path / "mismatched"))
+  assert not (tmp_path / "mismatched").exists()  # Refused before anything was written.
 
 
 def test_progress_reports_model_flops_utilisation():
