@@ -8,9 +8,10 @@ leftover temporaries from a killed run are removed when the manager opens.
 
 import json
 
-import jax
 import orbax.checkpoint as ocp
 from etils import epath
+
+from bert_jax import sharding
 
 
 def checkpoint_dir(workdir: str) -> epath.Path:
@@ -59,10 +60,6 @@ def save(manager: ocp.CheckpointManager, step: int, state, data_position: dict, 
   )
 
 
-def _with_shardings(abstract, shardings):
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
-
-
 def read_only_manager(workdir: str) -> ocp.CheckpointManager:
   """A manager that reads another run's checkpoints (and never deletes or writes any)."""
   return ocp.CheckpointManager(checkpoint_dir(workdir), options=ocp.CheckpointManagerOptions(read_only=True))
@@ -86,7 +83,7 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings
   restored = manager.restore(
     step,
     args=ocp.args.Composite(
-      state=ocp.args.StandardRestore(_with_shardings(abstract_state, shardings)), data=ocp.args.JsonRestore()
+      state=ocp.args.StandardRestore(sharding.with_shardings(abstract_state, shardings)), data=ocp.args.JsonRestore()
     ),
   )
   return restored["state"], restored["data"]

@@ -25,10 +25,6 @@ from bert_jax.train import check_config
 _GIB = 1 << 30
 
 
-def _abstract(tree, shardings):
-  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), tree, shardings)
-
-
 def parameter_table(abstract_params, param_shardings) -> list[tuple[str, tuple, str, int]]:
   """(path, shape, partition spec, bytes per device) of every parameter."""
   rows = []
@@ -65,7 +61,7 @@ def compile_train_step(config, devices=None) -> dict:
     config.num_microbatches,
   )
   start = time.perf_counter()
-  lowered = step.lower(_abstract(abstract, shardings), batch, key)
+  lowered = step.lower(sharding.with_shardings(abstract, shardings), batch, key)
   compiled = lowered.compile()
   compile_seconds = time.perf_counter() - start
 

@@ -65,6 +65,11 @@ def logical_to_sharding(logical_specs, mesh: Mesh, rules: Sequence[tuple]):
   return nn.logical_to_mesh_sharding(logical_specs, mesh, [tuple(rule) for rule in rules])
 
 
+def with_shardings(abstract, shardings):
+  """`abstract` (a tree of arrays or ShapeDtypeStructs) as ShapeDtypeStructs placed in `shardings`."""
+  return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
 
