@@ -1,70 +1,68 @@
-"""Hugging Face BERT weights -> bert_jax params.
+"""Hugging Face BERT weights <-> bert_jax params, both ways.
 
-Reads the tensor names of `BertForPreTraining` (prefix `bert.` and the `cls.` heads) or of `BertModel` (no
-prefix, no heads), from a `model.safetensors` file or from a dict of numpy arrays (a PyTorch `state_dict`
-turned into numpy). Old Google-converted files name LayerNorm parameters `gamma`/`beta`; both spellings load.
+Reads and writes the tensor names of `BertForPreTraining` (prefix `bert.` and the `cls.` heads) and reads those
+of `BertModel` (no prefix, no heads), from and to `model.safetensors` (or, read only, a PyTorch
+`pytorch_model.bin` when torch is installed), or a dict of numpy arrays. Old Google-converted files name
+LayerNorm parameters `gamma`/`beta`; both spellings load. The MLM decoder is tied to the word embeddings, as in
+BERT: written files leave the tied tensors out, as `transformers`' own `save_pretrained` does.
 """
 
+import dataclasses
 from collections.abc import Mapping
 
 import flax.linen as nn
 import jax
 import numpy as np
+from etils import epath
 from flax import traverse_util
 
+from bert_jax import paths
 from bert_jax.model import BertForPretraining
-from bert_jax.model_config import BertConfig
+from bert_jax.model_config import BertConfig, to_bert_json
+
+SAFETENSORS = "model.safetensors"
+PYTORCH_BIN = "pytorch_model.bin"
 
 
 def hf_config_dict(config: BertConfig) -> dict:
-  """The Hugging Face `BertConfig` fields (as in its `config.json`) of the same architecture."""
-  return dict(
-    vocab_size=config.vocab_size,
-    hidden_size=config.hidden_size,
-    num_hidden_layers=config.num_layers,
-    num_attention_heads=config.num_heads,
-    intermediate_size=config.intermediate_size,
-    max_position_embeddings=config.max_position_embeddings,
-    type_vocab_size=config.type_vocab_size,
-    hidden_act="gelu",
-    hidden_dropout_prob=config.hidden_dropout_prob,
-    attention_probs_dropout_prob=config.attention_dropout_prob,
-    initializer_range=config.initializer_range,
-    layer_norm_eps=config.layer_norm_eps,
-  )
+  """The Hugging Face `config.json` of the same architecture (a `BertForPreTraining`)."""
+  return dict(to_bert_json(config), model_type="bert", architectures=["BertForPreTraining"])
 
 
-def _linear(weight):  # torch Linear stores [out, in]; a Flax kernel is [in, out].
-  return np.asarray(weight).T
+# How a bert_jax leaf relates to its Hugging Face tensor: (to bert_jax, to Hugging Face), given (heads, head_dim).
+_KINDS = {
+  "copy": (lambda t, h, d: t, lambda p, h, d: p),
+  # torch Linear stores [out, in]; a Flax kernel is [in, out].
+  "linear": (lambda t, h, d: t.T, lambda p, h, d: p.T),
+  "split_heads": (lambda t, h, d: t.T.reshape(t.shape[1], h, d), lambda p, h, d: p.reshape(p.shape[0], -1).T),
+  "merge_heads": (lambda t, h, d: t.T.reshape(h, d, t.shape[0]), lambda p, h, d: p.reshape(-1, p.shape[-1]).T),
+  "head_bias": (lambda t, h, d: t.reshape(h, d), lambda p, h, d: p.reshape(-1)),
+}
 
 
 def _layer_norm(hf: str, ours: tuple) -> list:
-  return [(f"{hf}.weight", ours + ("scale",), np.asarray), (f"{hf}.bias", ours + ("bias",), np.asarray)]
+  return [(f"{hf}.weight", ours + ("scale",), "copy"), (f"{hf}.bias", ours + ("bias",), "copy")]
 
 
-def _dense(hf: str, ours: tuple, kernel_fn=_linear, bias_fn=np.asarray) -> list:
-  return [(f"{hf}.weight", ours + ("kernel",), kernel_fn), (f"{hf}.bias", ours + ("bias",), bias_fn)]
+def _dense(hf: str, ours: tuple, kernel="linear", bias="copy") -> list:
+  return [(f"{hf}.weight", ours + ("kernel",), kernel), (f"{hf}.bias", ours + ("bias",), bias)]
 
 
-def _encoder_table(config: BertConfig, prefix: str) -> list:
-  """(HF tensor name, path in bert_jax params, numpy transform) for the encoder and pooler."""
-  heads, head_dim, hidden = config.num_heads, config.head_dim, config.hidden_size
-  split_heads = lambda w: _linear(w).reshape(hidden, heads, head_dim)  # noqa: E731
-  merge_heads = lambda w: _linear(w).reshape(heads, head_dim, hidden)  # noqa: E731
-  head_bias = lambda b: np.asarray(b).reshape(heads, head_dim)  # noqa: E731
+def _encoder_table(num_layers: int, prefix: str) -> list:
+  """(HF tensor name, path in bert_jax params, kind) for the encoder and pooler."""
   embed = ("bert", "embeddings")
   table = [
-    (f"{prefix}embeddings.word_embeddings.weight", embed + ("word_embeddings", "embedding"), np.asarray),
-    (f"{prefix}embeddings.position_embeddings.weight", embed + ("position_embeddings", "embedding"), np.asarray),
-    (f"{prefix}embeddings.token_type_embeddings.weight", embed + ("token_type_embeddings", "embedding"), np.asarray),
+    (f"{prefix}embeddings.word_embeddings.weight", embed + ("word_embeddings", "embedding"), "copy"),
+    (f"{prefix}embeddings.position_embeddings.weight", embed + ("position_embeddings", "embedding"), "copy"),
+    (f"{prefix}embeddings.token_type_embeddings.weight", embed + ("token_type_embeddings", "embedding"), "copy"),
     *_layer_norm(f"{prefix}embeddings.LayerNorm", embed + ("layer_norm",)),
     *_dense(f"{prefix}pooler.dense", ("bert", "pooler")),
   ]
-  for i in range(config.num_layers):
+  for i in range(num_layers):
     hf, ours = f"{prefix}encoder.layer.{i}", ("bert", f"layer_{i}")
     for name in ("query", "key", "value"):
-      table += _dense(f"{hf}.attention.self.{name}", ours + ("attention", name), split_heads, head_bias)
-    table += _dense(f"{hf}.attention.output.dense", ours + ("attention", "output"), merge_heads)
+      table += _dense(f"{hf}.attention.self.{name}", ours + ("attention", name), "split_heads", "head_bias")
+    table += _dense(f"{hf}.attention.output.dense", ours + ("attention", "output"), "merge_heads")
     table += _layer_norm(f"{hf}.attention.output.LayerNorm", ours + ("attention_layer_norm",))
     table += _dense(f"{hf}.intermediate.dense", ours + ("intermediate",))
     table += _dense(f"{hf}.output.dense", ours + ("output",))
@@ -72,30 +70,56 @@ def _encoder_table(config: BertConfig, prefix: str) -> list:
   return table
 
 
-_HEADS_TABLE = [
+HEADS_TABLE = [
   *_dense("cls.predictions.transform.dense", ("mlm_transform",)),
   *_layer_norm("cls.predictions.transform.LayerNorm", ("mlm_layer_norm",)),
-  ("cls.predictions.bias", ("mlm_output_bias",), np.asarray),
+  ("cls.predictions.bias", ("mlm_output_bias",), "copy"),
   *_dense("cls.seq_relationship", ("nsp",)),
 ]
-
-# Tensors that carry nothing bert_jax needs: buffers, and the decoder tied to the word embeddings.
-_IGNORED_SUFFIXES = ("embeddings.position_ids", "cls.predictions.decoder.bias")
+# The decoder is tied to the word embeddings (its bias to `cls.predictions.bias`): files may hold copies.
+TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+# Tensors that carry nothing bert_jax needs: buffers.
+_IGNORED_SUFFIXES = ("embeddings.position_ids",)
 
 
 def _canonical(name: str) -> str:
   return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
 
 
-def load_safetensors(path: str) -> dict[str, np.ndarray]:
-  """Every tensor of a `.safetensors` file as float32 numpy arrays."""
-  from safetensors.numpy import load_file  # Only needed for this format; `safetensors` ships with transformers.
+def load_safetensors(path) -> dict[str, np.ndarray]:
+  """Every tensor of a `.safetensors` file (local or gs://) as float32 numpy arrays."""
+  from safetensors import numpy as safetensors_numpy
 
-  return {name: np.asarray(tensor, np.float32) for name, tensor in load_file(path).items()}
+  if paths.is_local(path):
+    tensors = safetensors_numpy.load_file(str(path))  # Memory-mapped.
+  else:
+    tensors = safetensors_numpy.load(epath.Path(path).read_bytes())
+  return {name: np.asarray(tensor, np.float32) for name, tensor in tensors.items()}
+
+
+def load_pytorch_bin(path) -> dict[str, np.ndarray]:
+  """The state dict of a PyTorch `pytorch_model.bin` as float32 numpy arrays (needs torch)."""
+  try:
+    import torch
+  except ImportError:
+    raise ImportError(
+      f"{path} is a PyTorch file and torch is not installed: install torch, or use a model.safetensors."
+    ) from None
+  with epath.Path(path).open("rb") as f:
+    state_dict = torch.load(f, map_location="cpu", weights_only=True)
+  return {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+
+
+def save_safetensors(tensors: Mapping[str, np.ndarray], path) -> None:
+  """Writes `tensors` as a `.safetensors` file (local or gs://) that PyTorch `from_pretrained` reads."""
+  from safetensors import numpy as safetensors_numpy
+
+  contiguous = {name: np.ascontiguousarray(value, np.float32) for name, value in tensors.items()}
+  epath.Path(path).write_bytes(safetensors_numpy.save(contiguous, metadata={"format": "pt"}))
 
 
 def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dict:
-  """Converts HF BERT tensors to a bert_jax params tree (nested dicts of float32 numpy arrays).
+  """Converts HF BERT tensors to a bert_jax params tree (nested dicts of float32 numpy arrays, unrolled layers).
 
   The result always holds `bert` (encoder and pooler); it also holds the pretraining heads
   (`mlm_transform`, `mlm_layer_norm`, `mlm_output_bias`, `nsp`) when the file has them. Raises ValueError,
@@ -104,9 +128,8 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   """
   tensors = {_canonical(name): value for name, value in tensors.items()}
   prefix = "bert." if any(name.startswith("bert.") for name in tensors) else ""
-  encoder_table = _encoder_table(config, prefix)
   has_heads = any(name.startswith("cls.") for name in tensors)
-  table = encoder_table + (_HEADS_TABLE if has_heads else [])
+  table = _encoder_table(config.num_layers, prefix) + (HEADS_TABLE if has_heads else [])
 
   missing = [hf for hf, _, _ in table if hf not in tensors]
   if missing:
@@ -114,32 +137,26 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
       f"The Hugging Face weights lack {len(missing)} tensor(s) that a BERT with "
       f"num_layers={config.num_layers} needs: {missing[:8]}{' ...' if len(missing) > 8 else ''}"
     )
-  used = {hf for hf, _, _ in table}
-  unexpected = [
-    name
-    for name in tensors
-    if name not in used and not name.endswith(_IGNORED_SUFFIXES) and name != "cls.predictions.decoder.weight"
-  ]
+  used = {hf for hf, _, _ in table} | set(TIED)
+  unexpected = [name for name in tensors if name not in used and not name.endswith(_IGNORED_SUFFIXES)]
   if unexpected:
     raise ValueError(
       f"The Hugging Face weights hold tensors that this config has no place for (more layers "
       f"than num_layers={config.num_layers}, or another architecture?): {unexpected[:8]}"
     )
-
-  decoder = tensors.get("cls.predictions.decoder.weight")
-  word_embeddings = tensors[f"{prefix}embeddings.word_embeddings.weight"]
-  if decoder is not None and not np.array_equal(decoder, word_embeddings):
-    raise ValueError(
-      "cls.predictions.decoder.weight differs from the word embeddings; bert_jax ties the "
-      "MLM decoder to the word embeddings as BERT does, so an untied decoder cannot be loaded."
-    )
+  for tied, source in zip(TIED, (f"{prefix}embeddings.word_embeddings.weight", "cls.predictions.bias"), strict=True):
+    if tied in tensors and not np.array_equal(tensors[tied], tensors[source]):
+      raise ValueError(
+        f"{tied} differs from {source}; bert_jax ties the MLM decoder to the word embeddings as BERT does, so an "
+        "untied decoder cannot be loaded."
+      )
 
   expected = _expected_shapes(config)
   params: dict = {}
-  for hf, path, transform in table:
+  for hf, path, kind in table:
     shape = np.shape(tensors[hf])
     try:
-      value = np.asarray(transform(tensors[hf]), np.float32)
+      value = np.asarray(_KINDS[kind][0](np.asarray(tensors[hf]), config.num_heads, config.head_dim), np.float32)
     except ValueError:  # A reshape into heads that cannot fit.
       value = None
     if value is None or value.shape != expected["/".join(path)]:
@@ -157,12 +174,28 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   return params
 
 
+def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
+  """A bert_jax params tree (unrolled layers; heads optional) -> `BertForPreTraining` tensors as numpy, named and
+  laid out as `transformers` saves them (tied decoder tensors left out)."""
+  flat = traverse_util.flatten_dict(params)
+  has_heads = "nsp" in params
+  table = _encoder_table(config.num_layers, "bert.") + (HEADS_TABLE if has_heads else [])
+  tensors = {}
+  for hf, path, kind in table:
+    if path not in flat:
+      raise ValueError(f"The params lack {'/'.join(path)} (for {hf}); are the layers scanned? Convert them first.")
+    value = np.asarray(jax.device_get(flat[path]), np.float32)
+    tensors[hf] = np.ascontiguousarray(_KINDS[kind][1](value, config.num_heads, config.head_dim))
+  return tensors
+
+
 def _expected_shapes(config: BertConfig) -> dict[str, tuple]:
   """'/'-joined param path -> shape, from the model itself (abstractly: nothing is allocated)."""
 
   def init():
     ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
-    return BertForPretraining(config).init(jax.random.key(0), ids, ids, ids, ids)["params"]
+    unrolled = dataclasses.replace(config, scan_layers=False)
+    return BertForPretraining(unrolled).init(jax.random.key(0), ids, ids, ids, ids)["params"]
 
   flat = traverse_util.flatten_dict(nn.meta.unbox(jax.eval_shape(init)), sep="/")
   return {path: value.shape for path, value in flat.items()}

@@ -17,9 +17,9 @@ import numpy as np
 from absl import logging
 
 from bert_jax import flops, sharding, train_step
-from bert_jax.features import pretraining_shapes
 from bert_jax.model import BertForPretraining
 from bert_jax.optim import make_optimizer
+from bert_jax.pretraining_batch import pretraining_shapes
 from bert_jax.train import check_config
 
 _GIB = 1 << 30

@@ -1,7 +1,9 @@
 """Entry point, run on every host: `python -m bert_jax.main --config=configs/tiny.py --workdir=DIR`.
 
 `--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the train step for the
-configured mesh and reports memory, FLOPs and shardings (see dry_run.py); the default mode pretrains.
+configured mesh and reports memory, FLOPs and shardings (see dry_run.py); `--mode=export` writes the workdir's
+newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (export.py); `--mode=features` writes
+per-token vectors of text lines (extract_features.py); the default mode pretrains.
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error.
@@ -16,7 +18,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import distributed, dry_run, train
+from bert_jax import distributed, dry_run, export, extract_features, train
 from bert_jax.data import prepare
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
@@ -24,11 +26,13 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoa
 _MODE = flags.DEFINE_enum(
   "mode",
   "pretrain",
-  ["pretrain", "prepare", "dry_run"],
+  ["pretrain", "prepare", "dry_run", "export", "features"],
   "pretrain: train (resuming from the workdir). prepare: train the SentencePiece vocabulary if tokenizer.path is "
   "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir. dry_run: compile the train "
   "step on abstract inputs and report per-device memory, FLOPs and parameter shardings (on CPU, a mesh with no -1 "
-  "gets that many fake devices).",
+  "gets that many fake devices). export: write the workdir's newest checkpoint (or export.source) to export.dir "
+  "as export.format (bundle, huggingface, google). features: per-token vectors of features.input_pattern's lines "
+  "into features.output_dir (.npz).",
 )
 flags.mark_flags_as_required(["config", "workdir"])
 
@@ -65,7 +69,7 @@ def main(argv):
   config = _CONFIG.value
   if _MODE.value == "dry_run":
     _fake_cpu_devices_for_dry_run(config)
-  elif _MODE.value == "pretrain":  # Preparation runs on one machine: it joins no job.
+  elif _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
     distributed.initialize(config.distributed)  # Before anything touches a device.
   if jax.process_index() != 0:  # Progress and evaluation lines come from process 0; others log warnings.
     logging.set_verbosity(logging.WARNING)
@@ -82,6 +86,12 @@ def main(argv):
     prepare.prepare_for_run(config, _WORKDIR.value)
   elif _MODE.value == "dry_run":
     dry_run.compile_train_step(config)
+  elif _MODE.value == "export":
+    export.export(
+      config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
+    )
+  elif _MODE.value == "features":
+    extract_features.extract(config, _WORKDIR.value)
   else:
     train.train_and_evaluate(config, _WORKDIR.value)
 

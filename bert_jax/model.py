@@ -136,7 +136,9 @@ class SelfAttention(nn.Module):
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
     # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.
     scores = jnp.where(input_mask[:, None, None, :] > 0, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(config.compute_dtype)
+    probs = jax.nn.softmax(scores, axis=-1)
+    self.sow("intermediates", "attention_probs", probs)  # Kept only when `intermediates` is mutable.
+    probs = probs.astype(config.compute_dtype)
     probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
     context = _constrain(jnp.einsum("bhqk,bkhd->bqhd", probs, value), _HEADS)  # [batch, seq, heads, head_dim]
     return _dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
@@ -156,7 +158,9 @@ class TransformerLayer(nn.Module):
     hidden = gelu(_dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
     hidden = _constrain(hidden, ("act_batch", "act_length", "act_mlp"))
     out = _dense(config, config.hidden_size, ("mlp", "embed"), name="output")(hidden)
-    return _constrain(_layer_norm(config, "output_layer_norm")(x + dropout(out, deterministic=deterministic)), _HIDDEN)
+    x = _constrain(_layer_norm(config, "output_layer_norm")(x + dropout(out, deterministic=deterministic)), _HIDDEN)
+    self.sow("intermediates", "hidden_states", x)
+    return x
 
 
 class _ScannedLayer(TransformerLayer):
@@ -182,7 +186,7 @@ def _scanned_layers(config: BertConfig) -> nn.Module:
   """All layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each."""
   return nn.scan(
     _layer_class(config, _ScannedLayer),
-    variable_axes={"params": 0},
+    variable_axes={"params": 0, "intermediates": 0},
     split_rngs={"params": True, "dropout": True},
     in_axes=(nn.broadcast, nn.broadcast),
     length=config.num_layers,
@@ -191,7 +195,11 @@ def _scanned_layers(config: BertConfig) -> nn.Module:
 
 
 class BertModel(nn.Module):
-  """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden]."""
+  """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden].
+
+  With `mutable=["intermediates"]` it also collects every layer's hidden states and attention probabilities
+  (see `encoder_intermediates`); otherwise they cost nothing.
+  """
 
   config: BertConfig
 
@@ -209,6 +217,7 @@ class BertModel(nn.Module):
     self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True
   ) -> tuple[Array, Array]:
     x = self.embeddings(input_ids, segment_ids, deterministic)
+    self.sow("intermediates", "embedding_output", x)
     if self.config.scan_layers:
       x, _ = self.layers(x, input_mask, deterministic)
     else:
@@ -216,6 +225,20 @@ class BertModel(nn.Module):
         x = layer(x, input_mask, deterministic)
     pooled = jnp.tanh(self.pooler(x[:, 0]))
     return x, pooled
+
+
+def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, Array]:
+  """What `BertModel.apply(..., mutable=["intermediates"])` collected, in either layer layout, as
+  `hidden_states` [num_layers + 1, batch, seq, hidden] (the embeddings' output, then each layer's) and
+  `attention_probs` [num_layers, batch, heads, q, k] (float32). Nothing is collected unless asked for."""
+  if config.scan_layers:
+    layers = intermediates["layers"]
+    hidden = jnp.concatenate([intermediates["embedding_output"][0][None], layers["hidden_states"][0]])
+    return dict(hidden_states=hidden, attention_probs=layers["attention"]["attention_probs"][0])
+  layers = [intermediates[f"layer_{i}"] for i in range(config.num_layers)]
+  hidden = [intermediates["embedding_output"][0]] + [layer["hidden_states"][0] for layer in layers]
+  probs = [layer["attention"]["attention_probs"][0] for layer in layers]
+  return dict(hidden_states=jnp.stack(hidden), attention_probs=jnp.stack(probs))
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:
@@ -257,3 +280,15 @@ class BertForPretraining(nn.Module):
     return dict(
       mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence_output, pooled_output=pooled_output
     )
+
+
+def init_params(config: BertConfig, key: Array) -> dict:
+  """`BertForPretraining`'s parameters, boxed with their logical axis names. Parameter shapes never depend on the
+  batch: the model is initialised on one-token dummy inputs."""
+  ids = jnp.zeros((1, 1), jnp.int32)
+  return BertForPretraining(config).init(key, ids, ids, ids, ids)["params"]
+
+
+def abstract_params(config: BertConfig) -> dict:
+  """`init_params`' shapes, dtypes and logical axis names, with nothing allocated."""
+  return jax.eval_shape(lambda: init_params(config, jax.random.key(0)))

@@ -104,3 +104,42 @@ def preset(name: str) -> dict:
   if name not in PRESETS:
     raise ValueError(f"Unknown model preset {name!r}; expected one of {sorted(PRESETS)}.")
   return dict(PRESETS[name])
+
+
+# The original `bert_config.json` field names (google-research/bert), which Hugging Face's `config.json` extends.
+_BERT_JSON_NAMES = {
+  "vocab_size": "vocab_size",
+  "hidden_size": "hidden_size",
+  "num_layers": "num_hidden_layers",
+  "num_heads": "num_attention_heads",
+  "intermediate_size": "intermediate_size",
+  "max_position_embeddings": "max_position_embeddings",
+  "type_vocab_size": "type_vocab_size",
+  "hidden_dropout_prob": "hidden_dropout_prob",
+  "attention_dropout_prob": "attention_probs_dropout_prob",
+  "initializer_range": "initializer_range",
+}
+
+
+def to_bert_json(config: BertConfig) -> dict:
+  """The architecture in the original `bert_config.json` names (plus `layer_norm_eps`, which Hugging Face reads;
+  the original code fixes it at 1e-12)."""
+  fields = {original: getattr(config, ours) for ours, original in _BERT_JSON_NAMES.items()}
+  return dict(fields, hidden_act="gelu", layer_norm_eps=config.layer_norm_eps)
+
+
+def from_bert_json(fields: dict, where: str) -> BertConfig:
+  """A `bert_config.json` or Hugging Face `config.json` (as a dict) -> BertConfig; `where` names it in errors."""
+  missing = [name for name in _BERT_JSON_NAMES.values() if name not in fields]
+  if missing:
+    raise ValueError(f"{where} lacks {missing}; a BERT config names {sorted(_BERT_JSON_NAMES.values())}.")
+  if fields.get("hidden_act", "gelu") != "gelu":
+    raise ValueError(f"{where} has hidden_act={fields['hidden_act']!r}; bert_jax implements BERT's exact 'gelu'.")
+  if fields.get("model_type", "bert") != "bert":
+    raise ValueError(f"{where} has model_type={fields['model_type']!r}; bert_jax loads BERT ('bert') models.")
+  if fields.get("position_embedding_type", "absolute") != "absolute":
+    raise ValueError(
+      f"{where} has position_embedding_type={fields['position_embedding_type']!r}; BERT's is 'absolute'."
+    )
+  values = {ours: fields[original] for ours, original in _BERT_JSON_NAMES.items()}
+  return BertConfig(**values, layer_norm_eps=fields.get("layer_norm_eps", 1e-12))

@@ -3,22 +3,32 @@
 Only process 0 writes; other processes create no files.
 """
 
+import tempfile
 import time
 
 import jax
 from absl import logging
 
+from bert_jax import paths
+
 
 class MetricWriter:
-  """TensorBoard event files under `<workdir>/tensorboard/<name>` (process 0 only)."""
+  """TensorBoard event files under `<workdir>/tensorboard/<name>` (process 0 only).
+
+  A remote workdir (gs://) gets its event files through epath: they are written to a local directory and copied
+  after every write, so TensorBoard pointed at the workdir sees each point as it is logged.
+  """
 
   def __init__(self, workdir: str, name: str):
-    self._writer = None
+    self._writer, self._local = None, None
     if jax.process_index() == 0:
       import tensorflow as tf  # Deferred: importing TensorFlow costs seconds; only a running job needs it.
 
       self._tf = tf
-      self._writer = tf.summary.create_file_writer(f"{workdir}/tensorboard/{name}")
+      self._target = f"{workdir}/tensorboard/{name}"
+      if not paths.is_local(self._target):
+        self._local = tempfile.TemporaryDirectory()
+      self._writer = tf.summary.create_file_writer(self._local.name if self._local else self._target)
 
   def write(self, step: int, scalars: dict) -> None:
     if self._writer is None:
@@ -27,10 +37,15 @@ class MetricWriter:
       for name, value in scalars.items():
         self._tf.summary.scalar(name, value, step=step)
     self._writer.flush()
+    if self._local:
+      paths.copy_tree(self._local.name, self._target)
 
   def close(self) -> None:
     if self._writer is not None:
       self._writer.close()
+      if self._local:
+        paths.copy_tree(self._local.name, self._target)
+        self._local.cleanup()
 
 
 def summarize(metric_sums: dict, num_steps: int) -> dict:

@@ -6,6 +6,7 @@ Everything that can be checked without compiling (config, mesh, batch divisibili
 anything is compiled or written.
 """
 
+import copy
 import dataclasses
 import functools
 import signal
@@ -16,14 +17,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
+from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, flops, param_layout, progress, sharding, train_step
+from bert_jax import checkpoint, flops, param_layout, pretrained, progress, sharding, train_step
 from bert_jax.data import prepare, sources
-from bert_jax.features import check_pretraining_batch
 from bert_jax.model import BertForPretraining
 from bert_jax.model_config import SIZE_FIELDS, BertConfig
 from bert_jax.optim import make_optimizer, make_schedule, schedule_end_step
+from bert_jax.pretraining_batch import check_pretraining_batch
 from bert_jax.tokenizer import load_tokenizer
 
 
@@ -187,27 +189,39 @@ def _check_compatible(saved: dict, config, where: str) -> None:
     raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
 
 
-def _check_start_checkpoint(config, workdir: str) -> None:
+def _check_start_checkpoint(config, workdir: str, model_cfg: BertConfig) -> pretrained.Source | None:
   """Before anything is written: the checkpoint this run will start from (the workdir's newest, else
   `init_from`'s) exists where the config names it and fits the config. A workdir with checkpoints never reads
-  `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone."""
+  `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone. Returns `init_from`'s source
+  when the run will start from it."""
   if checkpoint.has_checkpoint(workdir):
-    directory, where = workdir, "the workdir"
-  elif config.init_from:
-    if not checkpoint.has_checkpoint(config.init_from):
-      raise FileNotFoundError(
-        f"init_from={config.init_from!r} holds no checkpoint (expected <init_from>/checkpoints/<step>)."
+    _check_compatible(checkpoint.restore_config(workdir), config, "the workdir")
+    return None
+  if not config.init_from:
+    return None
+  where = f"init_from={config.init_from}"
+  try:
+    source = pretrained.describe(config.init_from)
+  except (FileNotFoundError, ValueError) as error:
+    raise type(error)(f"{where}: {error}") from None
+  if source.format == "workdir":  # A previous phase: its optimizer state and step too.
+    _check_compatible(source.info, config, where)
+  else:  # Weights only: a fresh optimizer.
+    pretrained.check_fits(source, model_cfg, where)
+  if config.data.source != "synthetic":
+    if not config.tokenizer.path:
+      raise ValueError(
+        f"{where} was trained with the tokenizer {source.tokenizer_file}; set tokenizer.path to it (the run would "
+        "train a new one)."
       )
-    directory, where = config.init_from, f"init_from={config.init_from}"
-  else:
-    return
-  _check_compatible(checkpoint.restore_config(directory), config, where)
+    tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+    pretrained.check_tokenizer(source, tokenizer.identity(), where)
+  return source
 
 
-def _restore(manager, config, model_cfg: BertConfig, tx, mesh, abstract, shardings):
-  """(state, data position) from `manager`'s newest step in `shardings`, converted to this model's layer layout
-  (scanned or unrolled) if it was saved in the other one; None if there is no checkpoint."""
-  step = manager.latest_step()
+def _restore(manager, step: int | None, config, model_cfg: BertConfig, tx, mesh, abstract, shardings):
+  """(state, data position) from `manager`'s `step` in `shardings`, converted to this model's layer layout
+  (scanned or unrolled) if it was saved in the other one; None if `step` is None (no checkpoint)."""
   if step is None:
     return None
   saved = checkpoint.read_config(manager, step)  # Checked by _check_start_checkpoint before anything ran.
@@ -227,9 +241,10 @@ def _restore(manager, config, model_cfg: BertConfig, tx, mesh, abstract, shardin
   return jax.jit(convert, out_shardings=shardings)(state), data_position
 
 
-def _init_or_restore(config, model_cfg, tx, mesh, manager, identity):
+def _init_or_restore(config, model_cfg, tx, mesh, manager, identity, init_source: pretrained.Source | None):
   """(state, shardings, data position, resumed): the workdir's newest checkpoint; else `config.init_from`'s
-  (state only: the data stream starts afresh); else a fresh initialisation from the seed."""
+  (a workdir: its state; any other source: its weights and a fresh optimizer; the data stream starts afresh);
+  else a fresh initialisation from the seed."""
   model = BertForPretraining(model_cfg)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
@@ -245,25 +260,51 @@ def _init_or_restore(config, model_cfg, tx, mesh, manager, identity):
   restore = functools.partial(
     _restore, config=config, model_cfg=model_cfg, tx=tx, mesh=mesh, abstract=abstract, shardings=shardings
   )
-  restored, resumed = restore(manager), True
-  if restored is None and config.init_from:
-    with checkpoint.read_only_manager(config.init_from) as source_manager:
-      restored, resumed = restore(source_manager), False
+  restored, resumed = restore(manager, manager.latest_step()), True
+  if restored is None and init_source is not None and init_source.format == "workdir":
+    with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
+      restored, resumed = restore(source_manager, init_source.step), False
+  elif restored is None and init_source is not None:
+    loaded = pretrained.load(
+      config.init_from, scan_layers=model_cfg.scan_layers, mesh=mesh, rules=config.logical_axis_rules
+    )
+    state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds, loaded.params)
+    fresh = train_step.overwrite_params(abstract.params, loaded.params)[1]
+    logging.info(
+      "Initialised from the %s weights in %s (heads initialised from seed %d: %s); a fresh optimizer at step 0.",
+      init_source.format,
+      config.init_from,
+      config.seed,
+      fresh or "none",
+    )
+    return state, shardings, {"examples": 0}, False
   if restored is None:
     logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
     state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
     return state, shardings, {"examples": 0}, False
   state, data_position = restored
+  if not resumed:
+    logging.info("Initialised from %s at step %d; the data stream starts afresh.", config.init_from, int(state.step))
+    return state, shardings, {"examples": 0}, False
   if data_position.get("tokenizer") != identity:
     raise ValueError(
       f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
       "Use the same tokenizer, or a new workdir."
     )
-  if not resumed:
-    logging.info("Initialised from %s at step %d; the data stream starts afresh.", config.init_from, int(state.step))
-    return state, shardings, {"examples": 0}, False
   logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
   return state, shardings, data_position, True
+
+
+def _history(manager, step: int, init_source: pretrained.Source | None) -> dict:
+  """What the model has been trained on before this run's first step (examples and sequence positions, padding
+  included, over every phase), and its latest metrics: the resumed checkpoint's record, else a previous phase's."""
+  history = {}
+  if manager is not None:
+    history = checkpoint.read_history(manager, step)
+  elif init_source is not None and init_source.format == "workdir":
+    with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
+      history = checkpoint.read_history(source_manager, init_source.step)
+  return dict({"examples_seen": 0, "token_positions_seen": 0}, **history)
 
 
 def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
@@ -277,14 +318,16 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   model = BertForPretraining(model_cfg)
   tx = make_optimizer(config)
 
-  _check_start_checkpoint(config, workdir)
+  init_source = _check_start_checkpoint(config, workdir, model_cfg)
   data = Data(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
   try:
-    state, shardings, data_position, resumed = _init_or_restore(config, model_cfg, tx, mesh, manager, data.identity)
+    state, shardings, data_position, resumed = _init_or_restore(
+      config, model_cfg, tx, mesh, manager, data.identity, init_source
+    )
     first_step = int(state.step)
     state_dir = checkpoint.data_state_dir(workdir, first_step, jax.process_index()) if resumed else None
     source = data.source(data_position["examples"], state_dir=state_dir)
@@ -305,11 +348,15 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
     elif schedule_end_step(config) > last_step:
       logging.info("Stopping at step %d of a schedule that ends at %d.", last_step, schedule_end_step(config))
 
+    history = _history(manager if resumed else None, first_step, init_source)
+    tokenizer_item = checkpoint.tokenizer_item(data.tokenizer) if data.tokenizer else None
     ticker, sums, steps_in_sums = None, None, 0
     for step in range(int(state.step) + 1, last_step + 1):
       state, metrics = step_fn(state, _device_batch(source, config, model_cfg, mesh), dropout_key)
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
       steps_in_sums += 1
+      history["examples_seen"] += config.batch_size
+      history["token_positions_seen"] += tokens_per_step
       if ticker is None:  # Time from the end of the first (compiling) step.
         jax.block_until_ready(metrics)
         ticker = progress.Progress(
@@ -318,6 +365,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
       stopping = stop.at(step)
       if step % config.log_every_steps == 0 or step == last_step or stopping:
         summary = progress.summarize(jax.device_get(sums), steps_in_sums)
+        history["train"] = dict(summary, step=step)
         summary.update(ticker.report(step, summary), learning_rate=float(schedule(step - 1)))
         train_writer.write(step, summary)
         sums, steps_in_sums = None, 0
@@ -327,10 +375,12 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
         ticker.exclude(time.perf_counter() - eval_start)
         logging.info("eval at step %d: %s", step, {k: round(v, 4) for k, v in eval_summary.items()})
         eval_writer.write(step, eval_summary)
+        history["eval"] = dict(eval_summary, step=step)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
         save_start = time.perf_counter()
         source.save_state(checkpoint.data_state_dir(workdir, step, jax.process_index()))
-        checkpoint.save(manager, step, state, {"examples": source.position, "tokenizer": data.identity}, config)
+        position = {"examples": source.position, "tokenizer": data.identity}
+        checkpoint.save(manager, step, state, position, config, tokenizer_item, copy.deepcopy(history))  # Async.
         checkpoint.remove_stale_data_states(workdir, jax.process_index(), step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopping:

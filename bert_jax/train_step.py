@@ -16,8 +16,8 @@ from flax import struct
 from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
-from bert_jax.features import pretraining_shapes
 from bert_jax.model import BertForPretraining, activation_rules
+from bert_jax.pretraining_batch import pretraining_shapes
 
 
 @struct.dataclass
@@ -64,6 +64,22 @@ def state_shardings(
   return abstract, sharding.logical_to_sharding(specs, mesh, rules)
 
 
+def overwrite_params(fresh: dict, loaded: dict, prefix: str = "") -> tuple[dict, list[str]]:
+  """`fresh` with every subtree that `loaded` has replaced by `loaded`'s; also the paths left fresh."""
+  merged, left = {}, []
+  for key, value in fresh.items():
+    path = f"{prefix}{key}"
+    if key not in loaded:
+      merged[key] = value
+      left.append(path)
+    elif isinstance(value, dict):
+      merged[key], more = overwrite_params(value, loaded[key], path + "/")
+      left += more
+    else:
+      merged[key] = loaded[key]
+  return merged, left
+
+
 def create_train_state(
   model: BertForPretraining,
   tx: optax.GradientTransformation,
@@ -71,15 +87,20 @@ def create_train_state(
   seed: int,
   max_seq_length: int,
   max_predictions_per_seq: int,
+  params: dict | None = None,
 ) -> TrainState:
-  """Initialises the state directly into `shardings`: the full model never exists on one device."""
+  """Initialises the state directly into `shardings`: the full model never exists on one device. With `params`
+  (pretrained weights, possibly without some heads; see `overwrite_params`), those replace the fresh ones and
+  the optimizer starts on them."""
   inputs = _model_inputs(_dummy_inputs(max_seq_length, max_predictions_per_seq))
 
-  def init():
+  def init(loaded):
     params = nn.meta.unbox(model.init(jax.random.key(seed), *inputs)["params"])
+    if loaded is not None:
+      params = overwrite_params(params, loaded)[0]
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
-  return jax.jit(init, out_shardings=shardings)()
+  return jax.jit(init, out_shardings=shardings)(params)
 
 
 def loss_normalizers(batch: dict) -> tuple[jax.Array, jax.Array]:

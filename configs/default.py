@@ -121,6 +121,39 @@ def get_config() -> ml_collections.ConfigDict:
   # names phase 1's workdir here. The model sizes and optimizer must match; dtype, remat and layer layout may not.
   config.init_from = ""
 
+  # --mode=export: a pretrained model written out for others (bert_jax/export.py).
+  config.export = ml_collections.ConfigDict()
+  # What to export: empty for the workdir's newest checkpoint; else any source bert_jax.pretrained.load reads (a
+  # checkpoint step directory, a bundle, a Hugging Face or Google BERT directory), local or gs://.
+  config.export.source = ""
+  # The directory to write, local or gs://.
+  config.export.dir = ""
+  # "bundle" (bert_jax: params, bert_config.json, tokenizer file, manifest), "huggingface" or "google".
+  config.export.format = "bundle"
+  # Replace an existing export in export.dir (otherwise refused).
+  config.export.overwrite = False
+
+  # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/extract_features.py).
+  config.features = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.pretrained.load reads.
+  config.features.source = ""
+  # Text files by glob (local or gs://), one example per line.
+  config.features.input_pattern = ""
+  # Where the .npz shards and their manifest go, local or gs://.
+  config.features.output_dir = ""
+  # Hidden states written per token, counted as BERT's extract_features.py does: -1 the last layer, -2 the one
+  # before, ...; 0 the embeddings.
+  config.features.layers = (-1, -2, -3, -4)
+  # Tokens per window, [CLS] and [SEP] included; longer lines are covered by overlapping windows, and each
+  # token's vector comes from the window where it has the most context.
+  config.features.max_seq_length = 128
+  # Tokens between the starts of consecutive windows of one long line.
+  config.features.doc_stride = 64
+  # Windows per batch (over all devices of the mesh).
+  config.features.batch_size = 32
+  # Lines per output shard.
+  config.features.lines_per_shard = 10_000
+
   # Console progress line and TensorBoard scalars every this many steps.
   config.log_every_steps = 100
   # Evaluate every this many steps (and at the end) ...

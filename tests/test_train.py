@@ -50,24 +50,29 @@ def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
-def test_checkpoint_holds_state_data_position_and_config(small_config, tmp_path):
+def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_a_partial_one_is_never_read(
+  small_config, tmp_path
+):
   train.train_and_evaluate(small_config, str(tmp_path))
   step_dir = tmp_path / "checkpoints" / "6"
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "6"]
-  assert {"state", "data", "config"} <= set(os.listdir(step_dir))
+  assert {"params", "optimizer", "data", "history", "config"} <= set(os.listdir(step_dir))
+  assert "tokenizer" not in os.listdir(step_dir)  # Synthetic data: no tokenizer (test_main has one).
   saved_data = json.loads((step_dir / "data" / "metadata").read_text())
-  assert saved_data == {"examples": 6 * small_config.batch_size, "tokenizer": None}  # Synthetic: no tokenizer.
+  assert saved_data == {"examples": 6 * small_config.batch_size, "tokenizer": None}
+  history = json.loads((step_dir / "history" / "metadata").read_text())
+  assert history["examples_seen"] == 6 * small_config.batch_size
+  assert history["token_positions_seen"] == 6 * small_config.batch_size * small_config.data.max_seq_length
+  assert history["train"]["step"] == 6 and history["eval"]["step"] == 6 and history["eval"]["mlm_loss"] > 0
   saved = checkpoint.restore_config(str(tmp_path))
   assert saved["model"]["hidden_size"] == 32 and saved["num_train_steps"] == 6
   assert os.listdir(tmp_path / "tensorboard" / "train") and os.listdir(tmp_path / "tensorboard" / "eval")
 
-
-def test_a_partial_checkpoint_is_never_read(small_config, tmp_path):
-  train.train_and_evaluate(small_config, str(tmp_path))
-  # What a save killed half-way leaves behind: an uncommitted temporary directory of a later step.
+  # A partial checkpoint is never read: what a save killed half-way leaves behind, an uncommitted temporary
+  # directory of a later step.
   partial = tmp_path / "checkpoints" / "9.orbax-checkpoint-tmp"
-  (partial / "state").mkdir(parents=True)
-  (partial / "state" / "garbage").write_bytes(b"\0" * 10)
+  (partial / "params").mkdir(parents=True)
+  (partial / "params" / "garbage").write_bytes(b"\0" * 10)
   small_config.num_train_steps = 9
   state = train.train_and_evaluate(small_config, str(tmp_path))
   assert int(state.step) == 9
@@ -89,7 +94,7 @@ def test_a_partial_checkpoint_is_never_read(small_config, tmp_path):
     (dict(schedule_end_step=4), r"schedule_end_step=4 is before num_train_steps=6"),
     (dict(optimizer="sgd"), r"optimizer='sgd' is not supported"),
     (dict(model=dict(remat="some")), r"model.remat='some' is not supported"),
-    (dict(init_from="/nonexistent/run"), r"init_from='/nonexistent/run' holds no checkpoint"),
+    (dict(init_from="/nonexistent/run"), r"init_from=/nonexistent/run: /nonexistent/run does not exist"),
   ],
 )
 def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, override, message):

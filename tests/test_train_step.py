@@ -6,9 +6,9 @@ import pytest
 
 from bert_jax import sharding, train_step
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.features import check_pretraining_batch
 from bert_jax.model import BertForPretraining
 from bert_jax.optim import make_optimizer
+from bert_jax.pretraining_batch import check_pretraining_batch
 from bert_jax.train import model_config
 
 

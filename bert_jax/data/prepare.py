@@ -23,7 +23,9 @@ from collections.abc import Iterator
 import ml_collections
 import tensorflow as tf
 from absl import logging
+from etils import epath
 
+from bert_jax import paths
 from bert_jax.tokenizer import load_tokenizer
 
 MANIFEST = "manifest.json"
@@ -58,7 +60,7 @@ def _decode(line: bytes, stats: ShardStats) -> str:
 
 
 def _lines(path: str, stats: ShardStats) -> Iterator[str]:
-  with tf.io.gfile.GFile(path, "rb") as f:
+  with epath.Path(path).open("rb") as f:
     for line in f:
       yield _decode(line, stats).rstrip("\r\n")
 
@@ -121,12 +123,10 @@ def _init_worker(tokenizer_args: dict) -> None:
 def _write_shard(unit: dict) -> dict:
   """Tokenizes one work unit into its shard; returns its statistics. Skips a shard already written."""
   final, stats_path = unit["output"], unit["output"] + ".stats.json"
-  if tf.io.gfile.exists(final) and tf.io.gfile.exists(stats_path):
-    with tf.io.gfile.GFile(stats_path) as f:
-      return json.load(f) | {"skipped": True}
+  if epath.Path(final).exists() and epath.Path(stats_path).exists():
+    return json.loads(epath.Path(stats_path).read_text()) | {"skipped": True}
   stats = ShardStats()
-  temporary = final + ".tmp"
-  with tf.io.TFRecordWriter(temporary) as writer:
+  with paths.staged_file(final) as temporary, tf.io.TFRecordWriter(temporary) as writer:
     for document in _documents(unit, stats):
       sentences = [ids for ids in (_tokenizer.encode(s) for s in document) if ids]
       if not sentences:
@@ -136,11 +136,8 @@ def _write_shard(unit: dict) -> dict:
       stats.documents += 1
       stats.sentences += len(sentences)
       stats.tokens += sum(len(s) for s in sentences)
-  tf.io.gfile.rename(temporary, final, overwrite=True)
   result = dataclasses.asdict(stats) | {"file": os.path.basename(final)}
-  with tf.io.gfile.GFile(stats_path + ".tmp", "w") as f:
-    json.dump(result, f)
-  tf.io.gfile.rename(stats_path + ".tmp", stats_path, overwrite=True)
+  paths.write_text(stats_path, json.dumps(result))
   return result
 
 
@@ -163,10 +160,10 @@ def work_units(data_config, output_dir: str) -> list[dict]:
   else:
     if data_config.input_format not in INPUT_FORMATS:
       raise ValueError(f"data.input_format={data_config.input_format!r}; expected one of {INPUT_FORMATS}.")
-    paths = sorted(tf.io.gfile.glob(data_config.input_pattern)) if data_config.input_pattern else []
-    if not paths:
+    inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
+    if not inputs:
       raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
-    units = [dict(source="files", path=p, input_format=data_config.input_format) for p in paths]
+    units = [dict(source="files", path=p, input_format=data_config.input_format) for p in inputs]
   for index, unit in enumerate(units):
     unit["output"] = os.path.join(output_dir, f"documents-{index:05d}-of-{len(units):05d}.tfrecord")
   return units
@@ -176,7 +173,7 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   """Writes every shard (in parallel over processes) and then the manifest; returns the manifest."""
   tokenizer = load_tokenizer(**tokenizer_args)
   units = work_units(data_config, output_dir)
-  tf.io.gfile.makedirs(output_dir)
+  epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
   num_workers = min(num_workers or os.cpu_count() or 1, len(units))
   logging.info("Preparing %d shard(s) into %s with %d worker(s).", len(units), output_dir, num_workers)
   start, done, results = time.perf_counter(), 0, []
@@ -212,9 +209,7 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
     **totals,
     shards=[{k: r[k] for k in ("file", "documents", "sentences", "tokens")} for r in results],
   )
-  with tf.io.gfile.GFile(os.path.join(output_dir, MANIFEST + ".tmp"), "w") as f:
-    json.dump(manifest, f, indent=1)
-  tf.io.gfile.rename(os.path.join(output_dir, MANIFEST + ".tmp"), os.path.join(output_dir, MANIFEST), overwrite=True)
+  paths.write_text(os.path.join(output_dir, MANIFEST), json.dumps(manifest, indent=1))
   logging.info(
     "Prepared %d documents, %d sentences, %d tokens (%d empty documents dropped, %d bytes replaced).",
     totals["documents"],
@@ -229,12 +224,11 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
 def read_manifest(prepared_dir: str, tokenizer=None) -> dict:
   """The manifest of prepared data; refuses data prepared with another tokenizer than `tokenizer`."""
   path = os.path.join(prepared_dir, MANIFEST)
-  if not tf.io.gfile.exists(path):
+  if not epath.Path(path).exists():
     raise FileNotFoundError(
       f"No {MANIFEST} in {prepared_dir}: prepare the corpus first (python -m bert_jax.main --mode=prepare ...)."
     )
-  with tf.io.gfile.GFile(path) as f:
-    manifest = json.load(f)
+  manifest = json.loads(epath.Path(path).read_text())
   if tokenizer is not None and manifest["tokenizer"]["sha256"] != tokenizer.identity()["sha256"]:
     raise ValueError(
       f"{path} was prepared with tokenizer {manifest['tokenizer']}, but the config's tokenizer is "
@@ -279,22 +273,20 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
     if data.embedded_corpus != "python_docs":
       raise ValueError(f"data.embedded_corpus={data.embedded_corpus!r}; expected 'python_docs' or ''.")
     corpus = os.path.join(workdir, "corpus", "python_docs.txt")
-    if not tf.io.gfile.exists(corpus):
-      tf.io.gfile.makedirs(os.path.dirname(corpus))
-      with tf.io.gfile.GFile(corpus + ".tmp", "w") as f:
-        f.write(python_docs_text())
-      tf.io.gfile.rename(corpus + ".tmp", corpus, overwrite=True)
+    if not epath.Path(corpus).exists():
+      epath.Path(corpus).parent.mkdir(parents=True, exist_ok=True)
+      paths.write_text(corpus, python_docs_text())
     data = ml_collections.ConfigDict(data.to_dict())
     data.update(input_pattern=corpus, input_format="bert", tfds_name="")
-  if not tf.io.gfile.exists(tokenizer_path):
+  if not epath.Path(tokenizer_path).exists():
     if config.tokenizer.kind != "sentencepiece":
       raise FileNotFoundError(f"tokenizer.path={tokenizer_path!r} does not exist.")
     if data.tfds_name:
       raise ValueError("Training a SentencePiece vocabulary reads text files; give tokenizer.path for TFDS input.")
-    inputs = sorted(tf.io.gfile.glob(data.input_pattern)) if data.input_pattern else []
+    inputs = paths.glob(data.input_pattern) if data.input_pattern else []
     if not inputs:
       raise ValueError(f"data.input_pattern={data.input_pattern!r} matches no file to train a vocabulary on.")
-    tf.io.gfile.makedirs(os.path.dirname(tokenizer_path))
+    epath.Path(tokenizer_path).parent.mkdir(parents=True, exist_ok=True)
     logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", config.model.vocab_size, len(inputs))
     from bert_jax.tokenizer import train_sentencepiece
 
@@ -307,6 +299,6 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
     )
     assert trained == tokenizer_path, (trained, tokenizer_path)
   tokenizer_args = dict(kind=config.tokenizer.kind, path=tokenizer_path, lower_case=config.tokenizer.lower_case)
-  if not tf.io.gfile.exists(os.path.join(prepared_dir, MANIFEST)):
+  if not epath.Path(prepared_dir, MANIFEST).exists():
     prepare(data, tokenizer_args, prepared_dir)
   return tokenizer_path, prepared_dir

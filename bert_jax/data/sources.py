@@ -7,10 +7,13 @@ the real layout (`synthetic.py`), for benchmarks and smoke runs. Both yield this
 
 import hashlib
 import json
+import tempfile
 
 import tensorflow as tf
 from absl import logging
+from etils import epath
 
+from bert_jax import paths
 from bert_jax.data import pipeline
 from bert_jax.data.synthetic import SyntheticSource
 
@@ -43,7 +46,8 @@ class PipelineSource:
     self.position = 0
     self._marker = lambda position: dict(position=position, hosts=process_count, fingerprint=fingerprint)
     if start_example and state_dir and _saved_marker(state_dir) == self._marker(start_example):
-      tf.train.Checkpoint(iterator=self._iterator).read(f"{state_dir}/iterator").assert_consumed()
+      with paths.local_copy(state_dir) as local:
+        tf.train.Checkpoint(iterator=self._iterator).read(f"{local}/iterator").assert_consumed()
       self.position = start_example
       logging.info("Restored the input pipeline's state at example %d from %s.", start_example, state_dir)
     elif start_example:
@@ -56,11 +60,12 @@ class PipelineSource:
         next(self)
 
   def save_state(self, state_dir: str) -> None:
-    """Writes the iterator's state (this host's) to `state_dir`; the completion marker goes last."""
-    tf.io.gfile.makedirs(state_dir)
-    tf.train.Checkpoint(iterator=self._iterator).write(f"{state_dir}/iterator")
-    with tf.io.gfile.GFile(f"{state_dir}/{_COMPLETE}", "w") as f:
-      json.dump(self._marker(self.position), f)
+    """Writes the iterator's state (this host's) to `state_dir` (through a local directory when it is remote);
+    the completion marker goes last."""
+    with tempfile.TemporaryDirectory() as local:
+      tf.train.Checkpoint(iterator=self._iterator).write(f"{local}/iterator")
+      paths.copy_tree(local, state_dir)
+    (epath.Path(state_dir) / _COMPLETE).write_text(json.dumps(self._marker(self.position)))
 
   def __iter__(self):
     return self
@@ -77,11 +82,10 @@ class PipelineSource:
 def _saved_marker(state_dir: str) -> dict | None:
   """The completion marker of a saved state. The state applies only if it matches the run exactly: the same
   position, host count (each host's shards) and pipeline fingerprint (corpus, tokenizer, data settings)."""
-  marker = f"{state_dir}/{_COMPLETE}"
-  if not tf.io.gfile.exists(marker):
+  marker = epath.Path(state_dir) / _COMPLETE
+  if not marker.exists():
     return None
-  with tf.io.gfile.GFile(marker) as f:
-    return json.load(f)
+  return json.loads(marker.read_text())
 
 
 def _find_corrupt(files: list[str]) -> str:

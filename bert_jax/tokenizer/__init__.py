@@ -8,6 +8,7 @@ special tokens and which ids begin a word (for whole-word masking).
 import hashlib
 
 import numpy as np
+from etils import epath
 
 from bert_jax.tokenizer import wordpiece
 
@@ -18,10 +19,8 @@ SENTENCEPIECE_SPECIAL_IDS = {token: index for index, token in enumerate(SPECIAL_
 
 
 def file_sha256(path: str) -> str:
-  import tensorflow as tf  # Deferred: gfile reads local and gs:// paths alike.
-
   digest = hashlib.sha256()
-  with tf.io.gfile.GFile(path, "rb") as f:
+  with epath.Path(path).open("rb") as f:
     while chunk := f.read(1 << 20):
       digest.update(chunk)
   return digest.hexdigest()
@@ -86,10 +85,8 @@ class SentencePieceTokenizer(Tokenizer):
 
   def __init__(self, model_path: str):
     import sentencepiece as spm
-    import tensorflow as tf
 
-    with tf.io.gfile.GFile(model_path, "rb") as f:
-      self._processor = spm.SentencePieceProcessor(model_proto=f.read())
+    self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
     pieces = [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())]
     word_start = np.array([piece.startswith("\u2581") for piece in pieces])
     word_start[[pieces.index(t) for t in SPECIAL_TOKENS if t in pieces]] = True

@@ -107,8 +107,7 @@ def load_vocab(path_or_lines) -> dict[str, int]:
   """A BERT `vocab.txt` (one token per line, id = line number) -> token to id."""
   lines = path_or_lines
   if isinstance(path_or_lines, str):
-    import tensorflow as tf  # Deferred: only loading from a path (local or gs://) needs it.
+    from etils import epath  # Local and gs:// paths alike.
 
-    with tf.io.gfile.GFile(path_or_lines, "r") as f:
-      lines = f.read().splitlines()
+    lines = epath.Path(path_or_lines).read_text(encoding="utf-8").splitlines()
   return {token.rstrip("\n"): index for index, token in enumerate(lines) if token.strip()}

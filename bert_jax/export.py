@@ -1,0 +1,175 @@
+"""Exports (`--mode=export`): what a pretraining team publishes, in bert_jax's own format or the world's.
+
+`export(source, directory, format)` reads any source `bert_jax.pretrained.load` reads (by default the run's
+workdir) and writes one of:
+
+* `bundle`: complete on its own. `params/` (Orbax, parameters only, unrolled layers), `bert_config.json` (the
+  original BERT field names), the tokenizer file itself (`vocab.txt` or `tokenizer.model`), and
+  `manifest.json`: provenance (source, step, examples and tokens seen, final train/eval metrics), versions,
+  parameter count, and the SHA-256 of every file (`verify_bundle` checks them).
+* `huggingface`: `model.safetensors`, `config.json`, `vocab.txt` + `tokenizer_config.json` (or the SentencePiece
+  `tokenizer.model`), which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load.
+* `google`: `bert_model.ckpt.{index,data-00000-of-00001}` with the original TF1 variable names,
+  `bert_config.json` and `vocab.txt`, as google-research/bert publishes.
+
+Writes are atomic for readers. Locally, everything is written to a sibling staging directory that is renamed
+into place. On `gs://`, which has no directory rename, the file that makes the directory a model to every
+reader (`manifest.json`, `config.json`, `bert_config.json`) is written last and removed first when an export is
+replaced. An existing export is never replaced unless `overwrite` is set.
+"""
+
+import datetime
+import hashlib
+import importlib.metadata
+import json
+import uuid
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from absl import logging
+from etils import epath
+
+from bert_jax import checkpoint, convert_google, convert_hf, paths, pretrained
+from bert_jax.model_config import to_bert_json
+
+FORMATS = ("bundle", "huggingface", "google")
+# The file whose presence makes a directory a model of each format (written last).
+_COMMIT_FILE = {"bundle": pretrained.BUNDLE_MANIFEST, "huggingface": "config.json", "google": convert_google.CONFIG}
+_TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model"}
+
+
+def _sha256(path: epath.Path) -> str:
+  digest = hashlib.sha256()
+  with path.open("rb") as f:
+    while chunk := f.read(1 << 22):
+      digest.update(chunk)
+  return digest.hexdigest()
+
+
+def _file_hashes(directory: epath.Path) -> dict[str, str]:
+  """Relative path -> SHA-256 of every file under `directory`."""
+  return {str(path.relative_to(directory)): _sha256(path) for path in paths.files(directory)}
+
+
+def _versions() -> dict:
+  return {
+    package: importlib.metadata.version(package) for package in ("bert_jax", "jax", "flax", "orbax-checkpoint", "numpy")
+  }
+
+
+def _write_tokenizer(loaded: pretrained.Pretrained, directory: epath.Path) -> str:
+  """Copies the tokenizer file into `directory` under its conventional name; returns that name."""
+  filename = _TOKENIZER_FILENAME[loaded.tokenizer.kind]
+  epath.Path(loaded.tokenizer.path).copy(directory / filename)
+  return filename
+
+
+def _history(source: pretrained.Source) -> dict:
+  """What the source records of its training: a checkpoint's history item, a bundle's manifest."""
+  if source.format == "workdir":
+    with checkpoint.reader(epath.Path(source.path).parent) as manager:
+      return checkpoint.read_history(manager, source.step)
+  if source.format == "bundle":
+    return source.info.get("history", {})
+  return {}
+
+
+def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
+  params = jax.device_get(loaded.params)
+  with ocp.StandardCheckpointer() as checkpointer:
+    checkpointer.save(directory / "params", params)
+  (directory / convert_google.CONFIG).write_text(json.dumps(to_bert_json(loaded.config), indent=2))
+  filename = _write_tokenizer(loaded, directory)
+  source = loaded.source
+  manifest = {
+    "format": pretrained.BUNDLE_FORMAT,
+    "version": 1,
+    "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    "source": {"path": source.path, "format": source.format, "step": source.step},
+    "history": _history(source),
+    "parameters": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
+    "heads": sorted(name for name in params if name != "bert"),
+    "tokenizer": dict(loaded.tokenizer.identity(), filename=filename),
+    "versions": _versions(),
+    "files": _file_hashes(directory),
+  }
+  manifest["tokenizer"].pop("path")
+  (directory / pretrained.BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2))
+
+
+def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
+  tensors = convert_hf.hf_from_params(jax.device_get(loaded.params), loaded.config)
+  convert_hf.save_safetensors(tensors, directory / convert_hf.SAFETENSORS)
+  filename = _write_tokenizer(loaded, directory)
+  if filename == "vocab.txt":
+    tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": loaded.tokenizer.lower_case}
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+  config = convert_hf.hf_config_dict(loaded.config)
+  if "nsp" not in loaded.params:
+    config["architectures"] = ["BertModel"]
+  (directory / "config.json").write_text(json.dumps(dict(config, torch_dtype="float32"), indent=2))
+
+
+def _write_google(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
+  tensors = convert_hf.hf_from_params(jax.device_get(loaded.params), loaded.config)
+  convert_google.write_checkpoint(tensors, directory)
+  _write_tokenizer(loaded, directory)
+  (directory / convert_google.CONFIG).write_text(json.dumps(to_bert_json(loaded.config), indent=2))
+
+
+_WRITERS = {"bundle": _write_bundle, "huggingface": _write_huggingface, "google": _write_google}
+
+
+def export(source: str, directory: str, format: str = "bundle", overwrite: bool = False) -> str:
+  """Writes `source` (any `pretrained.load` source) to `directory` in `format`; returns the directory."""
+  if format not in FORMATS:
+    raise ValueError(f"export.format={format!r}; expected one of {FORMATS}.")
+  if not directory:
+    raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
+  target = epath.Path(directory)
+  if target.exists() and any(target.iterdir()) and not overwrite:
+    raise FileExistsError(f"{target} exists and is not empty; set export.overwrite=True to replace it.")
+  loaded = pretrained.load(source)  # Checks the source before anything is written.
+  if paths.is_local(target):  # Written beside the target, then renamed into place: all or nothing.
+    staging = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    try:
+      _WRITERS[format](loaded, staging)
+      if target.exists():
+        replaced = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
+        target.rename(replaced)
+        staging.rename(target)
+        replaced.rmtree()
+      else:
+        staging.rename(target)
+    finally:
+      if staging.exists():
+        staging.rmtree()
+  else:  # No rename on GCS: the commit file goes first when replacing and last when writing.
+    if target.exists():
+      commit = target / _COMMIT_FILE[format]
+      if commit.exists():
+        commit.unlink()
+      target.rmtree()
+    target.mkdir(parents=True, exist_ok=True)
+    _WRITERS[format](loaded, target)
+  logging.info("Exported %s (%s) to %s as %s.", source, loaded.source.format, target, format)
+  return str(target)
+
+
+def verify_bundle(directory: str) -> dict:
+  """Checks every file of a bundle against the SHA-256 in its manifest; returns the manifest. Raises ValueError
+  naming each file that differs, is missing, or is not in the manifest."""
+  directory = epath.Path(directory)
+  manifest = json.loads((directory / pretrained.BUNDLE_MANIFEST).read_text())
+  actual = _file_hashes(directory)
+  actual.pop(pretrained.BUNDLE_MANIFEST)
+  problems = [
+    f"{name}: changed" for name in manifest["files"] if name in actual and actual[name] != manifest["files"][name]
+  ]
+  problems += [f"{name}: missing" for name in manifest["files"] if name not in actual]
+  problems += [f"{name}: not in the manifest" for name in actual if name not in manifest["files"]]
+  if problems:
+    raise ValueError(f"Bundle {directory} does not match its manifest: {problems}.")
+  return manifest

@@ -1,0 +1,81 @@
+"""Local and `gs://` paths through one library, `etils.epath`, for every file operation but tf.data's reading.
+
+etils reaches `gs://` through `gcsfs` (bert_jax sets `EPATH_USE_TF=false` before etils first looks; see
+`bert_jax/__init__.py`), the same client in production and against the GCS emulator of the tests. Writers that
+only speak TensorFlow's file system (TensorBoard event files, tf.data iterator checkpoints, TF1 checkpoints)
+write to a local directory whose files are then copied with epath (`copy_tree`, `local_copy`).
+"""
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+
+from etils import epath
+
+
+def is_local(path) -> bool:
+  return epath.Path(path).as_uri().startswith("file://")
+
+
+def files(directory) -> list[epath.Path]:
+  """Every file under `directory`, sorted. (epath's `walk` loses the gs:// scheme; `rglob` refuses.)"""
+  found = []
+  for path in epath.Path(directory).iterdir():
+    found += files(path) if path.is_dir() else [path]
+  return sorted(found)
+
+
+def copy_tree(source, destination) -> None:
+  """Copies every file under `source` to the same relative path under `destination` (replacing)."""
+  source, destination = epath.Path(source), epath.Path(destination)
+  for path in files(source):
+    target = destination / path.relative_to(source)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path.copy(target, overwrite=True)
+
+
+@contextlib.contextmanager
+def local_copy(directory) -> Iterator[str]:
+  """`directory` itself if it is local; else a temporary local copy of its files."""
+  if is_local(directory):
+    yield str(directory)
+    return
+  with tempfile.TemporaryDirectory() as local:
+    copy_tree(directory, local)
+    yield local
+
+
+def glob(pattern: str) -> list[str]:
+  """Files matching `pattern` (wildcards in any path component), local or gs://, sorted."""
+  wildcard = min((pattern.find(c) for c in "*?[" if c in pattern), default=-1)
+  if wildcard < 0:
+    return [pattern] if epath.Path(pattern).is_file() else []
+  base = pattern.rfind("/", 0, wildcard)
+  return sorted(str(p) for p in epath.Path(pattern[:base]).glob(pattern[base + 1 :]) if p.is_file())
+
+
+@contextlib.contextmanager
+def staged_file(final) -> Iterator[str]:
+  """A local path to write `final`'s content to (with any writer, TensorFlow's included); when the block ends
+  without an error it becomes `final`, whole: by a rename locally, by one upload on GCS (whose objects appear
+  whole). A reader never sees a part of it."""
+  final = epath.Path(final)
+  if is_local(final):
+    temporary = final.parent / f"{final.name}.tmp"  # A retry after a crash overwrites it.
+    try:
+      yield str(temporary)
+      temporary.replace(final)
+    finally:
+      if temporary.exists():
+        temporary.unlink()
+    return
+  with tempfile.TemporaryDirectory() as local:
+    yield os.path.join(local, final.name)
+    epath.Path(local, final.name).copy(final, overwrite=True)
+
+
+def write_text(path, text: str) -> None:
+  """Writes `text` to `path` whole (see `staged_file`)."""
+  with staged_file(path) as local:
+    epath.Path(local).write_text(text)

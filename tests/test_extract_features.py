@@ -1,0 +1,97 @@
+"""Feature extraction: every layer's hidden states on request (free otherwise), and `--mode=features`' shards."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import extract_features, pretrained, train_step
+from bert_jax.model import BertForPretraining, BertModel, encoder_intermediates
+from bert_jax.optim import make_optimizer
+from bert_jax.pretraining_batch import pretraining_shapes
+from bert_jax.sharding import make_mesh
+
+
+def test_windows_cover_a_long_line_and_each_token_takes_the_window_where_it_has_most_context():
+  spans = extract_features.windows(10, 4, 2)
+  assert spans == [(0, 4), (2, 4), (4, 4), (6, 4)]
+  assert extract_features.windows(3, 4, 2) == [(0, 3)] and extract_features.windows(0, 4, 2) == [(0, 0)]
+  best = extract_features.best_window(spans, 10)
+  assert list(best) == [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]  # Token 3: no right context in window 0, 1 each side in 1.
+  for token, window in enumerate(best):
+    start, length = spans[window]
+    assert start <= token < start + length
+
+
+def _compiled_train_step(small_config, small_model_config):
+  mesh = make_mesh(dict(data=1, fsdp=1, tensor=1), jax.devices()[:1])
+  model, tx = BertForPretraining(small_model_config), make_optimizer(small_config)
+  abstract, shardings = train_step.state_shardings(model, tx, mesh, small_config.logical_axis_rules, 32, 5)
+  step = train_step.make_train_step(model, tx, mesh, shardings, small_config.logical_axis_rules)
+  batch = {name: jax.ShapeDtypeStruct(shape, dtype) for name, (shape, dtype) in pretraining_shapes(8, 32, 5).items()}
+  compiled = step.lower(abstract, batch, jax.random.key(0)).compile()
+  memory = compiled.memory_analysis()
+  return compiled.cost_analysis()["flops"], memory.temp_size_in_bytes, memory.output_size_in_bytes
+
+
+def test_collecting_hidden_states_costs_the_train_step_nothing(small_config, small_model_config, monkeypatch):
+  with_sow = _compiled_train_step(small_config, small_model_config)
+  monkeypatch.setattr(nn.Module, "sow", lambda self, *args, **kwargs: False)  # As if the model never collected.
+  assert _compiled_train_step(small_config, small_model_config) == with_sow
+
+
+def _encode_window(model_cfg, params, ids):
+  ids = jnp.asarray([ids], jnp.int32)
+  (_, pooled), state = BertModel(model_cfg).apply(
+    {"params": params}, ids, jnp.ones_like(ids), jnp.zeros_like(ids), mutable=["intermediates"]
+  )
+  return encoder_intermediates(state["intermediates"], model_cfg)["hidden_states"][:, 0], pooled[0]
+
+
+def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_windows(small_config, exports, tmp_path):
+  lines_a = ["w1 w2 w3 .", "", "w5 W6 w7"]
+  lines_b = [" ".join(f"w{i}" for i in range(40)) + " ."]  # 41 tokens: four windows of 14.
+  (tmp_path / "a.txt").write_text("\n".join(lines_a) + "\n")
+  (tmp_path / "b.txt").write_text("\n".join(lines_b) + "\n")
+  config = small_config
+  config.features.update(
+    source=exports["bundle"],
+    input_pattern=str(tmp_path / "*.txt"),
+    output_dir=str(tmp_path / "features"),
+    layers=(-1, -2, 0),
+    max_seq_length=16,
+    doc_stride=9,
+    batch_size=8,
+    lines_per_shard=3,
+  )
+  manifest = extract_features.extract(config, str(tmp_path / "unused"))
+  assert manifest["shards"] == ["features-00000.npz", "features-00001.npz"] and manifest["lines"] == 4
+  shards = [np.load(tmp_path / "features" / name) for name in manifest["shards"]]  # numpy alone reads them.
+  assert [list(shard["line_index"]) for shard in shards] == [[0, 1, 2], [3]]
+
+  loaded = pretrained.load(exports["bundle"])
+  params, model_cfg, tokenizer = loaded.params["bert"], loaded.config, loaded.tokenizer
+  layers = [2, 1, 0]  # -1, -2 and 0 of hidden states [embeddings, layer 1, layer 2].
+  for shard, lines in zip(shards, [lines_a, lines_b], strict=True):
+    assert list(shard["layers"]) == [-1, -2, 0]
+    for row, line in enumerate(lines):
+      start, end = shard["token_offsets"][row], shard["token_offsets"][row + 1]
+      tokens = tokenizer.encode(line)
+      np.testing.assert_array_equal(shard["token_ids"][start:end], tokens)
+      spans = extract_features.windows(len(tokens), 14, 9)
+      best = extract_features.best_window(spans, len(tokens))
+      for window, (window_start, length) in enumerate(spans):
+        hidden, pooled = _encode_window(
+          model_cfg, params, [tokenizer.cls_id, *tokens[window_start : window_start + length], tokenizer.sep_id]
+        )
+        if window == 0:
+          np.testing.assert_allclose(shard["pooled"][row], pooled, atol=1e-5)
+        for token in np.flatnonzero(best == window):
+          expected = hidden[layers, 1 + token - window_start]
+          np.testing.assert_allclose(shard["token_vectors"][start + token], expected, atol=1e-5)
+  assert len(spans) == 4 and shards[1]["token_vectors"].shape == (41, 3, 32)  # Nothing of the long line was cut.
+
+  config.features.layers = (-1, -4)
+  with pytest.raises(ValueError, match=r"features.layers has -4; this model has hidden states -3..2"):
+    extract_features.extract(config, str(tmp_path / "unused"))

@@ -1,0 +1,311 @@
+"""The hand-off: `pretrained.load` from every source, the export bundle, and the two outside formats both ways."""
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import types
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import torch
+import transformers
+
+from bert_jax import checkpoint, export, param_layout, pretrained, sharding, train, train_step
+from bert_jax.convert_hf import TIED, hf_config_dict, load_safetensors, params_from_hf
+from bert_jax.model import BertForPretraining, encoder_intermediates
+from tests.test_model import _inputs, _reference
+
+_equal = jax.tree.map
+
+
+def _assert_params_equal(actual, expected):
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  _equal(np.testing.assert_array_equal, jax.device_get(actual), expected)
+
+
+@pytest.fixture
+def workdir_copy(wordpiece_run, tmp_path):
+  workdir, _, _ = wordpiece_run
+  shutil.copytree(workdir, tmp_path / "run")
+  return tmp_path / "run"
+
+
+def test_load_reads_only_the_params_onto_any_mesh_in_either_layout(wordpiece_run, workdir_copy):
+  _, config, params = wordpiece_run
+  step_dir = workdir_copy / "checkpoints" / "2"
+  # The optimizer moments are never read: gone, or garbage, the load does not notice.
+  shutil.rmtree(step_dir / "optimizer")
+  (step_dir / "optimizer").mkdir()
+  (step_dir / "optimizer" / "_METADATA").write_bytes(b"\0garbage")
+
+  loaded = pretrained.load(str(workdir_copy))  # One device, unrolled.
+  assert loaded.source.format == "workdir" and loaded.source.step == 2
+  assert loaded.config.hidden_size == 32 and not loaded.config.scan_layers
+  assert set(loaded.params) == {"bert", "mlm_transform", "mlm_layer_norm", "mlm_output_bias", "nsp"}
+  _assert_params_equal(loaded.params, params)
+  assert (
+    loaded.tokenizer.vocab_size == 101
+    and loaded.config.vocab_size == 104
+    and loaded.tokenizer.encode("w3 w7 .") == [9, 13, 5]
+  )
+  # The tokenizer file travels inside the checkpoint step.
+  assert loaded.tokenizer.path == str(step_dir / "tokenizer" / "vocab.txt")
+
+  # Saved under FSDP 8; loaded on DP 4 x TP 2 of the 8 devices, from the step directory, bitwise.
+  mesh = sharding.make_mesh(dict(data=4, fsdp=1, tensor=2))
+  on_mesh = pretrained.load(str(step_dir), mesh=mesh, rules=config.logical_axis_rules)
+  query = on_mesh.params["bert"]["layer_0"]["attention"]["query"]["kernel"]
+  assert query.sharding.mesh.shape == mesh.shape and query.sharding.spec == jax.sharding.PartitionSpec(
+    "fsdp", "tensor", None
+  )
+  _assert_params_equal(on_mesh.params, params)
+
+  scanned = pretrained.load(str(workdir_copy), scan_layers=True, mesh=mesh, rules=config.logical_axis_rules)
+  assert scanned.config.scan_layers and param_layout.is_scanned(scanned.params)
+  _assert_params_equal(param_layout.convert(jax.device_get(scanned.params), scanned=False), params)
+
+
+def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, workdir_copy, tmp_path):
+  with pytest.raises(FileNotFoundError, match=r"/nowhere does not exist"):
+    pretrained.load(str(tmp_path / "nowhere"))
+  # A step Orbax has not committed (a save killed half-way) is never read.
+  partial = workdir_copy / "checkpoints" / "4.orbax-checkpoint-tmp-1234"
+  shutil.copytree(workdir_copy / "checkpoints" / "2", partial)
+  with pytest.raises(ValueError, match=r"4.orbax-checkpoint-tmp-1234 is an uncommitted checkpoint"):
+    pretrained.load(str(partial))
+  assert pretrained.load(str(workdir_copy)).source.step == 2  # Nor chosen as the newest.
+  (tmp_path / "other").mkdir()
+  (tmp_path / "other" / "notes.txt").write_text("hi")
+  with pytest.raises(ValueError, match=r"other is not a bert_jax workdir.*notes.txt"):
+    pretrained.load(str(tmp_path / "other"))
+  # A tokenizer file that is not the one the checkpoint recorded.
+  vocab = workdir_copy / "checkpoints" / "2" / "tokenizer" / "vocab.txt"
+  vocab.write_text(vocab.read_text().replace("w94", "w95"))
+  with pytest.raises(ValueError, match=r"vocab.txt has SHA-256 \w+, but .*/checkpoints/2 recorded \w+"):
+    pretrained.load(str(workdir_copy))
+
+
+def test_the_bundle_is_complete_on_its_own_verified_and_never_overwritten_unasked(
+  wordpiece_run, workdir_copy, tmp_path
+):
+  _, _, params = wordpiece_run
+  bundle = tmp_path / "bundle"
+  export.export(str(workdir_copy), str(bundle))
+  assert sorted(os.listdir(bundle)) == ["bert_config.json", "manifest.json", "params", "vocab.txt"]
+  assert not [name for name in os.listdir(tmp_path) if name.startswith(".bundle")]  # No staging left behind.
+  manifest = export.verify_bundle(str(bundle))
+  assert manifest["source"] == {"path": str(workdir_copy / "checkpoints" / "2"), "format": "workdir", "step": 2}
+  assert manifest["history"]["examples_seen"] == 16 and manifest["history"]["token_positions_seen"] == 16 * 32
+  assert manifest["history"]["eval"]["step"] == 2 and manifest["history"]["train"]["step"] == 2
+  assert manifest["parameters"] == sum(x.size for x in jax.tree.leaves(params))
+  assert manifest["tokenizer"]["kind"] == "wordpiece" and manifest["tokenizer"]["lower_case"] is True
+  assert {"bert_jax", "jax", "flax", "orbax-checkpoint"} <= set(manifest["versions"])
+  assert "vocab.txt" in manifest["files"] and any(name.startswith("params/") for name in manifest["files"])
+  assert json.loads((bundle / "bert_config.json").read_text())["num_hidden_layers"] == 2
+
+  shutil.rmtree(workdir_copy)  # The bundle needs nothing else.
+  loaded = pretrained.load(str(bundle))
+  assert loaded.source.format == "bundle" and loaded.tokenizer.encode("w3 w7 .") == [9, 13, 5]
+  _assert_params_equal(loaded.params, params)
+
+  with pytest.raises(FileExistsError, match=r"bundle exists and is not empty; set export.overwrite=True"):
+    export.export(str(bundle), str(bundle))
+  export.export(str(bundle), str(tmp_path / "again"))
+  export.export(str(tmp_path / "again"), str(bundle), overwrite=True)
+  _assert_params_equal(pretrained.load(str(bundle)).params, params)
+
+  data_file = next(p for p in sorted((bundle / "params").rglob("*")) if p.is_file() and p.stat().st_size > 1000)
+  content = bytearray(data_file.read_bytes())
+  content[len(content) // 2] ^= 1
+  data_file.write_bytes(bytes(content))
+  with pytest.raises(ValueError, match=rf"does not match its manifest.*{data_file.name}: changed"):
+    export.verify_bundle(str(bundle))
+  (bundle / "manifest.json").unlink()  # What a reader sees of a bundle still being written on GCS.
+  with pytest.raises(ValueError, match=r"bundle is an incomplete export bundle: it has no manifest.json"):
+    pretrained.load(str(bundle))
+
+
+def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece_run, tmp_path):
+  workdir, config, params = wordpiece_run
+  legacy = tmp_path / "legacy"
+  with checkpoint.read_only_manager(workdir) as manager:
+    position = checkpoint.read_data_position(manager, 2)
+    saved_config = checkpoint.read_config(manager, 2)
+  mesh = sharding.make_mesh(config.mesh.to_dict())
+  model = BertForPretraining(train.check_config(config))
+  tx = train.make_optimizer(config)
+  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 32, 5)
+  with checkpoint.read_only_manager(workdir) as manager:
+    state, _ = checkpoint.restore(manager, 2, abstract, shardings)
+  with ocp.CheckpointManager(legacy / "checkpoints") as manager:  # The layout before params had an item.
+    manager.save(
+      2,
+      args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(position), config=ocp.args.JsonSave(saved_config)
+      ),
+    )
+  loaded = pretrained.load(str(legacy))  # Its tokenizer from the recorded path, checked by hash.
+  _assert_params_equal(loaded.params, params)
+  resumed = train.train_and_evaluate(config, str(legacy))  # Step 2 of 2: restores, trains nothing.
+  assert int(resumed.step) == 2
+  _assert_params_equal(resumed.opt_state, jax.device_get(state.opt_state))
+
+
+def _reference_outputs(hf_model, inputs):
+  input_ids, input_mask, segment_ids, _ = inputs
+  with torch.no_grad():
+    return hf_model(
+      torch.tensor(input_ids, dtype=torch.long),
+      attention_mask=torch.tensor(input_mask),
+      token_type_ids=torch.tensor(segment_ids, dtype=torch.long),
+      output_hidden_states=True,
+      output_attentions=True,
+    )
+
+
+def test_the_hugging_face_export_loads_in_transformers_and_computes_what_bert_jax_does(
+  wordpiece_run, exports, tmp_path
+):
+  _, _, params = wordpiece_run
+  hf_dir = pathlib.Path(exports["huggingface"])
+  assert sorted(os.listdir(hf_dir)) == ["config.json", "model.safetensors", "tokenizer_config.json", "vocab.txt"]
+  reference, info = transformers.BertForPreTraining.from_pretrained(
+    hf_dir, output_loading_info=True, attn_implementation="eager"
+  )
+  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+  assert transformers.AutoModel.from_pretrained(hf_dir, output_loading_info=True)[1]["missing_keys"] == []
+  reference.save_pretrained(tmp_path / "resaved")  # What transformers itself writes: the same tensors.
+  ours, theirs = (load_safetensors(str(d / "model.safetensors")) for d in (hf_dir, tmp_path / "resaved"))
+  assert sorted(ours) == sorted(theirs)
+  _equal(np.testing.assert_array_equal, ours, theirs)
+  text = "w3 w17 . W5 w99"
+  assert transformers.AutoTokenizer.from_pretrained(hf_dir)(text)["input_ids"] == [
+    2,
+    *pretrained.load(str(hf_dir)).tokenizer.encode(text),
+    3,
+  ]
+
+  # Logits, every layer's hidden states and attention probabilities, in both layer layouts.
+  inputs = _inputs(types.SimpleNamespace(vocab_size=101), batch=3, seq=24, predictions=6)
+  expected = _reference_outputs(reference.eval(), inputs)
+  for scan_layers in (False, True):
+    loaded = pretrained.load(str(hf_dir), scan_layers=scan_layers)
+    outputs, state = BertForPretraining(loaded.config).apply(
+      {"params": loaded.params}, *inputs, mutable=["intermediates"]
+    )
+    collected = encoder_intermediates(state["intermediates"]["bert"], loaded.config)
+    mlm = np.take_along_axis(expected.prediction_logits.numpy(), inputs[3][:, :, None], axis=1)
+    np.testing.assert_allclose(outputs["mlm_logits"], mlm, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(outputs["nsp_logits"], expected.seq_relationship_logits.numpy(), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(collected["hidden_states"], np.stack(expected.hidden_states), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(collected["attention_probs"], np.stack(expected.attentions), atol=1e-5, rtol=0)
+  # bert_jax -> Hugging Face -> bert_jax: bitwise the same parameters.
+  _assert_params_equal(pretrained.load(str(hf_dir)).params, params)
+
+
+# The test's own TF1 writer, as google-research/bert's checkpoints were made: graph variables named by these rules
+# (applied in order to the Hugging Face names), saved by tf.compat.v1's Saver.
+_GOOGLE_RULES = [
+  (r"^cls\.predictions\.bias$", "cls.predictions.output_bias"),
+  (r"^cls\.seq_relationship\.weight$", "cls.seq_relationship.output_weights"),
+  (r"^cls\.seq_relationship\.bias$", "cls.seq_relationship.output_bias"),
+  (r"LayerNorm\.weight$", "LayerNorm.gamma"),
+  (r"LayerNorm\.bias$", "LayerNorm.beta"),
+  (r"_embeddings\.weight$", "_embeddings"),
+  (r"\.weight$", ".kernel"),
+  (r"\.layer\.(\d+)\.", r".layer_\1."),
+]
+
+
+def _write_google_bert(tensors: dict, config: dict, vocab: list[str], directory) -> None:
+  import tensorflow as tf
+
+  directory.mkdir()
+  graph = tf.Graph()
+  with graph.as_default():
+    variables = []
+    for name, value in tensors.items():
+      for pattern, replacement in _GOOGLE_RULES:
+        name = re.sub(pattern, replacement, name)
+      value = value.T if name.endswith(".kernel") else value
+      variables.append(tf.compat.v1.Variable(value, name=name.replace(".", "/")))
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(session, str(directory / "bert_model.ckpt"), write_meta_graph=False)
+  (directory / "bert_config.json").write_text(json.dumps(config))
+  (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+
+
+def _from_google(directory, seed: int) -> dict:
+  """What `transformers`' own TF1 loader reads from a Google BERT directory, into a model of other weights."""
+  config = transformers.BertConfig.from_json_file(str(directory / "bert_config.json"))
+  torch.manual_seed(seed)
+  model = transformers.load_tf_weights_in_bert(
+    transformers.BertForPreTraining(config), config, str(directory / "bert_model.ckpt")
+  )
+  return {name: value.numpy() for name, value in model.state_dict().items()}
+
+
+def test_google_bert_checkpoints_load_and_export_both_ways_as_transformers_reads_them(small_model_config, tmp_path):
+  reference = _reference(small_model_config)
+  everything = {name: value.numpy() for name, value in reference.state_dict().items()}
+  tensors = {name: value for name, value in everything.items() if name not in TIED and "position_ids" not in name}
+  bert_config = hf_config_dict(small_model_config)
+  del bert_config["model_type"], bert_config["architectures"], bert_config["layer_norm_eps"]
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(96)]]
+  google = tmp_path / "google"
+  _write_google_bert(tensors, bert_config, vocab, google)
+  _equal(np.testing.assert_array_equal, _from_google(google, seed=1), everything)  # The test's writer is right.
+
+  loaded = pretrained.load(str(google))
+  assert loaded.source.format == "google" and loaded.tokenizer.lower_case  # No upper case in the vocabulary.
+  _assert_params_equal(loaded.params, params_from_hf(tensors, small_model_config))
+
+  # Google TF1 -> bert_jax -> Hugging Face: bitwise the original tensors.
+  export.export(str(google), str(tmp_path / "hf"), "huggingface")
+  exported = load_safetensors(str(tmp_path / "hf" / "model.safetensors"))
+  assert sorted(exported) == sorted(tensors)
+  _equal(np.testing.assert_array_equal, exported, tensors)
+
+  # bert_jax -> Google TF1: what transformers' loader reads is the original model, and bert_jax reads it back.
+  export.export(str(google), str(tmp_path / "google_again"), "google")
+  assert {"bert_config.json", "vocab.txt", "bert_model.ckpt.index"} <= set(os.listdir(tmp_path / "google_again"))
+  _equal(np.testing.assert_array_equal, _from_google(tmp_path / "google_again", seed=2), everything)
+  _assert_params_equal(pretrained.load(str(tmp_path / "google_again")).params, loaded.params)
+
+
+def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_refuses_what_does_not_fit(
+  wordpiece_run, exports, tmp_path
+):
+  _, config, params = wordpiece_run
+  config = config.copy_and_resolve_references()
+  config.update(init_from=exports["google"], eval_steps=0)
+  config.model.update(hidden_size=64)
+  with pytest.raises(ValueError, match=r"init_from=.*google \(google at .*\) does not fit .*hidden_size: 32 vs 64"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  config.model.update(hidden_size=32)
+  config.tokenizer.path = str(tmp_path / "vocab.txt")
+  (tmp_path / "vocab.txt").write_text(pathlib.Path(exports["google"], "vocab.txt").read_text().replace("w94", "w95"))
+  with pytest.raises(ValueError, match=r"init_from=.*google \(.*\) was trained with tokenizer .*vocab.txt"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()  # Both refused before anything was written.
+
+  # Every source goes through `pretrained.load` (tested above for each); here the loop starts from one.
+  config.tokenizer.path = str(pathlib.Path(exports["google"], "vocab.txt"))  # The same bytes as the run's.
+  config.update(num_train_steps=1)
+  state = train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert int(state.step) == 1 and int(state.opt_state[1][0].count) == 1  # A fresh optimizer's first step.
+  _assert_params_equal(state.params, params)  # Warmup: step 0's learning rate is 0, so the weights are the source's.
+
+
+def test_a_vocabulary_larger_than_the_embedding_table_is_refused(exports, tmp_path):
+  hf_dir = tmp_path / "hf"
+  shutil.copytree(exports["huggingface"], hf_dir)
+  with open(hf_dir / "vocab.txt", "a") as f:
+    f.write("".join(f"extra{i}\n" for i in range(10)))
+  with pytest.raises(ValueError, match=r"vocab.txt has 111 ids but the model in .*/hf has vocab_size=104"):
+    pretrained.load(str(hf_dir))
