@@ -28,14 +28,14 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from bert_jax import sharding
+from bert_jax import paths, sharding
 
 CHECKPOINTS = "checkpoints"
 _LEGACY_STATE = "state"
 
 
 def checkpoint_dir(workdir: str) -> epath.Path:
-  return epath.Path(workdir) / CHECKPOINTS
+  return paths.absolute(workdir) / CHECKPOINTS
 
 
 def data_state_dir(workdir: str, step: int, process_index: int) -> str:
@@ -127,7 +127,7 @@ def reader(directory) -> ocp.CheckpointManager:
   """A manager that reads the checkpoint steps in `directory` (and never deletes or writes any)."""
   options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0, create=False)
   with _quiet_orbax_warnings():  # "Given directory is read only": what a reader asks for.
-    return ocp.CheckpointManager(epath.Path(directory), options=options)
+    return ocp.CheckpointManager(paths.absolute(directory), options=options)
 
 
 @contextlib.contextmanager
@@ -145,12 +145,20 @@ def read_only_manager(workdir: str) -> ocp.CheckpointManager:
   return reader(checkpoint_dir(workdir))
 
 
+def committed_steps(directory) -> list[int]:
+  """The steps in a checkpoints `directory` that Orbax has committed, from the directory alone: no manager and
+  no collective, so any host may ask at any time (a read-only manager syncs all hosts when it opens, and hosts
+  that disagreed on whether `checkpoints/` existed yet failed in that sync)."""
+  directory = epath.Path(directory)
+  if not directory.exists():
+    return []
+  candidates = [path for path in directory.iterdir() if path.name.isdigit()]
+  return sorted(int(path.name) for path in candidates if ocp.utils.is_checkpoint_finalized(path))
+
+
 def has_checkpoint(workdir: str) -> bool:
   """Whether `workdir` holds at least one complete checkpoint step (reads only)."""
-  if not checkpoint_dir(workdir).exists():
-    return False
-  with read_only_manager(workdir) as manager:
-    return manager.latest_step() is not None
+  return bool(committed_steps(checkpoint_dir(workdir)))
 
 
 def items(manager: ocp.CheckpointManager, step: int) -> set[str]:

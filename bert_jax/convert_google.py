@@ -59,7 +59,7 @@ def hf_name(google: str) -> tuple[str, bool]:
   return name, False
 
 
-def _checkpoint_prefix(directory: epath.Path) -> str:
+def checkpoint_prefix(directory: epath.Path) -> str:
   """The one TF1 checkpoint in `directory` (`<prefix>.index`), by its file name prefix."""
   indexes = sorted(path.name for path in directory.glob("*.index"))
   if len(indexes) != 1:
@@ -78,7 +78,7 @@ def read_checkpoint(directory) -> dict[str, np.ndarray]:
   numpy tensors (optimizer slots and counters left out)."""
   import tensorflow as tf  # Deferred: TensorFlow's checkpoint reader is only needed for this format.
 
-  prefix = _checkpoint_prefix(epath.Path(directory))
+  prefix = checkpoint_prefix(epath.Path(directory))
   with paths.local_copy(directory) as local:
     reader = tf.train.load_checkpoint(f"{local}/{prefix}")
     tensors = {}

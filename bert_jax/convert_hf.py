@@ -8,6 +8,7 @@ BERT: written files leave the tied tensors out, as `transformers`' own `save_pre
 """
 
 import dataclasses
+import json
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -21,6 +22,7 @@ from bert_jax.model import BertForPretraining
 from bert_jax.model_config import BertConfig, to_bert_json
 
 SAFETENSORS = "model.safetensors"
+SAFETENSORS_INDEX = "model.safetensors.index.json"  # A model saved in several shards.
 PYTORCH_BIN = "pytorch_model.bin"
 
 
@@ -108,6 +110,21 @@ def load_pytorch_bin(path) -> dict[str, np.ndarray]:
   with epath.Path(path).open("rb") as f:
     state_dict = torch.load(f, map_location="cpu", weights_only=True)
   return {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+
+
+def load_hf_directory(directory) -> dict[str, np.ndarray]:
+  """The tensors of a Hugging Face model directory: `model.safetensors`, the shards its index names, or (with
+  torch) `pytorch_model.bin`."""
+  directory = epath.Path(directory)
+  if (directory / SAFETENSORS).exists():
+    return load_safetensors(directory / SAFETENSORS)
+  if (directory / SAFETENSORS_INDEX).exists():
+    weight_map = json.loads((directory / SAFETENSORS_INDEX).read_text())["weight_map"]
+    tensors = {}
+    for shard in sorted(set(weight_map.values())):
+      tensors.update(load_safetensors(directory / shard))
+    return tensors
+  return load_pytorch_bin(directory / PYTORCH_BIN)
 
 
 def save_safetensors(tensors: Mapping[str, np.ndarray], path) -> None:

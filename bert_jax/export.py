@@ -121,16 +121,39 @@ def _write_google(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
 _WRITERS = {"bundle": _write_bundle, "huggingface": _write_huggingface, "google": _write_google}
 
 
+def _check_target(source: str, resolved: str, target: epath.Path, overwrite: bool) -> str | None:
+  """Refuses a target that overlaps the source, or that holds anything but an export it may replace; returns
+  the format of the export it will replace, if any."""
+  for path in (source, resolved):
+    if paths.overlaps(path, target):
+      raise ValueError(f"export.dir={target} overlaps the source {path}: write the export somewhere else.")
+  if not target.exists() or not any(target.iterdir()):
+    return None
+  if not overwrite:
+    raise FileExistsError(f"{target} exists and is not empty; set export.overwrite=True to replace it.")
+  try:
+    existing = pretrained.describe(target)
+  except (FileNotFoundError, ValueError) as error:
+    raise ValueError(f"export.overwrite: {target} is not an export ({error}); refusing to replace it.") from None
+  if existing.format == "workdir":
+    raise ValueError(f"export.overwrite: {target} is a pretraining workdir, not an export; refusing to replace it.")
+  return existing.format
+
+
 def export(source: str, directory: str, format: str = "bundle", overwrite: bool = False) -> str:
-  """Writes `source` (any `pretrained.load` source) to `directory` in `format`; returns the directory."""
+  """Writes `source` (any `pretrained.load` source) to `directory` in `format`; returns the directory.
+
+  An existing export in `directory` is replaced only with `overwrite`; anything else there (a workdir, other
+  files), or a `directory` that is, contains or lies inside the source, is refused before anything is written.
+  """
   if format not in FORMATS:
     raise ValueError(f"export.format={format!r}; expected one of {FORMATS}.")
   if not directory:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
-  target = epath.Path(directory)
-  if target.exists() and any(target.iterdir()) and not overwrite:
-    raise FileExistsError(f"{target} exists and is not empty; set export.overwrite=True to replace it.")
+  target = paths.absolute(directory)
+  replaced_format = _check_target(source, source, target, overwrite)
   loaded = pretrained.load(source)  # Checks the source before anything is written.
+  _check_target(source, loaded.source.path, target, overwrite)
   if paths.is_local(target):  # Written beside the target, then renamed into place: all or nothing.
     staging = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
@@ -139,7 +162,11 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
       if target.exists():
         replaced = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
         target.rename(replaced)
-        staging.rename(target)
+        try:
+          staging.rename(target)
+        except BaseException:
+          replaced.rename(target)  # The old export back in place.
+          raise
         replaced.rmtree()
       else:
         staging.rename(target)
@@ -147,10 +174,11 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
       if staging.exists():
         staging.rmtree()
   else:  # No rename on GCS: the commit file goes first when replacing and last when writing.
-    if target.exists():
-      commit = target / _COMMIT_FILE[format]
+    if replaced_format is not None:
+      commit = target / _COMMIT_FILE[replaced_format]
       if commit.exists():
         commit.unlink()
+    if target.exists():
       target.rmtree()
     target.mkdir(parents=True, exist_ok=True)
     _WRITERS[format](loaded, target)

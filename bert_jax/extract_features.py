@@ -137,6 +137,9 @@ def extract(config, workdir: str) -> dict:
   files = [epath.Path(p) for p in paths.glob(settings.input_pattern)]
   if not files:
     raise FileNotFoundError(f"features.input_pattern={settings.input_pattern!r} matches no file.")
+  output = epath.Path(settings.output_dir)
+  if output.exists() and any(output.iterdir()):  # Shards of two runs must never mix under one manifest.
+    raise FileExistsError(f"features.output_dir={output} is not empty; remove it or choose another directory.")
   mesh = sharding.make_mesh(config.mesh.to_dict())
   if settings.batch_size % sharding.data_parallel_size(mesh):
     raise ValueError(
@@ -153,7 +156,6 @@ def extract(config, workdir: str) -> dict:
     )
   layers = list(settings.layers)
   indices = _layer_indices(layers, model_cfg.num_layers)
-  output = epath.Path(settings.output_dir)
   output.mkdir(parents=True, exist_ok=True)
   total_lines = sum(1 for _ in _input_lines(files))
 

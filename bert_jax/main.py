@@ -67,6 +67,8 @@ def main(argv):
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.get_absl_logger().addFilter(_quiet_library_info)
   config = _CONFIG.value
+  if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
+    sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
   if _MODE.value == "dry_run":
     _fake_cpu_devices_for_dry_run(config)
   elif _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.

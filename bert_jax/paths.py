@@ -15,7 +15,21 @@ from etils import epath
 
 
 def is_local(path) -> bool:
-  return epath.Path(path).as_uri().startswith("file://")
+  """A path on this machine (absolute or relative), not `scheme://...`."""
+  return "://" not in os.fspath(path)
+
+
+def absolute(path) -> epath.Path:
+  """`path` as an absolute epath (a relative local path from the working directory); gs:// as it is. Orbax and
+  tensorstore need absolute paths."""
+  return epath.Path(os.path.abspath(path) if is_local(path) else path)
+
+
+def overlaps(a, b) -> bool:
+  """Whether one of two directories is, or contains, the other."""
+  a, b = (os.fspath(absolute(p)) for p in (a, b))
+  a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
+  return a.startswith(b) or b.startswith(a)
 
 
 def files(directory) -> list[epath.Path]:
@@ -52,7 +66,8 @@ def glob(pattern: str) -> list[str]:
   if wildcard < 0:
     return [pattern] if epath.Path(pattern).is_file() else []
   base = pattern.rfind("/", 0, wildcard)
-  return sorted(str(p) for p in epath.Path(pattern[:base]).glob(pattern[base + 1 :]) if p.is_file())
+  directory, relative = (pattern[:base] or "/", pattern[base + 1 :]) if base >= 0 else (".", pattern)
+  return sorted(str(p) for p in epath.Path(directory).glob(relative) if p.is_file())
 
 
 @contextlib.contextmanager

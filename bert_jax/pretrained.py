@@ -27,8 +27,9 @@ import jax
 import numpy as np
 from absl import logging
 from etils import epath
+from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, convert_google, convert_hf, param_layout, sharding
+from bert_jax import checkpoint, convert_google, convert_hf, param_layout, paths, sharding
 from bert_jax.model import abstract_params
 from bert_jax.model_config import SIZE_FIELDS, BertConfig, from_bert_json
 from bert_jax.tokenizer import Tokenizer, file_sha256, load_tokenizer
@@ -76,12 +77,12 @@ def _committed_step(path: epath.Path) -> tuple[epath.Path, int] | None:
     directory, step = path / checkpoint.CHECKPOINTS, None
   else:
     return None
-  with checkpoint.reader(directory) as manager:
-    steps = sorted(manager.all_steps())
+  steps = checkpoint.committed_steps(directory)
   if step is None:
     if not steps:
       raise FileNotFoundError(f"{path} holds no committed checkpoint (expected {directory}/<step>).")
-    return directory, steps[-1]
+    # Every host reads the step process 0 saw newest, even if another one is committed meanwhile.
+    return directory, int(multihost_utils.broadcast_one_to_all(np.int64(steps[-1])))
   if step not in steps:
     raise ValueError(
       f"{path} is not a committed checkpoint step (Orbax has not finalised it: a save still running or "
@@ -91,12 +92,17 @@ def _committed_step(path: epath.Path) -> tuple[epath.Path, int] | None:
 
 
 def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> Source:
+  step_dir = str(directory / str(step))
   with checkpoint.reader(directory) as manager:
+    items = checkpoint.items(manager, step)
+    if not ({"params", "state"} & items and {"config", "data"} <= items):
+      raise ValueError(
+        f"{step_dir} lacks the params, config or data item of a checkpoint step; it has {sorted(items)}."
+      )
     saved = checkpoint.read_config(manager, step)
     tokenizer = checkpoint.read_tokenizer(manager, step)
     recorded = checkpoint.read_data_position(manager, step).get("tokenizer")
-  config = BertConfig(**saved["model"])
-  step_dir = str(directory / str(step))
+  config = _named(step_dir, lambda: BertConfig(**saved["model"]))
   if recorded is None:  # Trained on synthetic data: no tokenizer.
     return Source("workdir", step_dir, config, None, None, True, None, step=step, info=saved)
   if tokenizer is None:  # Written before checkpoints held the tokenizer file: the recorded path, if still there.
@@ -114,22 +120,40 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
   )
 
 
+def _named(where, fn):
+  """`fn()`, with any error in reading or checking `where`'s metadata raised as a ValueError that names it."""
+  try:
+    return fn()
+  except (KeyError, TypeError, ValueError) as error:
+    detail = f"lacks {error}" if isinstance(error, KeyError) else str(error)
+    raise ValueError(f"{where}: {detail}") from None
+
+
+def _read_json(path: epath.Path) -> dict:
+  return _named(path, lambda: json.loads(path.read_text()))
+
+
 def _bundle_source(path: epath.Path) -> Source:
-  manifest = json.loads((path / BUNDLE_MANIFEST).read_text())
+  manifest_file = path / BUNDLE_MANIFEST
+  manifest = _read_json(manifest_file)
   if manifest.get("format") != BUNDLE_FORMAT:
-    raise ValueError(f"{path / BUNDLE_MANIFEST} is not a bert_jax bundle manifest (format {manifest.get('format')!r}).")
-  config = from_bert_json(json.loads((path / convert_google.CONFIG).read_text()), str(path / convert_google.CONFIG))
-  tokenizer = manifest["tokenizer"]
-  return Source(
-    "bundle",
-    str(path),
-    config,
-    str(path / tokenizer["filename"]),
-    tokenizer["kind"],
-    tokenizer.get("lower_case", True),
-    tokenizer["sha256"],
-    step=manifest["source"]["step"],
-    info=manifest,
+    raise ValueError(f"{manifest_file} is not a bert_jax bundle manifest (format {manifest.get('format')!r}).")
+  config_file = path / convert_google.CONFIG
+  config = _named(config_file, lambda: from_bert_json(_read_json(config_file), str(config_file)))
+  tokenizer = manifest.get("tokenizer", {})
+  return _named(
+    manifest_file,
+    lambda: Source(
+      "bundle",
+      str(path),
+      config,
+      str(path / tokenizer["filename"]),
+      tokenizer["kind"],
+      tokenizer.get("lower_case", True),
+      tokenizer["sha256"],
+      step=manifest["source"]["step"],
+      info=manifest,
+    ),
   )
 
 
@@ -158,7 +182,9 @@ def _tokenizer_files(path: epath.Path, lower_case: bool | None) -> tuple[str, st
 
 def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Source:
   config_file = path / ("config.json" if fmt == "huggingface" else convert_google.CONFIG)
-  config = from_bert_json(json.loads(config_file.read_text()), str(config_file))
+  config = _named(config_file, lambda: from_bert_json(_read_json(config_file), str(config_file)))
+  if fmt == "google":
+    convert_google.checkpoint_prefix(path)  # Exactly one TF1 checkpoint.
   file, kind, lower_case = _tokenizer_files(path, lower_case)
   return Source(fmt, str(path), config, file, kind, lower_case, None)
 
@@ -171,7 +197,7 @@ def _describe_contents(path: epath.Path) -> str:
 def describe(path, lower_case: bool | None = None) -> Source:
   """What `path` holds, from its metadata only. `lower_case` overrides the WordPiece casing of a Hugging Face or
   Google directory (default: `tokenizer_config.json`'s, else uncased when the vocabulary has no upper case)."""
-  path = epath.Path(path)
+  path = paths.absolute(path)
   if ".orbax-checkpoint-tmp" in path.name:
     raise ValueError(f"{path} is an uncommitted checkpoint directory (a save in progress or interrupted).")
   if not path.exists():
@@ -180,9 +206,8 @@ def describe(path, lower_case: bool | None = None) -> Source:
     raise ValueError(f"{path} is a file; expected a workdir, checkpoint step, bundle, or model directory.")
   if (path / BUNDLE_MANIFEST).exists():
     return _bundle_source(path)
-  if (path / "config.json").exists() and any(
-    (path / f).exists() for f in (convert_hf.SAFETENSORS, convert_hf.PYTORCH_BIN)
-  ):
+  weights = (convert_hf.SAFETENSORS, convert_hf.SAFETENSORS_INDEX, convert_hf.PYTORCH_BIN)
+  if (path / "config.json").exists() and any((path / name).exists() for name in weights):
     return _foreign_source(path, "huggingface", lower_case)
   if convert_google.is_google_dir(path):
     return _foreign_source(path, "google", lower_case)
@@ -275,6 +300,10 @@ def _read_params(source: Source, mesh, rules) -> dict:
   shardings = param_shardings(source.config, mesh, rules)
   if source.format in ("workdir", "bundle"):
     abstract = nn.meta.unbox(abstract_params(source.config))
+    if source.format == "bundle":  # Exported from a model without pretraining heads: the encoder alone.
+      kept = {"bert", *source.info.get("heads", [])}
+      abstract = {name: tree for name, tree in abstract.items() if name in kept}
+      shardings = {name: tree for name, tree in shardings.items() if name in kept}
     if source.format == "workdir":
       with checkpoint.reader(epath.Path(source.path).parent) as manager:
         return checkpoint.restore_params(manager, source.step, abstract, shardings)
@@ -284,10 +313,7 @@ def _read_params(source: Source, mesh, rules) -> dict:
       return checkpointer.restore(epath.Path(source.path) / "params", sharding.with_shardings(abstract, shardings))
   directory = epath.Path(source.path)
   if source.format == "huggingface":
-    if (directory / convert_hf.SAFETENSORS).exists():
-      tensors = convert_hf.load_safetensors(directory / convert_hf.SAFETENSORS)
-    else:
-      tensors = convert_hf.load_pytorch_bin(directory / convert_hf.PYTORCH_BIN)
+    tensors = convert_hf.load_hf_directory(directory)
   else:
     tensors = convert_google.read_checkpoint(directory)
   try:

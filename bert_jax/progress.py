@@ -16,10 +16,11 @@ class MetricWriter:
   """TensorBoard event files under `<workdir>/tensorboard/<name>` (process 0 only).
 
   A remote workdir (gs://) gets its event files through epath: they are written to a local directory and copied
-  after every write, so TensorBoard pointed at the workdir sees each point as it is logged.
+  at most every `copy_every_seconds` and on close, so TensorBoard pointed at the workdir follows the run. A copy
+  that fails is logged and retried at the next one: TensorBoard files never stop training.
   """
 
-  def __init__(self, workdir: str, name: str):
+  def __init__(self, workdir: str, name: str, copy_every_seconds: float = 60.0):
     self._writer, self._local = None, None
     if jax.process_index() == 0:
       import tensorflow as tf  # Deferred: importing TensorFlow costs seconds; only a running job needs it.
@@ -28,7 +29,15 @@ class MetricWriter:
       self._target = f"{workdir}/tensorboard/{name}"
       if not paths.is_local(self._target):
         self._local = tempfile.TemporaryDirectory()
+        self._copy_every, self._last_copy = copy_every_seconds, time.monotonic()
       self._writer = tf.summary.create_file_writer(self._local.name if self._local else self._target)
+
+  def _copy(self) -> None:
+    try:
+      paths.copy_tree(self._local.name, self._target)
+    except Exception as error:  # noqa: BLE001 - any storage error: the next copy tries again.
+      logging.warning("Could not copy TensorBoard files to %s (will retry): %s", self._target, error)
+    self._last_copy = time.monotonic()
 
   def write(self, step: int, scalars: dict) -> None:
     if self._writer is None:
@@ -37,14 +46,14 @@ class MetricWriter:
       for name, value in scalars.items():
         self._tf.summary.scalar(name, value, step=step)
     self._writer.flush()
-    if self._local:
-      paths.copy_tree(self._local.name, self._target)
+    if self._local and time.monotonic() - self._last_copy >= self._copy_every:
+      self._copy()
 
   def close(self) -> None:
     if self._writer is not None:
       self._writer.close()
       if self._local:
-        paths.copy_tree(self._local.name, self._target)
+        self._copy()
         self._local.cleanup()
 
 

@@ -241,7 +241,9 @@ def _restore(manager, step: int | None, config, model_cfg: BertConfig, tx, mesh,
   return jax.jit(convert, out_shardings=shardings)(state), data_position
 
 
-def _init_or_restore(config, model_cfg, tx, mesh, manager, identity, init_source: pretrained.Source | None):
+def _init_or_restore(
+  config, model_cfg, tx, mesh, manager, identity, init_source: pretrained.Source | None, init_params: dict | None
+):
   """(state, shardings, data position, resumed): the workdir's newest checkpoint; else `config.init_from`'s
   (a workdir: its state; any other source: its weights and a fresh optimizer; the data stream starts afresh);
   else a fresh initialisation from the seed."""
@@ -265,11 +267,8 @@ def _init_or_restore(config, model_cfg, tx, mesh, manager, identity, init_source
     with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
       restored, resumed = restore(source_manager, init_source.step), False
   elif restored is None and init_source is not None:
-    loaded = pretrained.load(
-      config.init_from, scan_layers=model_cfg.scan_layers, mesh=mesh, rules=config.logical_axis_rules
-    )
-    state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds, loaded.params)
-    fresh = train_step.overwrite_params(abstract.params, loaded.params)[1]
+    state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds, init_params)
+    fresh = train_step.overwrite_params(abstract.params, init_params)[1]
     logging.info(
       "Initialised from the %s weights in %s (heads initialised from seed %d: %s); a fresh optimizer at step 0.",
       init_source.format,
@@ -304,6 +303,8 @@ def _history(manager, step: int, init_source: pretrained.Source | None) -> dict:
   elif init_source is not None and init_source.format == "workdir":
     with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
       history = checkpoint.read_history(source_manager, init_source.step)
+  elif init_source is not None and init_source.format == "bundle":
+    history = init_source.info.get("history", {})
   return dict({"examples_seen": 0, "token_positions_seen": 0}, **history)
 
 
@@ -319,6 +320,10 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   tx = make_optimizer(config)
 
   init_source = _check_start_checkpoint(config, workdir, model_cfg)
+  init_params = None
+  if init_source is not None and init_source.format != "workdir":  # Read, and so checked, before any write.
+    rules = config.logical_axis_rules
+    init_params = pretrained.load(config.init_from, scan_layers=model_cfg.scan_layers, mesh=mesh, rules=rules).params
   data = Data(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()
@@ -326,7 +331,7 @@ def train_and_evaluate(config, workdir: str) -> train_step.TrainState:
   eval_writer = progress.MetricWriter(workdir, "eval")
   try:
     state, shardings, data_position, resumed = _init_or_restore(
-      config, model_cfg, tx, mesh, manager, data.identity, init_source
+      config, model_cfg, tx, mesh, manager, data.identity, init_source, init_params
     )
     first_step = int(state.step)
     state_dir = checkpoint.data_state_dir(workdir, first_step, jax.process_index()) if resumed else None

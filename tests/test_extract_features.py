@@ -49,16 +49,19 @@ def _encode_window(model_cfg, params, ids):
   return encoder_intermediates(state["intermediates"], model_cfg)["hidden_states"][:, 0], pooled[0]
 
 
-def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_windows(small_config, exports, tmp_path):
+def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_windows(
+  small_config, exports, tmp_path, monkeypatch
+):
   lines_a = ["w1 w2 w3 .", "", "w5 W6 w7"]
   lines_b = [" ".join(f"w{i}" for i in range(40)) + " ."]  # 41 tokens: four windows of 14.
   (tmp_path / "a.txt").write_text("\n".join(lines_a) + "\n")
   (tmp_path / "b.txt").write_text("\n".join(lines_b) + "\n")
   config = small_config
+  monkeypatch.chdir(tmp_path)  # Relative paths, as people type them.
   config.features.update(
     source=exports["bundle"],
-    input_pattern=str(tmp_path / "*.txt"),
-    output_dir=str(tmp_path / "features"),
+    input_pattern="*.txt",
+    output_dir="features",
     layers=(-1, -2, 0),
     max_seq_length=16,
     doc_stride=9,
@@ -92,6 +95,8 @@ def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_win
           np.testing.assert_allclose(shard["token_vectors"][start + token], expected, atol=1e-5)
   assert len(spans) == 4 and shards[1]["token_vectors"].shape == (41, 3, 32)  # Nothing of the long line was cut.
 
-  config.features.layers = (-1, -4)
+  with pytest.raises(FileExistsError, match=r"features.output_dir=features is not empty"):  # Shards never mix.
+    extract_features.extract(config, str(tmp_path / "unused"))
+  config.features.update(layers=(-1, -4), output_dir="elsewhere")
   with pytest.raises(ValueError, match=r"features.layers has -4; this model has hidden states -3..2"):
     extract_features.extract(config, str(tmp_path / "unused"))

@@ -15,8 +15,9 @@ import torch
 import transformers
 
 from bert_jax import checkpoint, export, param_layout, pretrained, sharding, train, train_step
-from bert_jax.convert_hf import TIED, hf_config_dict, load_safetensors, params_from_hf
+from bert_jax.convert_hf import TIED, hf_config_dict, load_safetensors, params_from_hf, save_safetensors
 from bert_jax.model import BertForPretraining, encoder_intermediates
+from bert_jax.model_config import to_bert_json
 from tests.test_model import _inputs, _reference
 
 _equal = jax.tree.map
@@ -69,7 +70,7 @@ def test_load_reads_only_the_params_onto_any_mesh_in_either_layout(wordpiece_run
   _assert_params_equal(param_layout.convert(jax.device_get(scanned.params), scanned=False), params)
 
 
-def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, workdir_copy, tmp_path):
+def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, workdir_copy, small_model_config, tmp_path):
   with pytest.raises(FileNotFoundError, match=r"/nowhere does not exist"):
     pretrained.load(str(tmp_path / "nowhere"))
   # A step Orbax has not committed (a save killed half-way) is never read.
@@ -82,6 +83,21 @@ def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, work
   (tmp_path / "other" / "notes.txt").write_text("hi")
   with pytest.raises(ValueError, match=r"other is not a bert_jax workdir.*notes.txt"):
     pretrained.load(str(tmp_path / "other"))
+  # Metadata that cannot be what it claims: named with its file.
+  (tmp_path / "bad_bundle").mkdir()
+  (tmp_path / "bad_bundle" / "manifest.json").write_text(json.dumps({"format": pretrained.BUNDLE_FORMAT}))
+  (tmp_path / "bad_bundle" / "bert_config.json").write_text(json.dumps(to_bert_json(wordpiece_run[1].model)))
+  with pytest.raises(ValueError, match=r"bad_bundle/manifest.json: lacks 'filename'"):
+    pretrained.load(str(tmp_path / "bad_bundle"))
+  (tmp_path / "bad_hf").mkdir()
+  (tmp_path / "bad_hf" / "model.safetensors").write_bytes(b"")
+  (tmp_path / "bad_hf" / "config.json").write_text(
+    json.dumps(dict(to_bert_json(small_model_config), num_attention_heads=5))
+  )
+  with pytest.raises(
+    ValueError, match=r"bad_hf/config.json: model.hidden_size=32 is not divisible by model.num_heads=5"
+  ):
+    pretrained.load(str(tmp_path / "bad_hf"))
   # A tokenizer file that is not the one the checkpoint recorded.
   vocab = workdir_copy / "checkpoints" / "2" / "tokenizer" / "vocab.txt"
   vocab.write_text(vocab.read_text().replace("w94", "w95"))
@@ -90,7 +106,7 @@ def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, work
 
 
 def test_the_bundle_is_complete_on_its_own_verified_and_never_overwritten_unasked(
-  wordpiece_run, workdir_copy, tmp_path
+  wordpiece_run, workdir_copy, tmp_path, monkeypatch
 ):
   _, _, params = wordpiece_run
   bundle = tmp_path / "bundle"
@@ -112,11 +128,21 @@ def test_the_bundle_is_complete_on_its_own_verified_and_never_overwritten_unaske
   assert loaded.source.format == "bundle" and loaded.tokenizer.encode("w3 w7 .") == [9, 13, 5]
   _assert_params_equal(loaded.params, params)
 
-  with pytest.raises(FileExistsError, match=r"bundle exists and is not empty; set export.overwrite=True"):
-    export.export(str(bundle), str(bundle))
   export.export(str(bundle), str(tmp_path / "again"))
-  export.export(str(tmp_path / "again"), str(bundle), overwrite=True)
-  _assert_params_equal(pretrained.load(str(bundle)).params, params)
+  with pytest.raises(FileExistsError, match=r"again exists and is not empty; set export.overwrite=True"):
+    export.export(str(bundle), str(tmp_path / "again"))
+  for target in (bundle, tmp_path):  # The source itself, or a directory holding it, is never replaced.
+    with pytest.raises(ValueError, match=rf"export.dir={target} overlaps the source"):
+      export.export(str(bundle), str(target), overwrite=True)
+  (tmp_path / "notes").mkdir()
+  (tmp_path / "notes" / "mine.txt").write_text("mine")
+  with pytest.raises(ValueError, match=r"notes is not an export .*refusing to replace it"):
+    export.export(str(bundle), str(tmp_path / "notes"), overwrite=True)
+  assert (tmp_path / "notes" / "mine.txt").read_text() == "mine"
+  monkeypatch.chdir(tmp_path)  # Relative paths, as people type them.
+  export.export("again", "bundle", overwrite=True)
+  assert json.loads((bundle / "manifest.json").read_text())["source"]["path"] == str(tmp_path / "again")  # Replaced.
+  _assert_params_equal(pretrained.load("bundle").params, params)
 
   data_file = next(p for p in sorted((bundle / "params").rglob("*")) if p.is_file() and p.stat().st_size > 1000)
   content = bytearray(data_file.read_bytes())
@@ -271,6 +297,20 @@ def test_google_bert_checkpoints_load_and_export_both_ways_as_transformers_reads
   assert sorted(exported) == sorted(tensors)
   _equal(np.testing.assert_array_equal, exported, tensors)
 
+  # An encoder without pretraining heads (a Hugging Face BertModel) makes a bundle that loads as it is.
+  encoder_only = tmp_path / "encoder_only"
+  encoder_only.mkdir()
+  save_safetensors(
+    {k.removeprefix("bert."): v for k, v in tensors.items() if k.startswith("bert.")},
+    encoder_only / "model.safetensors",
+  )
+  (encoder_only / "config.json").write_text(json.dumps(bert_config))
+  shutil.copy(google / "vocab.txt", encoder_only)
+  export.export(str(encoder_only), str(tmp_path / "encoder_bundle"))
+  headless = pretrained.load(str(tmp_path / "encoder_bundle"))
+  assert set(headless.params) == {"bert"}
+  _assert_params_equal(headless.params["bert"], loaded.params["bert"])
+
   # bert_jax -> Google TF1: what transformers' loader reads is the original model, and bert_jax reads it back.
   export.export(str(google), str(tmp_path / "google_again"), "google")
   assert {"bert_config.json", "vocab.txt", "bert_model.ckpt.index"} <= set(os.listdir(tmp_path / "google_again"))
@@ -292,10 +332,19 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   (tmp_path / "vocab.txt").write_text(pathlib.Path(exports["google"], "vocab.txt").read_text().replace("w94", "w95"))
   with pytest.raises(ValueError, match=r"init_from=.*google \(.*\) was trained with tokenizer .*vocab.txt"):
     train.train_and_evaluate(config, str(tmp_path / "run"))
-  assert not (tmp_path / "run").exists()  # Both refused before anything was written.
+  config.tokenizer.path = str(pathlib.Path(exports["google"], "vocab.txt"))  # The same bytes as the run's.
+  broken = tmp_path / "broken_hf"  # Tensors that do not make the model: found before anything is written.
+  shutil.copytree(exports["huggingface"], broken)
+  tensors = load_safetensors(str(broken / "model.safetensors"))
+  del tensors["bert.pooler.dense.weight"]
+  save_safetensors(tensors, broken / "model.safetensors")
+  config.init_from = str(broken)
+  with pytest.raises(ValueError, match=r"broken_hf: The Hugging Face weights lack 1 tensor.*pooler.dense.weight"):
+    train.train_and_evaluate(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()  # All refused before anything was written.
 
   # Every source goes through `pretrained.load` (tested above for each); here the loop starts from one.
-  config.tokenizer.path = str(pathlib.Path(exports["google"], "vocab.txt"))  # The same bytes as the run's.
+  config.init_from = exports["google"]
   config.update(num_train_steps=1)
   state = train.train_and_evaluate(config, str(tmp_path / "run"))
   assert int(state.step) == 1 and int(state.opt_state[1][0].count) == 1  # A fresh optimizer's first step.

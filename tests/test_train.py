@@ -51,9 +51,10 @@ def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path
 
 
 def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_a_partial_one_is_never_read(
-  small_config, tmp_path
+  small_config, tmp_path, monkeypatch
 ):
-  train.train_and_evaluate(small_config, str(tmp_path))
+  monkeypatch.chdir(tmp_path.parent)
+  train.train_and_evaluate(small_config, tmp_path.name)  # A relative workdir, as people type it.
   step_dir = tmp_path / "checkpoints" / "6"
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "6"]
   assert {"params", "optimizer", "data", "history", "config"} <= set(os.listdir(step_dir))
