@@ -19,7 +19,6 @@ replaced. An existing export is never replaced unless `overwrite` is set.
 """
 
 import datetime
-import hashlib
 import importlib.metadata
 import json
 import uuid
@@ -32,6 +31,7 @@ from etils import epath
 
 from bert_jax import checkpoint, convert_google, convert_hf, paths, pretrained
 from bert_jax.model_config import to_bert_json
+from bert_jax.tokenizer import file_sha256
 
 FORMATS = ("bundle", "huggingface", "google")
 # The file whose presence makes a directory a model of each format (written last).
@@ -39,17 +39,9 @@ _COMMIT_FILE = {"bundle": pretrained.BUNDLE_MANIFEST, "huggingface": "config.jso
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model"}
 
 
-def _sha256(path: epath.Path) -> str:
-  digest = hashlib.sha256()
-  with path.open("rb") as f:
-    while chunk := f.read(1 << 22):
-      digest.update(chunk)
-  return digest.hexdigest()
-
-
 def _file_hashes(directory: epath.Path) -> dict[str, str]:
   """Relative path -> SHA-256 of every file under `directory`."""
-  return {str(path.relative_to(directory)): _sha256(path) for path in paths.files(directory)}
+  return {str(path.relative_to(directory)): file_sha256(path) for path in paths.files(directory)}
 
 
 def _versions() -> dict:

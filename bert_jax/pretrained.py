@@ -59,9 +59,8 @@ class Pretrained:
   """What `load` returns."""
 
   config: BertConfig  # The architecture; `scan_layers` as asked.
-  params: (
-    dict  # BertForPretraining's tree: `bert` (encoder and pooler), and the MLM/NSP heads where the source has them.
-  )
+  # BertForPretraining's tree: `bert` (encoder and pooler), and the MLM/NSP heads where the source has them.
+  params: dict
   tokenizer: Tokenizer
   source: Source
 
