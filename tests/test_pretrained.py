@@ -297,6 +297,13 @@ def test_google_bert_checkpoints_load_and_export_both_ways_as_transformers_reads
   assert sorted(exported) == sorted(tensors)
   _equal(np.testing.assert_array_equal, exported, tensors)
 
+  # transformers' other two layouts: a PyTorch pytorch_model.bin, and safetensors in shards with an index.
+  for name, options in (("torch_bin", dict(safe_serialization=False)), ("sharded", dict(max_shard_size="40KB"))):
+    reference.save_pretrained(tmp_path / name, **options)
+    shutil.copy(google / "vocab.txt", tmp_path / name)
+    _assert_params_equal(pretrained.load(str(tmp_path / name)).params, loaded.params)
+  assert (tmp_path / "sharded" / "model.safetensors.index.json").exists()
+
   # An encoder without pretraining heads (a Hugging Face BertModel) makes a bundle that loads as it is.
   encoder_only = tmp_path / "encoder_only"
   encoder_only.mkdir()
