@@ -18,7 +18,7 @@ from etils import epath
 from flax import traverse_util
 
 from bert_jax import paths
-from bert_jax.model import BertForPretraining
+from bert_jax.model import abstract_params
 from bert_jax.model_config import BertConfig, to_bert_json
 
 SAFETENSORS = "model.safetensors"
@@ -207,12 +207,7 @@ def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]
 
 
 def _expected_shapes(config: BertConfig) -> dict[str, tuple]:
-  """'/'-joined param path -> shape, from the model itself (abstractly: nothing is allocated)."""
-
-  def init():
-    ids = jax.numpy.zeros((1, 1), jax.numpy.int32)
-    unrolled = dataclasses.replace(config, scan_layers=False)
-    return BertForPretraining(unrolled).init(jax.random.key(0), ids, ids, ids, ids)["params"]
-
-  flat = traverse_util.flatten_dict(nn.meta.unbox(jax.eval_shape(init)), sep="/")
+  """'/'-joined param path -> shape of the unrolled model (abstractly: nothing is allocated)."""
+  boxed = abstract_params(dataclasses.replace(config, scan_layers=False))
+  flat = traverse_util.flatten_dict(nn.meta.unbox(boxed), sep="/")
   return {path: value.shape for path, value in flat.items()}
