@@ -16,11 +16,8 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import flops, sharding, train_step
-from bert_jax.model import BertForPretraining
-from bert_jax.optim import make_optimizer
+from bert_jax import flops, pretraining, sharding
 from bert_jax.pretraining_batch import pretraining_shapes
-from bert_jax.train import check_config
 
 _GIB = 1 << 30
 
@@ -39,29 +36,17 @@ def parameter_table(abstract_params, param_shardings) -> list[tuple[str, tuple, 
 
 def compile_train_step(config, devices=None) -> dict:
   """Compiles the configured train step on abstract inputs; returns the report's figures (and logs them)."""
-  model_cfg = check_config(config)
-  mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
-  sharding.check_batch_size(config.batch_size, mesh, config.num_microbatches)
-  model = BertForPretraining(model_cfg)
-  tx = make_optimizer(config)
+  model_cfg = pretraining.check_config(config)
+  run = pretraining.make_run(config, devices)
+  mesh, abstract, shardings = run.mesh, run.abstract, run.shardings
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
   batch = {
     name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding.batch_sharding(mesh))
     for name, (shape, dtype) in pretraining_shapes(config.batch_size, seq, preds).items()
   }
   key = jax.ShapeDtypeStruct((), jax.eval_shape(jax.random.key, 0).dtype, sharding=sharding.replicated(mesh))
-  step = train_step.make_train_step(
-    model,
-    tx,
-    mesh,
-    shardings,
-    config.logical_axis_rules,
-    config.data.next_sentence_prediction,
-    config.num_microbatches,
-  )
   start = time.perf_counter()
-  lowered = step.lower(sharding.with_shardings(abstract, shardings), batch, key)
+  lowered = run.train_step.lower(sharding.with_shardings(abstract, shardings), batch, key)
   compiled = lowered.compile()
   compile_seconds = time.perf_counter() - start
 

@@ -36,7 +36,7 @@ def _zeros(axes: tuple):
   return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
 
 
-def _dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None) -> nn.DenseGeneral:
+def dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None) -> nn.DenseGeneral:
   """A dense layer with BERT's init; the bias is named by the output axes of the kernel."""
   num_out = 1 if isinstance(features, int) else len(features)
   return nn.DenseGeneral(
@@ -129,7 +129,7 @@ class SelfAttention(nn.Module):
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
-      _constrain(_dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS)
+      _constrain(dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS)
       for name in ("query", "key", "value")
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
@@ -141,7 +141,7 @@ class SelfAttention(nn.Module):
     probs = probs.astype(config.compute_dtype)
     probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
     context = _constrain(jnp.einsum("bhqk,bkhd->bqhd", probs, value), _HEADS)  # [batch, seq, heads, head_dim]
-    return _dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
+    return dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
 
 
 class TransformerLayer(nn.Module):
@@ -155,9 +155,9 @@ class TransformerLayer(nn.Module):
     dropout = nn.Dropout(config.hidden_dropout_prob)
     attended = SelfAttention(config, name="attention")(x, input_mask, deterministic)
     x = _layer_norm(config, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
-    hidden = gelu(_dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
+    hidden = gelu(dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
     hidden = _constrain(hidden, ("act_batch", "act_length", "act_mlp"))
-    out = _dense(config, config.hidden_size, ("mlp", "embed"), name="output")(hidden)
+    out = dense(config, config.hidden_size, ("mlp", "embed"), name="output")(hidden)
     x = _constrain(_layer_norm(config, "output_layer_norm")(x + dropout(out, deterministic=deterministic)), _HIDDEN)
     self.sow("intermediates", "hidden_states", x)
     return x
@@ -211,7 +211,7 @@ class BertModel(nn.Module):
     else:
       layer_cls = _layer_class(config, TransformerLayer)
       self.layers = [layer_cls(config, name=f"layer_{i}") for i in range(config.num_layers)]
-    self.pooler = _dense(config, config.hidden_size, ("embed", "embed_out"), name="pooler")
+    self.pooler = dense(config, config.hidden_size, ("embed", "embed_out"), name="pooler")
 
   def __call__(
     self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True
@@ -225,6 +225,10 @@ class BertModel(nn.Module):
         x = layer(x, input_mask, deterministic)
     pooled = jnp.tanh(self.pooler(x[:, 0]))
     return x, pooled
+
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    ids = jnp.zeros((1, 1), jnp.int32)
+    return ids, ids, ids
 
 
 def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, Array]:
@@ -258,10 +262,10 @@ class BertForPretraining(nn.Module):
   def setup(self):
     config = self.config
     self.bert = BertModel(config)
-    self.mlm_transform = _dense(config, config.hidden_size, ("embed", "embed_out"), name="mlm_transform")
+    self.mlm_transform = dense(config, config.hidden_size, ("embed", "embed_out"), name="mlm_transform")
     self.mlm_layer_norm = _layer_norm(config, "mlm_layer_norm")
     self.mlm_output_bias = self.param("mlm_output_bias", _zeros(("vocab",)), (config.vocab_size,), jnp.float32)
-    self.nsp = _dense(config, 2, ("embed", None), name="nsp")
+    self.nsp = dense(config, 2, ("embed", None), name="nsp")
 
   def __call__(
     self,
@@ -281,14 +285,18 @@ class BertForPretraining(nn.Module):
       mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence_output, pooled_output=pooled_output
     )
 
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    """One token and one masked position: the shapes `init` needs, nothing more."""
+    ids = jnp.zeros((1, 1), jnp.int32)
+    return ids, ids, ids, ids
 
-def init_params(config: BertConfig, key: Array) -> dict:
-  """`BertForPretraining`'s parameters, boxed with their logical axis names. Parameter shapes never depend on the
-  batch: the model is initialised on one-token dummy inputs."""
-  ids = jnp.zeros((1, 1), jnp.int32)
-  return BertForPretraining(config).init(key, ids, ids, ids, ids)["params"]
+
+def init_params(model: nn.Module, key: Array) -> dict:
+  """`model`'s parameters, boxed with their logical axis names. Parameter shapes never depend on a batch: every
+  model initialises on its shape-only `dummy_inputs()`."""
+  return model.init(key, *model.dummy_inputs())["params"]
 
 
 def abstract_params(config: BertConfig) -> dict:
-  """`init_params`' shapes, dtypes and logical axis names, with nothing allocated."""
-  return jax.eval_shape(lambda: init_params(config, jax.random.key(0)))
+  """`BertForPretraining`'s parameter shapes, dtypes and logical axis names, with nothing allocated."""
+  return jax.eval_shape(lambda: init_params(BertForPretraining(config), jax.random.key(0)))

@@ -58,22 +58,23 @@ class MetricWriter:
 
 
 def summarize(metric_sums: dict, num_steps: int) -> dict:
-  """Sums from the steps (see train_step.py) -> means for people."""
-  summary = {
-    "mlm_loss": metric_sums["mlm_loss"] / max(metric_sums["mlm_count"], 1e-5),
-    "mlm_accuracy": metric_sums["mlm_accuracy"] / max(metric_sums["mlm_count"], 1e-5),
-    "nsp_loss": metric_sums["nsp_loss"] / max(metric_sums["nsp_count"], 1e-5),
-    "nsp_accuracy": metric_sums["nsp_accuracy"] / max(metric_sums["nsp_count"], 1e-5),
-  }
-  for per_step in ("loss", "grad_norm"):  # Already batch means: average over the steps.
+  """Sums from the steps (see train_step.py) -> means for people: every `<prefix>_<name>` sum divided by its
+  `<prefix>_count`; `loss` and `grad_norm` (already batch means) averaged over the steps."""
+  summary = {}
+  for name, value in metric_sums.items():
+    prefix = name.split("_")[0]
+    if f"{prefix}_count" in metric_sums and not name.endswith("_count"):
+      summary[name] = value / max(metric_sums[f"{prefix}_count"], 1e-5)
+  for per_step in ("loss", "grad_norm"):
     if per_step in metric_sums:
       summary[per_step] = metric_sums[per_step] / num_steps
   return {name: float(value) for name, value in summary.items()}
 
 
 class Progress:
-  """Console lines: step, loss, MLM accuracy, tokens/s, model FLOPs utilisation and ETA, measured since the
-  previous line. MFU needs the model FLOPs of a step and the peak FLOP/s of all devices (see flops.py)."""
+  """Console lines: step, loss, the metrics named in `shown`, tokens/s, model FLOPs utilisation and ETA,
+  measured since the previous line. MFU needs the model FLOPs of a step and the peak FLOP/s of all devices
+  (see flops.py)."""
 
   def __init__(
     self,
@@ -82,7 +83,9 @@ class Progress:
     first_step: int,
     flops_per_step: float | None = None,
     peak_flops: float | None = None,
+    shown: tuple[str, ...] = ("mlm_loss", "mlm_accuracy", "nsp_accuracy"),
   ):
+    self._shown = shown
     self._total, self._tokens_per_step = total_steps, tokens_per_step
     self._flops_per_step, self._peak_flops = flops_per_step, peak_flops
     self._last_step, self._last_time = first_step, time.perf_counter()
@@ -102,14 +105,13 @@ class Progress:
       speed["mfu"] = self._flops_per_step / seconds_per_step / self._peak_flops
       mfu = f" | MFU {100 * speed['mfu']:.1f}%"
     eta = int(seconds_per_step * (self._total - step))
+    metrics = "".join(f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}" for name in self._shown)
     logging.info(
-      "step %d/%d | loss %.4f | mlm_loss %.4f | mlm_acc %.4f | nsp_acc %.4f | %s tok/s%s | ETA %d:%02d:%02d",
+      "step %d/%d | loss %.4f%s | %s tok/s%s | ETA %d:%02d:%02d",
       step,
       self._total,
       summary.get("loss", float("nan")),
-      summary["mlm_loss"],
-      summary["mlm_accuracy"],
-      summary["nsp_accuracy"],
+      metrics,
       f"{speed['tokens_per_sec']:,.0f}",
       mfu,
       eta // 3600,

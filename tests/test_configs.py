@@ -5,7 +5,7 @@ import pathlib
 
 import pytest
 
-from bert_jax import train
+from bert_jax import pretraining
 from bert_jax.optim import make_schedule
 from configs import large, large_phase2
 
@@ -15,7 +15,7 @@ NAMES = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").g
 @pytest.mark.parametrize("name", NAMES)
 def test_every_config_passes_the_checks(name):
   config = importlib.import_module(f"configs.{name}").get_config()
-  train.check_config(config)
+  pretraining.check_config(config)
 
 
 def test_phase_two_continues_phase_one_on_the_same_schedule():

@@ -7,7 +7,7 @@ import jax
 import pytest
 
 from bert_jax import distributed, dry_run, flops
-from bert_jax.train import model_config
+from bert_jax.pretraining import model_config
 from tests.test_main import ROOT, _env
 
 

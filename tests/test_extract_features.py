@@ -6,11 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import extract_features, pretrained, train_step
-from bert_jax.model import BertForPretraining, BertModel, encoder_intermediates
-from bert_jax.optim import make_optimizer
+from bert_jax import extract_features, pretrained, pretraining
+from bert_jax.model import BertModel, encoder_intermediates
 from bert_jax.pretraining_batch import pretraining_shapes
-from bert_jax.sharding import make_mesh
 
 
 def test_windows_cover_a_long_line_and_each_token_takes_the_window_where_it_has_most_context():
@@ -25,12 +23,10 @@ def test_windows_cover_a_long_line_and_each_token_takes_the_window_where_it_has_
 
 
 def _compiled_train_step(small_config, small_model_config):
-  mesh = make_mesh(dict(data=1, fsdp=1, tensor=1), jax.devices()[:1])
-  model, tx = BertForPretraining(small_model_config), make_optimizer(small_config)
-  abstract, shardings = train_step.state_shardings(model, tx, mesh, small_config.logical_axis_rules, 32, 5)
-  step = train_step.make_train_step(model, tx, mesh, shardings, small_config.logical_axis_rules)
+  small_config.mesh.update(data=1, fsdp=1, tensor=1)
+  run = pretraining.make_run(small_config, jax.devices()[:1], small_model_config)
   batch = {name: jax.ShapeDtypeStruct(shape, dtype) for name, (shape, dtype) in pretraining_shapes(8, 32, 5).items()}
-  compiled = step.lower(abstract, batch, jax.random.key(0)).compile()
+  compiled = run.train_step.lower(run.abstract, batch, jax.random.key(0)).compile()
   memory = compiled.memory_analysis()
   return compiled.cost_analysis()["flops"], memory.temp_size_in_bytes, memory.output_size_in_bytes
 

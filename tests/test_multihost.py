@@ -14,10 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax import checkpoint, sharding, train, train_step
+from bert_jax import checkpoint, pretraining, sharding, train
 from bert_jax.data import prepare
-from bert_jax.model import BertForPretraining
-from bert_jax.optim import make_optimizer
+from bert_jax.data.corpus import Corpus
 from configs import tiny
 from tests.test_main import ROOT
 
@@ -171,8 +170,8 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
 
   # Each host reads its own half of the corpus: the tokens of its batches come from its own shards.
   config = _config(prepared)
-  model_cfg = train.check_config(config)
-  data = train.Data(config, workdir, model_cfg)
+  model_cfg = pretraining.check_config(config)
+  data = Corpus(config, workdir, model_cfg)
   sources = [data.source(0, host=(index, HOSTS)) for index in range(HOSTS)]
   host_batches = [[next(source) for _ in range(steps)] for source in sources]
   for index, batches in enumerate(host_batches):
@@ -180,12 +179,9 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     assert shards == {index, index + HOSTS}, (index, shards)  # Host 0 reads shards 0 and 2, host 1 shards 1 and 3.
 
   # One process, 8 devices, the global batches the two hosts formed (host 0's rows, then host 1's).
-  mesh = sharding.make_mesh(config.mesh.to_dict())
-  model, tx = BertForPretraining(model_cfg), make_optimizer(config)
-  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
-  state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
-  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
+  run = pretraining.make_run(config)
+  mesh, abstract, shardings, step = run.mesh, run.abstract, run.shardings, run.train_step
+  state = run.init_state(config.seed)
   losses = []
   for step_index in range(steps):
     batch = {

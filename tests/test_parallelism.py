@@ -4,11 +4,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import param_layout, sharding, train_step
+from bert_jax import param_layout, pretraining, sharding
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.model import BertForPretraining
-from bert_jax.optim import make_optimizer
-from bert_jax.train import model_config
 
 MESHES = {
   "dp8": dict(data=8, fsdp=1, tensor=1),
@@ -29,15 +26,15 @@ def _synthetic_batch(config) -> dict:
   return next(source)
 
 
+def _run(config, devices, mesh_shape):
+  config.mesh.update(dict(dict(data=1, fsdp=1, tensor=1), **mesh_shape))
+  return pretraining.make_run(config, devices)
+
+
 def _step(config, devices, mesh_shape):
-  mesh = sharding.make_mesh(mesh_shape, devices)
-  model = BertForPretraining(model_config(config))
-  tx = make_optimizer(config)
-  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
-  state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
-  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
-  state, metrics = step(state, sharding.global_batch(_synthetic_batch(config), mesh), jax.random.key(3))
+  run = _run(config, devices, mesh_shape)
+  state = run.init_state(config.seed)
+  state, metrics = run.train_step(state, sharding.global_batch(_synthetic_batch(config), run.mesh), jax.random.key(3))
   return state, float(metrics["loss"])
 
 
@@ -64,10 +61,8 @@ def test_fsdp_splits_every_large_parameter_eight_ways(small_config):
   config.model.update(
     vocab_size=4096, hidden_size=256, num_heads=4, intermediate_size=2048, max_position_embeddings=512
   )
-  mesh = sharding.make_mesh(MESHES["fsdp8"])
-  model = BertForPretraining(model_config(config))
-  tx = make_optimizer(config)
-  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 32, 5)
+  run = _run(config, jax.devices(), MESHES["fsdp8"])
+  abstract, shardings = run.abstract, run.shardings
   large = 0
   for (path, leaf), leaf_sharding in zip(
     jax.tree_util.tree_leaves_with_path(abstract.params), jax.tree.leaves(shardings.params), strict=True
@@ -86,22 +81,15 @@ def test_scanned_rematerialised_layers_on_fsdp_and_tensor_axes_equal_one_device(
   reference, reference_loss = _step(config, jax.devices()[:1], dict(data=1))
 
   # The same initial state (scanned init draws other random numbers), in the scanned layout on FSDP 4 x TP 2.
-  unrolled_model = BertForPretraining(model_config(config))
-  tx = make_optimizer(config)
-  _, one_device = train_step.state_shardings(
-    unrolled_model, tx, sharding.make_mesh(dict(data=1), jax.devices()[:1]), config.logical_axis_rules, 32, 5
-  )
-  initial = train_step.create_train_state(unrolled_model, tx, one_device, config.seed, 32, 5)
+  initial = _run(config, jax.devices()[:1], dict(data=1)).init_state(config.seed)
   config.model.update(scan_layers=True, remat="save_dots")
-  mesh = sharding.make_mesh(MESHES["fsdp4_tp2"])
-  model = BertForPretraining(model_config(config))
-  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 32, 5)
-  state = jax.device_put(param_layout.convert(jax.device_get(initial), scanned=True), shardings)
+  run = _run(config, jax.devices(), MESHES["fsdp4_tp2"])
+  state = jax.device_put(param_layout.convert(jax.device_get(initial), scanned=True), run.shardings)
   kernel = state.params["bert"]["layers"]["intermediate"]["kernel"]  # [layers, embed, mlp]
   assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
 
-  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
-  state, metrics = step(state, sharding.global_batch(_synthetic_batch(config), mesh), jax.random.key(3))
+  batch = sharding.global_batch(_synthetic_batch(config), run.mesh)
+  state, metrics = run.train_step(state, batch, jax.random.key(3))
   np.testing.assert_allclose(float(metrics["loss"]), reference_loss, rtol=1e-5)
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),

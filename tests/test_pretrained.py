@@ -14,7 +14,7 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import checkpoint, export, param_layout, pretrained, sharding, train, train_step
+from bert_jax import checkpoint, export, param_layout, pretrained, pretraining, sharding, train
 from bert_jax.convert_hf import TIED, hf_config_dict, load_safetensors, params_from_hf, save_safetensors
 from bert_jax.model import BertForPretraining, encoder_intermediates
 from bert_jax.model_config import to_bert_json
@@ -161,10 +161,8 @@ def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece
   with checkpoint.read_only_manager(workdir) as manager:
     position = checkpoint.read_data_position(manager, 2)
     saved_config = checkpoint.read_config(manager, 2)
-  mesh = sharding.make_mesh(config.mesh.to_dict())
-  model = BertForPretraining(train.check_config(config))
-  tx = train.make_optimizer(config)
-  abstract, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 32, 5)
+  run = pretraining.make_run(config)
+  abstract, shardings = run.abstract, run.shardings
   with checkpoint.read_only_manager(workdir) as manager:
     state, _ = checkpoint.restore(manager, 2, abstract, shardings)
   with ocp.CheckpointManager(legacy / "checkpoints") as manager:  # The layout before params had an item.

@@ -1,5 +1,6 @@
 """The loop: resumption is exact, bad configs stop before anything is compiled or written."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -8,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint, param_layout, progress, train, train_step
+from bert_jax import checkpoint, param_layout, pretraining, progress, train
 
 
 class Crash(Exception):
@@ -17,20 +18,20 @@ class Crash(Exception):
 
 def _crash_after(monkeypatch, steps: int):
   """Makes the train step raise on call `steps + 1`, as a machine lost mid-run would."""
-  real = train_step.make_train_step
+  real = pretraining.make_run
 
   def make(*args, **kwargs):
-    step_fn, calls = real(*args, **kwargs), []
+    run, calls = real(*args, **kwargs), []
 
     def counted(*a):
       calls.append(1)
       if len(calls) > steps:
         raise Crash()
-      return step_fn(*a)
+      return run.train_step(*a)
 
-    return counted
+    return dataclasses.replace(run, train_step=counted)
 
-  monkeypatch.setattr(train_step, "make_train_step", make)
+  monkeypatch.setattr(pretraining, "make_run", make)
 
 
 def _params(state):

@@ -4,22 +4,16 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import sharding, train_step
+from bert_jax import pretraining, sharding, train_step
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.model import BertForPretraining
-from bert_jax.optim import make_optimizer
 from bert_jax.pretraining_batch import check_pretraining_batch
-from bert_jax.train import model_config
 
 
 def _setup(config, devices):
-  mesh = sharding.make_mesh(dict(data=-1, fsdp=1, tensor=1), devices)
-  model = BertForPretraining(model_config(config))
-  tx = make_optimizer(config)
-  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, preds)
-  state = train_step.create_train_state(model, tx, shardings, config.seed, seq, preds)
-  return mesh, model, tx, shardings, state
+  """The pretraining run on `devices` (all data-parallel) and its initial state."""
+  config.mesh.update(data=-1, fsdp=1, tensor=1)
+  run = pretraining.make_run(config, devices)
+  return run, run.init_state(config.seed)
 
 
 def _batches(config, n):
@@ -34,12 +28,11 @@ def _batches(config, n):
 
 
 def _run(config, devices, batches):
-  mesh, model, tx, shardings, state = _setup(config, devices)
-  step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
+  run, state = _setup(config, devices)
   key = jax.random.key(7)
   losses = []
   for batch in batches:
-    state, metrics = step(state, sharding.global_batch(batch, mesh), key)
+    state, metrics = run.train_step(state, sharding.global_batch(batch, run.mesh), key)
     losses.append(float(metrics["loss"]))
   return state, losses
 
@@ -64,11 +57,7 @@ def test_state_is_created_directly_into_its_shardings(small_config):
     ("heads", None),
     ("kv", None),
   )
-  mesh = sharding.make_mesh(small_config.mesh.to_dict())
-  model = BertForPretraining(model_config(small_config))
-  tx = make_optimizer(small_config)
-  _, shardings = train_step.state_shardings(model, tx, mesh, small_config.logical_axis_rules, 32, 5)
-  state = train_step.create_train_state(model, tx, shardings, 0, 32, 5)
+  state = pretraining.make_run(small_config).init_state(0)
   kernel = state.params["bert"]["layer_0"]["intermediate"]["kernel"]  # [embed, mlp], embed -> fsdp
   assert kernel.sharding.spec == jax.sharding.PartitionSpec("fsdp", None)
   assert {shard.data.shape for shard in kernel.addressable_shards} == {(16, 48)}
@@ -85,10 +74,9 @@ def test_training_fits_a_fixed_batch(small_config):
 
 
 def test_metrics_are_sums_with_denominators(small_config):
-  mesh, model, _, shardings, state = _setup(small_config, jax.devices())
+  run, state = _setup(small_config, jax.devices())
   batch = _batches(small_config, 1)[0]
-  eval_step = train_step.make_eval_step(model, mesh, shardings.params, small_config.logical_axis_rules)
-  metrics = eval_step(state.params, sharding.global_batch(batch, mesh))
+  metrics = run.eval_step(state.params, sharding.global_batch(batch, run.mesh))
   assert float(metrics["mlm_count"]) == batch["masked_lm_weights"].sum()
   assert float(metrics["nsp_count"]) == small_config.batch_size
   assert 0 <= float(metrics["mlm_accuracy"]) <= float(metrics["mlm_count"])
@@ -97,12 +85,11 @@ def test_metrics_are_sums_with_denominators(small_config):
 
 
 def test_mlm_weights_exclude_padding_predictions(small_config):
-  mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:1])
+  run, state = _setup(small_config, jax.devices()[:1])
   batch = _batches(small_config, 1)[0]
-  eval_step = train_step.make_eval_step(model, mesh, shardings.params, small_config.logical_axis_rules)
-  before = eval_step(state.params, sharding.global_batch(batch, mesh))
+  before = run.eval_step(state.params, sharding.global_batch(batch, run.mesh))
   changed = dict(batch, masked_lm_ids=np.where(batch["masked_lm_weights"] > 0, batch["masked_lm_ids"], 99))
-  after = eval_step(state.params, sharding.global_batch(changed, mesh))
+  after = run.eval_step(state.params, sharding.global_batch(changed, run.mesh))
   assert (batch["masked_lm_weights"] == 0).any()
   np.testing.assert_allclose(float(after["mlm_loss"]), float(before["mlm_loss"]), rtol=1e-6)
 
@@ -118,22 +105,22 @@ def test_out_of_vocabulary_ids_stop_before_the_step(small_config, name):
 
 
 def test_without_next_sentence_prediction_the_loss_is_the_mlm_loss(small_config):
-  mesh, model, _, shardings, state = _setup(small_config, jax.devices()[:1])
-  batch = sharding.global_batch(_batches(small_config, 1)[0], mesh)
-  loss, metrics = train_step.pretraining_loss(state.params, batch, model, next_sentence_prediction=False)
+  run, state = _setup(small_config, jax.devices()[:1])
+  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
+  loss, metrics = pretraining.pretraining_loss(state.params, batch, run.model, next_sentence_prediction=False)
   np.testing.assert_allclose(float(loss), float(metrics["mlm_loss"]) / (float(metrics["mlm_count"]) + 1e-5), rtol=1e-6)
-  with_nsp, _ = train_step.pretraining_loss(state.params, batch, model)
+  with_nsp, _ = pretraining.pretraining_loss(state.params, batch, run.model)
   np.testing.assert_allclose(float(with_nsp) - float(loss), float(metrics["nsp_loss"]) / 8, rtol=1e-5)
 
 
 def test_gradient_accumulation_equals_the_full_batch(small_config):
   small_config.batch_size = 16
-  mesh, model, _, _, state = _setup(small_config, jax.devices()[:2])
-  batch = sharding.global_batch(_batches(small_config, 1)[0], mesh)
+  run, state = _setup(small_config, jax.devices()[:2])
+  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
 
   def grads(num_microbatches):
-    fn = functools.partial(train_step.gradients, model=model, num_microbatches=num_microbatches)
-    fn = train_step.with_activation_rules(fn, mesh, small_config.logical_axis_rules)
+    fn = functools.partial(train_step.gradients, model=run.model, loss=run.loss, num_microbatches=num_microbatches)
+    fn = train_step.with_activation_rules(fn, run.mesh, run.rules)
     return jax.jit(fn)(state.params, batch, None)  # No dropout: the same function of the same inputs.
 
   (full_loss, full_metrics), full_grads = grads(1)
@@ -145,4 +132,4 @@ def test_gradient_accumulation_equals_the_full_batch(small_config):
 
   # A batch that does not split evenly is refused before anything is compiled.
   with pytest.raises(ValueError, match="microbatch"):
-    sharding.check_batch_size(16, mesh, num_microbatches=16)
+    sharding.check_batch_size(16, run.mesh, num_microbatches=16)

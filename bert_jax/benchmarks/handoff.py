@@ -15,11 +15,9 @@ import jax
 from absl import app, flags
 from etils import epath
 
-from bert_jax import checkpoint, export, paths, pretrained, sharding, train_step
+from bert_jax import checkpoint, export, paths, pretrained, pretraining, sharding
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.model import BertForPretraining
-from bert_jax.model_config import BertConfig, preset
-from bert_jax.optim import make_optimizer
+from bert_jax.model_config import preset
 from bert_jax.tokenizer import load_tokenizer
 from configs import default
 
@@ -50,13 +48,13 @@ def main(argv):
   config = default.get_config()
   config.model.update(preset(_PRESET.value), vocab_size=tokenizer.vocab_size)
   config.tokenizer.update(kind="wordpiece", path=_VOCAB.value)
-  model_cfg = BertConfig(**config.model.to_dict())
-  mesh = sharding.make_mesh(dict(data=1, fsdp=1, tensor=1), jax.devices()[:1])
-  model, tx = BertForPretraining(model_cfg), make_optimizer(config)
-  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, 128, 20)
-  state = train_step.create_train_state(model, tx, shardings, 0, 128, 20)
+  config.update(batch_size=8)
+  config.mesh.update(data=1, fsdp=1, tensor=1)
+  run = pretraining.make_run(config, jax.devices()[:1])
+  mesh = run.mesh
+  state = run.init_state(0)
   # One real step, so that the optimizer moments hold what they hold in training (zeros compress to nothing).
-  step_fn = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
+  step_fn = run.train_step
   batch = next(
     SyntheticSource(
       seed=0, global_batch_size=8, max_seq_length=128, max_predictions_per_seq=20, vocab_size=tokenizer.vocab_size

@@ -20,12 +20,10 @@ import optax
 from absl import app, flags
 
 from bert_jax import flops as flops_lib
-from bert_jax import sharding, train_step
+from bert_jax import pretraining, sharding
 from bert_jax.convert_hf import hf_config_dict
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.model import BertForPretraining
-from bert_jax.model_config import BertConfig, preset
-from bert_jax.optim import make_optimizer
+from bert_jax.model_config import preset
 from configs import default
 
 _PRESET = flags.DEFINE_string("preset", "base", "Model size preset (bert_jax.model_config.PRESETS).")
@@ -81,14 +79,12 @@ def _contestants(dtype: str, mesh, batches, dropout_key) -> dict:
   config = default.get_config()
   config.model.update(preset(_PRESET.value), dtype=dtype)
   config.update(batch_size=_BATCH.value, num_train_steps=10_000, warmup_steps=100)
-  model_cfg = BertConfig(**config.model.to_dict())
-  seq, predictions = _SEQ.value, _PREDICTIONS.value
-  tx = make_optimizer(config)
-
-  model = BertForPretraining(model_cfg)
-  _, shardings = train_step.state_shardings(model, tx, mesh, config.logical_axis_rules, seq, predictions)
-  ours_state = train_step.create_train_state(model, tx, shardings, 0, seq, predictions)
-  ours_step = train_step.make_train_step(model, tx, mesh, shardings, config.logical_axis_rules)
+  config.data.update(source="synthetic", max_seq_length=_SEQ.value, max_predictions_per_seq=_PREDICTIONS.value)
+  config.mesh.update(data=1, fsdp=1, tensor=1)
+  model_cfg = pretraining.check_config(config)
+  run = pretraining.make_run(config, mesh.devices.flat)
+  tx = run.tx
+  ours_state, ours_step = run.init_state(0), run.train_step
 
   # The reference, built from the same config with random weights (no download).
   hf_model = FlaxBertForPreTraining(

@@ -1,0 +1,53 @@
+"""What a pretraining run reads: its tokenizer and prepared corpus (preparing the embedded one on first use), and
+the batch sources made from them (`sources.make_source`) for training and evaluation."""
+
+import jax
+
+from bert_jax.data import prepare, sources
+from bert_jax.model_config import BertConfig
+from bert_jax.tokenizer import load_tokenizer
+
+
+class Corpus:
+  """The tokenizer and prepared corpus of `config` (none for the synthetic source), checked against the model."""
+
+  def __init__(self, config, workdir: str, model: BertConfig):
+    self._config, self._model = config, model
+    self.tokenizer, self.identity, self._train, self._eval = None, None, {}, {}
+    if config.data.source == "synthetic":
+      return
+    tokenizer_path, prepared_dir = prepare.paths_for_run(config, workdir)
+    if config.data.embedded_corpus:
+      prepare.prepare_for_run(config, workdir)
+    self.tokenizer = load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
+    if self.tokenizer.vocab_size > model.vocab_size:
+      raise ValueError(f"The tokenizer has {self.tokenizer.vocab_size} ids but model.vocab_size={model.vocab_size}.")
+    self.identity = self.tokenizer.identity()
+    self._train = dict(prepared_dir=prepared_dir, manifest=prepare.read_manifest(prepared_dir, self.tokenizer))
+    eval_dir = config.data.eval_prepared_dir
+    self._eval = (
+      self._train
+      if not eval_dir
+      else dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
+    )
+
+  def source(
+    self,
+    start_example: int,
+    evaluation: bool = False,
+    state_dir: str | None = None,
+    host: tuple[int, int] | None = None,
+  ):
+    """This host's batches from `start_example` on; `host` = (index, count) stands in for another host's."""
+    process_index, process_count = host or (jax.process_index(), jax.process_count())
+    return sources.make_source(
+      self._config,
+      seed=self._config.seed + int(evaluation),
+      start_example=start_example,
+      process_index=process_index,
+      process_count=process_count,
+      vocab_size=self._model.vocab_size,
+      tokenizer=self.tokenizer,
+      state_dir=state_dir,
+      **(self._eval if evaluation else self._train),
+    )

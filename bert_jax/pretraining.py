@@ -1,0 +1,123 @@
+"""The pretraining objective: masked-LM cross-entropy plus next-sentence cross-entropy, as a step's `Loss`.
+
+Reads the pretraining batch (`pretraining_batch.py`); the step machinery (`train_step.py`) takes it like any
+task's loss. `make_run` is the pretraining run (BertForPretraining, this loss, the configured optimizer) that the
+loop, the dry run and the benchmarks compile.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bert_jax import flops, run
+from bert_jax.model import BertForPretraining
+from bert_jax.model_config import BertConfig
+from bert_jax.optim import make_optimizer
+from bert_jax.train_step import Loss
+
+
+def loss_normalizers(batch: dict) -> tuple[jax.Array, jax.Array]:
+  """What the MLM and NSP loss sums are divided by: real predictions (+1e-5, guarding a batch with none, as in
+  the original BERT) and sequences. From the whole batch, so microbatches add up to the full-batch loss."""
+  mlm = jnp.sum(batch["masked_lm_weights"]) + 1e-5
+  return mlm, jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+
+
+def model_inputs(batch: dict) -> tuple:
+  return (batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"])
+
+
+def pretraining_loss(
+  params,
+  batch: dict,
+  model: BertForPretraining,
+  dropout_key=None,
+  normalizers: tuple | None = None,
+  *,
+  next_sentence_prediction: bool = True,
+):
+  """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + next-sentence cross-entropy (if enabled).
+
+  The MLM term is the mean over real predictions, the NSP term the mean over sequences; `normalizers` (from
+  `loss_normalizers` of the whole batch) replace this batch's own counts when it is one microbatch of many.
+  Returns (loss, metrics); metrics are sums with their counts.
+  """
+  deterministic = dropout_key is None
+  rngs = {} if deterministic else {"dropout": dropout_key}
+  outputs = model.apply({"params": params}, *model_inputs(batch), deterministic=deterministic, rngs=rngs)
+  mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]  # float32
+
+  weights = batch["masked_lm_weights"]  # [batch, max_predictions]
+  mlm_xent = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
+  mlm_loss_sum = jnp.sum(mlm_xent * weights)
+  mlm_count = jnp.sum(weights)
+  mlm_correct = jnp.sum((jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]) * weights)
+
+  labels = batch["next_sentence_labels"]  # [batch]
+  nsp_xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels)
+  nsp_count = jnp.asarray(labels.shape[0], jnp.float32)
+  nsp_correct = jnp.sum(jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)
+
+  mlm_normalizer, nsp_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
+  loss = mlm_loss_sum / mlm_normalizer
+  if next_sentence_prediction:
+    loss += jnp.sum(nsp_xent) / nsp_normalizer
+  metrics = dict(
+    mlm_loss=mlm_loss_sum,
+    mlm_accuracy=mlm_correct,
+    mlm_count=mlm_count,
+    nsp_loss=jnp.sum(nsp_xent),
+    nsp_accuracy=nsp_correct,
+    nsp_count=nsp_count,
+  )
+  return loss, metrics
+
+
+def make_loss(next_sentence_prediction: bool = True) -> Loss:
+  """The pretraining `Loss`; without the NSP term when `next_sentence_prediction` is False (NSP metrics stay)."""
+  value = functools.partial(pretraining_loss, next_sentence_prediction=next_sentence_prediction)
+  return Loss(value=value, normalizers=loss_normalizers)
+
+
+def model_config(config) -> BertConfig:
+  return BertConfig(**config.model.to_dict())
+
+
+def check_config(config) -> BertConfig:
+  """Raises ValueError naming the bad value; returns the model config. Before anything is compiled or written."""
+  run.check_config(config)
+  model = model_config(config)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  if seq > model.max_position_embeddings:
+    raise ValueError(
+      f"data.max_seq_length={seq} exceeds model.max_position_embeddings="
+      f"{model.max_position_embeddings}: positions beyond it have no embedding."
+    )
+  if seq < 5:
+    raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
+  if not 0 < preds <= seq:
+    raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
+  if config.eval_every_steps < 1:
+    raise ValueError(f"eval_every_steps={config.eval_every_steps} must be at least 1.")
+  if config.schedule_end_step and config.schedule_end_step < config.num_train_steps:
+    raise ValueError(
+      f"schedule_end_step={config.schedule_end_step} is before num_train_steps={config.num_train_steps}: the "
+      "learning rate would reach zero before training ends (0: end the schedule at num_train_steps)."
+    )
+  flops.peak_flops_per_device("", config.peak_tflops_per_device)  # Raises on a negative peak.
+  if config.eval_steps < 0:
+    raise ValueError(f"eval_steps={config.eval_steps} must be non-negative (0 disables evaluation).")
+  if config.data.source not in ("pretraining", "synthetic"):
+    raise ValueError(f"data.source={config.data.source!r}; expected 'pretraining' or 'synthetic'.")
+  return model
+
+
+def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.Run:
+  """The pretraining run of `config` (checked first); `model_cfg` replaces the config's model (e.g. another layer
+  layout)."""
+  checked = check_config(config)
+  model = BertForPretraining(model_cfg or checked)
+  loss = make_loss(config.data.next_sentence_prediction)
+  return run.make_run(config, model, loss, make_optimizer(config), devices=devices)

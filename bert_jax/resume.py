@@ -1,0 +1,141 @@
+"""Where a pretraining run starts, in this order (one place, so the order is never in doubt):
+
+1. the workdir's newest committed checkpoint: state, data position and history (a resume);
+2. else `config.init_from`: a workdir (a previous phase) gives its state and step, the data stream starts afresh;
+   any other source (bundle, Hugging Face, Google) gives weights, heads it lacks from the seed, a fresh optimizer;
+3. else a fresh initialisation from `config.seed`.
+
+`check_start` runs before anything is written; it refuses a checkpoint that does not fit the config. A workdir
+with checkpoints never reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone.
+"""
+
+import dataclasses
+import functools
+
+import jax
+from absl import logging
+from etils import epath
+
+from bert_jax import checkpoint, param_layout, pretrained, train_step
+from bert_jax.model import BertForPretraining
+from bert_jax.model_config import SIZE_FIELDS, BertConfig
+from bert_jax.run import Run
+from bert_jax.tokenizer import load_tokenizer
+
+
+def _check_compatible(saved: dict, config, where: str) -> None:
+  """Raises if the checkpoint's config (a dict) has other parameter or optimizer-state shapes than `config`."""
+  different = [
+    f"model.{name}: {saved['model'][name]} vs {config.model[name]}"
+    for name in SIZE_FIELDS
+    if saved["model"][name] != config.model[name]
+  ]
+  if saved.get("optimizer", "adamw") != config.optimizer:
+    different.append(f"optimizer: {saved.get('optimizer', 'adamw')!r} vs {config.optimizer!r}")
+  if different:
+    raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
+
+
+def check_start(config, workdir: str, model_cfg: BertConfig) -> pretrained.Source | None:
+  """Before anything is written: the checkpoint this run will start from (the workdir's newest, else
+  `init_from`'s) exists where the config names it and fits the config. Returns `init_from`'s source when the run
+  will start from it."""
+  if checkpoint.has_checkpoint(workdir):
+    _check_compatible(checkpoint.restore_config(workdir), config, "the workdir")
+    return None
+  if not config.init_from:
+    return None
+  where = f"init_from={config.init_from}"
+  try:
+    source = pretrained.describe(config.init_from)
+  except (FileNotFoundError, ValueError) as error:
+    raise type(error)(f"{where}: {error}") from None
+  if source.format == "workdir":  # A previous phase: its optimizer state and step too.
+    _check_compatible(source.info, config, where)
+  else:  # Weights only: a fresh optimizer.
+    pretrained.check_fits(source, model_cfg, where)
+  if config.data.source != "synthetic":
+    if not config.tokenizer.path:
+      raise ValueError(
+        f"{where} was trained with the tokenizer {source.tokenizer_file}; set tokenizer.path to it (the run would "
+        "train a new one)."
+      )
+    tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+    pretrained.check_tokenizer(source, tokenizer.identity(), where)
+  return source
+
+
+def _restore(manager, step: int | None, run: Run, model_cfg: BertConfig):
+  """(state, data position) from `manager`'s `step` in `run.shardings`, converted to this model's layer layout
+  (scanned or unrolled) if it was saved in the other one; None if `step` is None (no checkpoint)."""
+  if step is None:
+    return None
+  saved = checkpoint.read_config(manager, step)  # Checked by check_start before anything ran.
+  saved_scanned = saved["model"].get("scan_layers", False)
+  if saved_scanned == model_cfg.scan_layers:
+    return checkpoint.restore(manager, step, run.abstract, run.shardings)
+  logging.info(
+    "Converting step %d's %s layer layout to this model's.", step, "scanned" if saved_scanned else "unrolled"
+  )
+  saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scanned))
+  saved_abstract, saved_shardings = train_step.state_shardings(saved_model, run.tx, run.mesh, run.rules)
+  state, data_position = checkpoint.restore(manager, step, saved_abstract, saved_shardings)
+  convert = functools.partial(param_layout.convert, scanned=model_cfg.scan_layers)
+  return jax.jit(convert, out_shardings=run.shardings)(state), data_position
+
+
+def start_state(
+  config,
+  run: Run,
+  model_cfg: BertConfig,
+  manager,
+  identity,
+  init_source: pretrained.Source | None,
+  init_params: dict | None,
+):
+  """(state, data position, resumed), in the order of this module's docstring. `init_params` are `init_source`'s
+  weights when it is not a workdir (read before anything was written)."""
+  restore = functools.partial(_restore, run=run, model_cfg=model_cfg)
+  restored, resumed = restore(manager, manager.latest_step()), True
+  if restored is None and init_source is not None and init_source.format == "workdir":
+    with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
+      restored, resumed = restore(source_manager, init_source.step), False
+  elif restored is None and init_source is not None:
+    state = run.init_state(config.seed, init_params)
+    fresh = train_step.overwrite_params(run.abstract.params, init_params)[1]
+    logging.info(
+      "Initialised from the %s weights in %s (heads initialised from seed %d: %s); a fresh optimizer at step 0.",
+      init_source.format,
+      config.init_from,
+      config.seed,
+      fresh or "none",
+    )
+    return state, {"examples": 0}, False
+  if restored is None:
+    logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
+    return run.init_state(config.seed), {"examples": 0}, False
+  state, data_position = restored
+  if not resumed:
+    logging.info("Initialised from %s at step %d; the data stream starts afresh.", config.init_from, int(state.step))
+    return state, {"examples": 0}, False
+  if data_position.get("tokenizer") != identity:
+    raise ValueError(
+      f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
+      "Use the same tokenizer, or a new workdir."
+    )
+  logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
+  return state, data_position, True
+
+
+def history(manager, step: int, init_source: pretrained.Source | None) -> dict:
+  """What the model has been trained on before this run's first step (examples and sequence positions, padding
+  included, over every phase), and its latest metrics: the resumed checkpoint's record, else a previous phase's."""
+  record = {}
+  if manager is not None:
+    record = checkpoint.read_history(manager, step)
+  elif init_source is not None and init_source.format == "workdir":
+    with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
+      record = checkpoint.read_history(source_manager, init_source.step)
+  elif init_source is not None and init_source.format == "bundle":
+    record = init_source.info.get("history", {})
+  return dict({"examples_seen": 0, "token_positions_seen": 0}, **record)
