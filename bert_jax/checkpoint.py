@@ -31,6 +31,7 @@ from etils import epath
 from bert_jax import paths, sharding
 
 CHECKPOINTS = "checkpoints"
+BEST = "best"  # A fine-tuning run's best step by its task's main metric, kept apart from rotation.
 _LEGACY_STATE = "state"
 
 
@@ -91,12 +92,13 @@ def tokenizer_item(tokenizer) -> dict:
   return {"identity": dict(tokenizer.identity(), filename=path.name), "content": path.read_bytes()}
 
 
-def make_manager(workdir: str, keep: int) -> ocp.CheckpointManager:
-  """Keeps the newest `keep` steps; saves run in the background (`wait_until_finished` before exit)."""
+def make_manager(workdir: str, keep: int, name: str = CHECKPOINTS) -> ocp.CheckpointManager:
+  """Keeps the newest `keep` steps in `<workdir>/<name>`; saves run in the background (`wait_until_finished`
+  before exit)."""
   options = ocp.CheckpointManagerOptions(
     max_to_keep=keep, create=True, cleanup_tmp_directories=True, enable_async_checkpointing=True
   )
-  return ocp.CheckpointManager(checkpoint_dir(workdir), options=options)
+  return ocp.CheckpointManager(paths.absolute(workdir) / name, options=options)
 
 
 def save(

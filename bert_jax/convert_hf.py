@@ -78,6 +78,10 @@ HEADS_TABLE = [
   ("cls.predictions.bias", ("mlm_output_bias",), "copy"),
   *_dense("cls.seq_relationship", ("nsp",)),
 ]
+# Fine-tuning heads (bert_jax/heads.py), named as transformers' BertFor{SequenceClassification, TokenClassification,
+# MultipleChoice} (`classifier`) and BertForQuestionAnswering (`qa_outputs`); their width is the task's.
+TASK_HEADS = ("classifier", "qa_outputs")
+TASK_HEADS_TABLE = [entry for head in TASK_HEADS for entry in _dense(head, (head,))]
 # The decoder is tied to the word embeddings (its bias to `cls.predictions.bias`): files may hold copies.
 TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Tensors that carry nothing bert_jax needs: buffers.
@@ -139,7 +143,8 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   """Converts HF BERT tensors to a bert_jax params tree (nested dicts of float32 numpy arrays, unrolled layers).
 
   The result always holds `bert` (encoder and pooler); it also holds the pretraining heads
-  (`mlm_transform`, `mlm_layer_norm`, `mlm_output_bias`, `nsp`) when the file has them. Raises ValueError,
+  (`mlm_transform`, `mlm_layer_norm`, `mlm_output_bias`, `nsp`) when the file has them, and a fine-tuning head
+  (`classifier` or `qa_outputs`, as in `transformers`' BERT task models) when it has one. Raises ValueError,
   naming the tensors, if the encoder is incomplete, if a shape disagrees with `config`, if the heads are
   only partly present, or if the MLM decoder is not tied to the word embeddings.
   """
@@ -147,6 +152,10 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   prefix = "bert." if any(name.startswith("bert.") for name in tensors) else ""
   has_heads = any(name.startswith("cls.") for name in tensors)
   table = _encoder_table(config.num_layers, prefix) + (HEADS_TABLE if has_heads else [])
+  table += [entry for entry in TASK_HEADS_TABLE if entry[0].split(".")[0] in {n.split(".")[0] for n in tensors}]
+  if f"{prefix}pooler.dense.weight" not in tensors and any(path[0] in TASK_HEADS for _, path, _ in table):
+    # transformers' token-classification and question-answering models have no pooler: it stays fresh here.
+    table = [entry for entry in table if entry[1][:2] != ("bert", "pooler")]
 
   missing = [hf for hf, _, _ in table if hf not in tensors]
   if missing:
@@ -172,6 +181,8 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   params: dict = {}
   for hf, path, kind in table:
     shape = np.shape(tensors[hf])
+    if path[0] in TASK_HEADS:  # The task's width: only the input side is the model's.
+      expected["/".join(path)] = (config.hidden_size, shape[0]) if path[-1] == "kernel" else shape
     try:
       value = np.asarray(_KINDS[kind][0](np.asarray(tensors[hf]), config.num_heads, config.head_dim), np.float32)
     except ValueError:  # A reshape into heads that cannot fit.
@@ -192,11 +203,13 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
 
 
 def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
-  """A bert_jax params tree (unrolled layers; heads optional) -> `BertForPreTraining` tensors as numpy, named and
-  laid out as `transformers` saves them (tied decoder tensors left out)."""
+  """A bert_jax params tree (unrolled layers; heads optional) -> `BertForPreTraining` tensors (or, with a task
+  head, the task model's) as numpy, named and laid out as `transformers` saves them (tied decoder tensors left
+  out)."""
   flat = traverse_util.flatten_dict(params)
   has_heads = "nsp" in params
   table = _encoder_table(config.num_layers, "bert.") + (HEADS_TABLE if has_heads else [])
+  table += [entry for entry in TASK_HEADS_TABLE if entry[1][0] in params]
   tensors = {}
   for hf, path, kind in table:
     if path not in flat:

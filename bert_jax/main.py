@@ -3,7 +3,8 @@
 `--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the train step for the
 configured mesh and reports memory, FLOPs and shardings (see dry_run.py); `--mode=export` writes the workdir's
 newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (export.py); `--mode=features` writes
-per-token vectors of text lines (extract_features.py); the default mode pretrains.
+per-token vectors of text lines (extract_features.py); the default mode trains: it pretrains, or, when
+`finetune.task` is set (configs/glue.py, squad.py, ner.py, swag.py), fine-tunes (finetune/job.py).
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error.
@@ -20,6 +21,7 @@ from ml_collections import config_flags
 
 from bert_jax import distributed, dry_run, export, extract_features, train
 from bert_jax.data import prepare
+from bert_jax.finetune import job
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoard logs go (a path or gs://).")
@@ -27,7 +29,8 @@ _MODE = flags.DEFINE_enum(
   "mode",
   "pretrain",
   ["pretrain", "prepare", "dry_run", "export", "features"],
-  "pretrain: train (resuming from the workdir). prepare: train the SentencePiece vocabulary if tokenizer.path is "
+  "pretrain: train (resuming from the workdir): pretraining, or fine-tuning when finetune.task is set. "
+  "prepare: train the SentencePiece vocabulary if tokenizer.path is "
   "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir. dry_run: compile the train "
   "step on abstract inputs and report per-device memory, FLOPs and parameter shardings (on CPU, a mesh with no -1 "
   "gets that many fake devices). export: write the workdir's newest checkpoint (or export.source) to export.dir "
@@ -94,6 +97,8 @@ def main(argv):
     )
   elif _MODE.value == "features":
     extract_features.extract(config, _WORKDIR.value)
+  elif config.finetune.task:
+    job.finetune(config, _WORKDIR.value)
   else:
     train.train_and_evaluate(config, _WORKDIR.value)
 

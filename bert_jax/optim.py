@@ -80,20 +80,22 @@ def schedule_end_step(config) -> int:
   return config.schedule_end_step or config.num_train_steps
 
 
-def make_schedule(config) -> optax.Schedule:
-  return learning_rate_schedule(config.learning_rate, config.warmup_steps, schedule_end_step(config))
+def make_schedule(config, learning_rate=None) -> optax.Schedule:
+  """The configured schedule, peaking at `learning_rate` (default: config.learning_rate; may be traced)."""
+  peak = config.learning_rate if learning_rate is None else learning_rate
+  return learning_rate_schedule(peak, config.warmup_steps, schedule_end_step(config))
 
 
-def make_optimizer(config) -> optax.GradientTransformation:
-  """From the top-level config: `optimizer`, `learning_rate`, `warmup_steps`, `num_train_steps`,
-  `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm`."""
+def make_optimizer(config, learning_rate=None) -> optax.GradientTransformation:
+  """From the top-level config: `optimizer`, `learning_rate` (unless given), `warmup_steps`,
+  `num_train_steps`, `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm`."""
   if config.optimizer not in OPTIMIZERS:
     raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
   make = optax.adamw if config.optimizer == "adamw" else lamb
   return optax.chain(
     optax.clip_by_global_norm(config.max_grad_norm),
     make(
-      make_schedule(config),
+      make_schedule(config, learning_rate),
       b1=config.adam_b1,
       b2=config.adam_b2,
       eps=config.adam_eps,
@@ -101,3 +103,17 @@ def make_optimizer(config) -> optax.GradientTransformation:
       mask=weight_decay_mask,
     ),
   )
+
+
+def make_sweep_optimizer(config) -> optax.GradientTransformation:
+  """`make_optimizer` with the peak learning rate held in the optimizer state (`hyperparams["learning_rate"]`),
+  so that the members of a vmapped sweep each train at their own; see `set_learning_rates`."""
+  return optax.inject_hyperparams(lambda learning_rate: make_optimizer(config, learning_rate))(
+    learning_rate=config.learning_rate
+  )
+
+
+def set_learning_rates(opt_state, learning_rates: jax.Array):
+  """A sweep's optimizer state (leading member axis) with member i's peak learning rate `learning_rates[i]`."""
+  hyperparams = dict(opt_state.hyperparams, learning_rate=learning_rates.astype(jnp.float32))
+  return opt_state._replace(hyperparams=hyperparams)

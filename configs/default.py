@@ -154,6 +154,40 @@ def get_config() -> ml_collections.ConfigDict:
   # Lines per output shard.
   config.features.lines_per_shard = 10_000
 
+  # Fine-tuning (configs/glue.py, squad.py, ner.py, swag.py): a task head on `init_from`'s encoder, whose model
+  # sizes and tokenizer come from that source; learning_rate, batch_size, seed, mesh and checkpoints as above.
+  config.finetune = ml_collections.ConfigDict()
+  # The task: a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), squad_v1, squad_v2, conll2003 or
+  # swag. Empty: pretraining.
+  config.finetune.task = ""
+  # The task's files (GLUE TSVs, SQuAD JSON, CoNLL columns, SWAG CSVs), local or gs:// ...
+  config.finetune.data_dir = ""
+  # ... or its TFDS dataset (e.g. "glue/mrpc", "squad/v1.1"; empty: read data_dir) and TFDS data directory.
+  config.finetune.tfds_name = ""
+  config.finetune.tfds_data_dir = ""
+  # Tokens per row (SQuAD: per window).
+  config.finetune.max_seq_length = 128
+  # Passes over the training set; the step count follows (num_train_steps is not read when fine-tuning).
+  config.finetune.num_epochs = 3.0
+  # Fraction of the steps spent warming the learning rate up (warmup_steps is not read when fine-tuning).
+  config.finetune.warmup_fraction = 0.1
+  # SQuAD: tokens between window starts, longest question, n-best size and longest answer (in tokens).
+  config.finetune.doc_stride = 128
+  config.finetune.max_query_length = 64
+  config.finetune.n_best_size = 20
+  config.finetune.max_answer_length = 30
+  # CoNLL NER: the tag scheme of the files, "BIO" (IOB2) or "IOB1" (the original CoNLL-2003 release).
+  config.finetune.tag_scheme = "BIO"
+  # Rows per evaluation batch (over all devices).
+  config.finetune.eval_batch_size = 64
+
+  # Sweeps: every (learning rate, seed) pair trained at once in one jitted program, sharing the input stream.
+  config.sweep = ml_collections.ConfigDict()
+  # Comma-separated learning rates (e.g. "5e-5,3e-5,2e-5"); empty: learning_rate alone.
+  config.sweep.learning_rates = ""
+  # Seeds per learning rate: seed, seed + 1, ... (each its own head initialisation and dropout stream).
+  config.sweep.seeds = 1
+
   # Console progress line and TensorBoard scalars every this many steps.
   config.log_every_steps = 100
   # Evaluate every this many steps (and at the end) ...

@@ -161,3 +161,37 @@ def gcs_bucket(tmp_path_factory):
     yield "gs://bucket"
   server.terminate()
   server.wait(timeout=10)
+
+
+_FIXTURE_WORDS = (
+  "the a an of to in and is was it he she they we you i not no yes this that what who where when why how "
+  "man woman dog cat house city car book film movie good bad great terrible love hate play played playing "
+  "run running ran went go goes john mary london paris france germany new york united states president "
+  "said says company year years day time people world first last one two three four five question answer "
+  "because but or if then than there their his her its which with for on at by from as be been are were"
+).split()
+
+
+@pytest.fixture(scope="session")
+def fixture_tokenizers(tmp_path_factory) -> dict:
+  """A small uncased WordPiece vocabulary (common English words, letters and `##` letters, digits, punctuation)
+  and a small SentencePiece model trained on sentences of the same words: {"wordpiece": ..., "sentencepiece": ...}
+  bert_jax tokenizers, for the task readers' tests."""
+  import random
+
+  from bert_jax.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_sentencepiece
+
+  directory = tmp_path_factory.mktemp("fixture_tokenizers")
+  letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+  pieces = [*SPECIAL_TOKENS, *_FIXTURE_WORDS, *letters, *(f"##{c}" for c in letters), *"0123456789", *".,;:!?'\"()-"]
+  pieces += [f"##{d}" for d in "0123456789"] + ["##s", "##ing", "##ed"]
+  vocab = directory / "vocab.txt"
+  vocab.write_text("\n".join(dict.fromkeys(pieces)) + "\n")
+  rng = random.Random(0)
+  text = directory / "sentences.txt"
+  text.write_text("\n".join(" ".join(rng.choices(_FIXTURE_WORDS, k=12)) + "." for _ in range(2000)) + "\n")
+  model = train_sentencepiece([str(text)], str(directory / "sp"), vocab_size=120)
+  return {
+    "wordpiece": load_tokenizer("wordpiece", str(vocab), lower_case=True),
+    "sentencepiece": load_tokenizer("sentencepiece", model),
+  }

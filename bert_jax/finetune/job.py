@@ -1,0 +1,362 @@
+"""The fine-tuning job: a task head on a pretrained encoder, trained as one run or as a sweep of (learning rate,
+seed) members in one jitted program, evaluated every epoch with the task's official metrics.
+
+Start order: the workdir's newest checkpoint (a resume: the stream position is the step); else `init_from`'s
+weights (any source `pretrained.load` accepts; its model sizes and tokenizer), with a fresh head per seed; else,
+without `init_from`, a random initialisation of `config.model` with `config.tokenizer` (a baseline).
+
+The input stream is shared by every member: step s reads rows [(s-1) B, s B) of the concatenation of one random
+permutation of the training rows per epoch (a function of `config.seed` and the epoch), so a resume, or a run
+on another host count, reads the same rows. Member i = (learning_rates[i // seeds], seed + i % seeds) has its
+own head initialisation and dropout stream (from its seed) and its own learning rate (held in its optimizer
+state); member (learning_rate, config.seed) of a sweep is the run trained alone with that learning rate.
+
+The workdir receives `checkpoints/` (the newest, with every member), `best/` (the best member at its best
+evaluation by the task's main metric on the first eval split: one model, never rotated away by `checkpoints/`),
+`metrics.json` (every member's evaluations, and per learning rate mean +- std and best), `predictions/` (the
+best member's predictions of every eval and test split in the task's official format) and TensorBoard logs.
+"""
+
+import dataclasses
+import json
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from etils import epath
+from jax.experimental import multihost_utils
+
+from bert_jax import checkpoint, paths, pretrained, progress, run, sharding, train_step
+from bert_jax.finetune import glue, losses, tasks
+from bert_jax.finetune.task import Encoded, Task
+from bert_jax.heads import task_model
+from bert_jax.model_config import BertConfig
+from bert_jax.optim import make_sweep_optimizer, set_learning_rates
+from bert_jax.tokenizer import load_tokenizer
+from bert_jax.train import train_dropout_key
+
+METRICS_FILE = "metrics.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  learning_rate: float
+  seed: int
+
+
+def sweep_members(config) -> list[Member]:
+  """Every (learning rate, seed) pair of `config.sweep`, learning rate major."""
+  text = config.sweep.learning_rates
+  try:
+    rates = [float(x) for x in text.split(",")] if text else [config.learning_rate]
+  except ValueError:
+    raise ValueError(f"sweep.learning_rates={text!r} is not a comma-separated list of numbers.") from None
+  if any(not rate > 0 for rate in rates) or config.sweep.seeds < 1:
+    raise ValueError(f"Learning rates {rates} must be positive and sweep.seeds={config.sweep.seeds} at least 1.")
+  return [Member(rate, config.seed + index) for rate in rates for index in range(config.sweep.seeds)]
+
+
+def check_config(config) -> list[Member]:
+  """Raises ValueError naming the bad value, before anything is read, compiled or written."""
+  finetune = config.finetune
+  if finetune.task.lower() not in tasks.NAMES and finetune.task.lower().replace("-", "") not in tasks.NAMES:
+    raise ValueError(f"finetune.task={finetune.task!r}; expected one of {tasks.NAMES}.")
+  if not finetune.num_epochs > 0:
+    raise ValueError(f"finetune.num_epochs={finetune.num_epochs} must be positive.")
+  if not 0 <= finetune.warmup_fraction < 1:
+    raise ValueError(f"finetune.warmup_fraction={finetune.warmup_fraction} must be in [0, 1).")
+  if finetune.max_seq_length < 8 or finetune.eval_batch_size < 1:
+    raise ValueError(
+      f"finetune.max_seq_length={finetune.max_seq_length} must be at least 8 and "
+      f"finetune.eval_batch_size={finetune.eval_batch_size} at least 1."
+    )
+  return sweep_members(config)
+
+
+def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.ndarray:
+  """[batch_size] row indices that step `step` (from 1) trains on: the shared stream of per-epoch permutations."""
+  positions = np.arange((step - 1) * batch_size, step * batch_size)
+  epochs, offsets = np.divmod(positions, num_rows)
+  rows = np.empty(batch_size, np.int64)
+  for epoch in np.unique(epochs):
+    permutation = np.random.default_rng([seed, int(epoch)]).permutation(num_rows)
+    rows[epochs == epoch] = permutation[offsets[epochs == epoch]]
+  return rows
+
+
+def _host_batch(features: dict, rows: np.ndarray, weight: np.ndarray) -> dict:
+  """This host's share of the global batch `rows` (hosts take consecutive blocks, as global_batch expects)."""
+  per_host = len(rows) // jax.process_count()
+  mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)
+  batch = {name: value[rows[mine]] for name, value in features.items()}
+  batch["weight"] = weight[mine].astype(np.float32)
+  return batch
+
+
+def _model_config(config, source: pretrained.Pretrained | None) -> BertConfig:
+  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout."""
+  ours = BertConfig(**config.model.to_dict())
+  if source is None:
+    return ours
+  keep = ("dtype", "remat", "scan_layers", "hidden_dropout_prob", "attention_dropout_prob")
+  return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
+
+
+def _schedule_config(config, total_steps: int):
+  """`config` with the step counts of this fine-tuning run (the optimizer reads them)."""
+  scheduled = ml_collections.ConfigDict(config.to_dict())
+  scheduled.update(
+    num_train_steps=total_steps,
+    warmup_steps=int(round(config.finetune.warmup_fraction * total_steps)),
+    schedule_end_step=0,
+  )
+  return scheduled
+
+
+@dataclasses.dataclass(frozen=True)
+class _Splits:
+  train: Encoded
+  evaluation: dict  # split name -> Encoded
+  test: dict
+
+
+def _read_splits(task: Task, tokenizer, max_seq_length: int) -> _Splits:
+  def encode(split: str) -> Encoded:
+    start = time.perf_counter()
+    encoded = task.encode(task.read(split), tokenizer, max_seq_length)
+    logging.info("%s %s: %d rows (%.1f s).", task.name, split, encoded.num_rows, time.perf_counter() - start)
+    return encoded
+
+  return _Splits(
+    train=encode(task.train_split),
+    evaluation={split: encode(split) for split in task.eval_splits},
+    test={split: encode(split) for split in task.test_splits},
+  )
+
+
+def _make_predict(the_run: run.Run):
+  """Jitted (params with a member axis, batch) -> logits [members, batch, ...], replicated on every device."""
+
+  def predict(params, batch):
+    return jax.vmap(lambda p: losses.logits(p, batch, the_run.model), in_axes=0)(params)
+
+  return jax.jit(
+    train_step.with_activation_rules(predict, the_run.mesh, the_run.rules),
+    in_shardings=(the_run.shardings.params, sharding.batch_sharding(the_run.mesh)),
+    out_shardings=sharding.replicated(the_run.mesh),
+  )
+
+
+def predict(predict_fn, params, encoded: Encoded, batch_size: int, mesh) -> np.ndarray:
+  """Logits of every row of `encoded`, [members, rows, ...]; the last batch is padded with weight-0 rows."""
+  outputs = []
+  for start in range(0, encoded.num_rows, batch_size):
+    rows = np.arange(start, start + batch_size)
+    weight = (rows < encoded.num_rows).astype(np.float32)
+    rows = np.minimum(rows, encoded.num_rows - 1)
+    batch = sharding.global_batch(_host_batch(encoded.features, rows, weight), mesh)
+    logits = predict_fn(params, batch)
+    outputs.append(np.asarray(logits.addressable_data(0))[:, : int(weight.sum())])
+  return np.concatenate(outputs, axis=1)
+
+
+def _evaluate(task: Task, predict_fn, params, splits: dict, config, mesh, members) -> dict:
+  """{split: [metrics of member i]} of every eval split."""
+  results = {}
+  for split, encoded in splits.items():
+    logits = predict(predict_fn, params, encoded, config.finetune.eval_batch_size, mesh)
+    results[split] = [task.metrics(encoded, logits[i]) for i in range(len(members))]
+  return results
+
+
+def _sweep_table(members: list[Member], finals: list[float], main_metric: str) -> dict:
+  """Per learning rate: mean, std (population) and best of the members' final main metric."""
+  table = {}
+  for rate in dict.fromkeys(member.learning_rate for member in members):
+    values = np.array([value for member, value in zip(members, finals, strict=True) if member.learning_rate == rate])
+    table[f"{rate:g}"] = dict(
+      metric=main_metric, mean=float(values.mean()), std=float(values.std()), best=float(values.max()), n=len(values)
+    )
+  return table
+
+
+def _log_table(table: dict) -> None:
+  lines = [f"{'learning rate':>14s}  {'mean':>8s}  {'std':>8s}  {'best':>8s}  {'seeds':>5s}"]
+  for rate, row in table.items():
+    lines.append(f"{rate:>14s}  {row['mean']:8.4f}  {row['std']:8.4f}  {row['best']:8.4f}  {row['n']:5d}")
+  logging.info("Sweep (%s, final evaluation):\n%s", next(iter(table.values()))["metric"], "\n".join(lines))
+
+
+def _prediction_path(workdir: str, task: Task, split: str) -> str:
+  if task.name in glue.TASKS and split in task.test_splits:
+    return f"{workdir}/predictions/{glue.submission_file_name(task.name, split)}"
+  suffix = {"span": "json", "token": "txt", "choice": "csv"}.get(task.head, "tsv")
+  return f"{workdir}/predictions/{split}.{suffix}"
+
+
+def _member_state(state, index: int):
+  return jax.tree.map(lambda x: x[index], state)
+
+
+def finetune(config, workdir: str) -> dict:
+  """Fine-tunes (or resumes fine-tuning) `config.finetune.task`; returns what `metrics.json` holds."""
+  members = check_config(config)
+  task = tasks.make_task(config.finetune)
+  mesh = sharding.make_mesh(config.mesh.to_dict())
+  rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
+  source = None
+  if config.init_from:  # Read, and so checked, before anything is written.
+    source = pretrained.load(config.init_from, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
+    tokenizer = source.tokenizer
+  else:
+    tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+  model_cfg = _model_config(config, source)
+  if config.finetune.max_seq_length > model_cfg.max_position_embeddings:
+    raise ValueError(
+      f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the model's "
+      f"max_position_embeddings={model_cfg.max_position_embeddings}."
+    )
+  splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
+  num_rows = splits.train.num_rows
+  total_steps = math.ceil(config.finetune.num_epochs * num_rows / config.batch_size)
+  epoch_ends = sorted(
+    {
+      min(total_steps, math.ceil(e * num_rows / config.batch_size))
+      for e in range(1, 1 + math.ceil(config.finetune.num_epochs))
+    }
+    | {total_steps}
+  )
+  scheduled = _schedule_config(config, total_steps)
+  model = task_model(model_cfg, task.head, task.num_labels)
+  the_run = run.make_run(
+    scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
+  )
+  predict_fn = _make_predict(the_run)
+  logging.info(
+    "Fine-tuning %s (%s head) from %s: %s parameters, %d member(s) %s, %d rows, batch %d, %d steps (%g epochs).",
+    task.name,
+    task.head,
+    config.init_from or "a random initialisation",
+    f"{the_run.num_params:,}",
+    len(members),
+    [(m.learning_rate, m.seed) for m in members],
+    num_rows,
+    config.batch_size,
+    total_steps,
+    config.finetune.num_epochs,
+  )
+
+  manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
+  best_manager = checkpoint.make_manager(workdir, 1, checkpoint.BEST)
+  train_writer = progress.MetricWriter(workdir, "train")
+  eval_writer = progress.MetricWriter(workdir, "eval")
+  tokenizer_item = checkpoint.tokenizer_item(tokenizer)
+  try:
+    latest = manager.latest_step()
+    if latest is not None:
+      state, _ = checkpoint.restore(manager, latest, the_run.abstract, the_run.shardings)
+      record = checkpoint.read_history(manager, latest)
+      logging.info("Resumed fine-tuning at step %d.", latest)
+    else:
+      state = the_run.init_state([m.seed for m in members], None if source is None else source.params)
+      rates = jnp.array([m.learning_rate for m in members], jnp.float32)
+      state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
+      record = {"evaluations": [], "best": None}
+    dropout_keys = jnp.stack([train_dropout_key(m.seed) for m in members])
+    first = int(jax.device_get(state.step)[0])
+    tokens_per_step = config.batch_size * config.finetune.max_seq_length
+    ticker, sums, steps_in_sums = None, None, 0
+    main_split = task.eval_splits[0]
+    ones = np.ones(config.batch_size, np.float32)
+    for step in range(first + 1, total_steps + 1):
+      rows = training_rows(step, num_rows, config.batch_size, config.seed)
+      batch = sharding.global_batch(_host_batch(splits.train.features, rows, ones), the_run.mesh)
+      state, metrics = the_run.train_step(state, batch, dropout_keys)
+      sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+      steps_in_sums += 1
+      if ticker is None:
+        jax.block_until_ready(metrics)
+        ticker = progress.Progress(total_steps, tokens_per_step, step, shown=("task_loss", "task_accuracy"))
+      if step % config.log_every_steps == 0 or step == total_steps:
+        host_sums = jax.device_get(sums)
+        summary = progress.summarize(jax.tree.map(lambda x: x.mean(), host_sums), steps_in_sums)
+        summary.update(ticker.report(step, summary))
+        train_writer.write(step, summary)
+        sums, steps_in_sums = None, 0
+      if step in epoch_ends:
+        eval_start = time.perf_counter()
+        results = _evaluate(task, predict_fn, state.params, splits.evaluation, config, the_run.mesh, members)
+        ticker.exclude(time.perf_counter() - eval_start)
+        record["evaluations"].append(dict(step=step, results=results))
+        for split, per_member in results.items():
+          for index, metrics_of_member in enumerate(per_member):
+            eval_writer.write(step, {f"{split}/{name}/member_{index}": v for name, v in metrics_of_member.items()})
+        mains = [m[task.main_metric] for m in results[main_split]]
+        logging.info(
+          "eval at step %d (epoch %.2f): %s %s per member %s",
+          step,
+          step * config.batch_size / num_rows,
+          main_split,
+          task.main_metric,
+          [round(v, 4) for v in mains],
+        )
+        best_index = int(np.argmax(mains))
+        if record["best"] is None or mains[best_index] > record["best"]["value"]:
+          record["best"] = dict(
+            step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
+          )
+          checkpoint.save(
+            best_manager,
+            step,
+            _member_state(state, best_index),
+            {"examples": step * config.batch_size, "tokenizer": tokenizer.identity()},
+            config,
+            tokenizer_item,
+            dict(record["best"], task=task.name, head=task.head, labels=list(task.labels)),
+          )
+        checkpoint.save(
+          manager,
+          step,
+          state,
+          {"examples": step * config.batch_size, "tokenizer": tokenizer.identity()},
+          config,
+          tokenizer_item,
+          json.loads(json.dumps(record)),
+        )
+  finally:
+    manager.wait_until_finished()
+    best_manager.wait_until_finished()
+    manager.close()
+    best_manager.close()
+    train_writer.close()
+    eval_writer.close()
+
+  final = record["evaluations"][-1]["results"]
+  finals = [m[task.main_metric] for m in final[main_split]]
+  table = _sweep_table(members, finals, task.main_metric)
+  _log_table(table)
+  chosen = int(np.argmax(finals))
+  if jax.process_index() == 0:
+    (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
+  for split, encoded in {**splits.evaluation, **splits.test}.items():
+    logits = predict(predict_fn, state.params, encoded, config.finetune.eval_batch_size, the_run.mesh)
+    if jax.process_index() == 0:
+      task.write_predictions(encoded, logits[chosen], _prediction_path(workdir, task, split))
+  summary = dict(
+    task=task.name,
+    main_metric=task.main_metric,
+    members=[dataclasses.asdict(m) for m in members],
+    final=final,
+    sweep=table,
+    best=record["best"],
+    evaluations=record["evaluations"],
+    predictions_from_member=chosen,
+  )
+  if jax.process_index() == 0:
+    paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(summary, indent=1))
+  multihost_utils.sync_global_devices("finetune metrics written")
+  return summary

@@ -1,0 +1,31 @@
+"""Every fine-tuning task by name, built from `config.finetune`: GLUE's nine, SQuAD v1.1 and v2.0, CoNLL-2003
+NER and SWAG."""
+
+from bert_jax.finetune import glue, ner, squad, swag
+from bert_jax.finetune.task import Task
+
+NAMES = (*sorted(glue.TASKS), "squad_v1", "squad_v2", "conll2003", "swag")
+
+
+def make_task(finetune) -> Task:
+  """The task `finetune.task` names (config.finetune of configs/default.py), reading its files or TFDS."""
+  name = finetune.task.lower()
+  if name in glue.TASKS or name.replace("-", "") in glue.TASKS:
+    return glue.make_task(name, finetune.data_dir, finetune.tfds_name, finetune.tfds_data_dir)
+  if name in ("squad_v1", "squad_v2"):
+    task_class = squad.SquadV1 if name == "squad_v1" else squad.SquadV2
+    return task_class(
+      finetune.data_dir or None,
+      tfds_data_dir=finetune.tfds_data_dir or None,
+      max_query_length=finetune.max_query_length,
+      doc_stride=finetune.doc_stride,
+      n_best_size=finetune.n_best_size,
+      max_answer_length=finetune.max_answer_length,
+    )
+  if not finetune.data_dir and name in ("conll2003", "swag"):
+    raise ValueError(f"finetune.task={name!r} reads files: set finetune.data_dir.")
+  if name == "conll2003":
+    return ner.Conll2003(finetune.data_dir, scheme=finetune.tag_scheme)
+  if name == "swag":
+    return swag.Swag(finetune.data_dir)
+  raise ValueError(f"Unknown finetune.task={finetune.task!r}; expected one of {NAMES}.")

@@ -1,0 +1,110 @@
+"""The fine-tuning heads on the BERT encoder, named and shaped as `transformers`' BERT task models, so that
+weights convert one to one (`bert` is the encoder, `classifier` / `qa_outputs` the head).
+
+- `BertForSequenceClassification`: dropout, then a dense layer on the pooled [CLS] output -> [batch, num_labels]
+  (regression: num_labels = 1).
+- `BertForQuestionAnswering`: a dense layer on every token -> [batch, seq, 2], start and end logits (no dropout,
+  as in `transformers` and the original BERT's run_squad).
+- `BertForTokenClassification`: dropout, then a dense layer on every token -> [batch, seq, num_labels].
+- `BertForMultipleChoice`: each choice is a sequence; dropout and a dense layer on each pooled output give one
+  score per choice -> [batch, num_choices].
+
+Every model takes (input_ids, input_mask, segment_ids, deterministic) and returns a dict with `logits` (float32)
+and the encoder's `sequence_output` and `pooled_output`; `dummy_inputs()` gives the shapes `init` needs.
+"""
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from bert_jax.model import Array, BertModel, dense
+from bert_jax.model_config import BertConfig
+
+HEADS = ("classification", "regression", "span", "token", "choice")
+
+
+def _ids(*shape: int) -> Array:
+  return jnp.zeros(shape, jnp.int32)
+
+
+class BertForSequenceClassification(nn.Module):
+  config: BertConfig
+  num_labels: int
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+    config = self.config
+    sequence_output, pooled_output = BertModel(config, name="bert")(input_ids, input_mask, segment_ids, deterministic)
+    hidden = nn.Dropout(config.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
+    logits = dense(config, self.num_labels, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
+    return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
+
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    return _ids(1, 1), _ids(1, 1), _ids(1, 1)
+
+
+class BertForQuestionAnswering(nn.Module):
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+    config = self.config
+    sequence_output, pooled_output = BertModel(config, name="bert")(input_ids, input_mask, segment_ids, deterministic)
+    logits = dense(config, 2, ("embed", None), name="qa_outputs")(sequence_output).astype(jnp.float32)
+    return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
+
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    return _ids(1, 1), _ids(1, 1), _ids(1, 1)
+
+
+class BertForTokenClassification(nn.Module):
+  config: BertConfig
+  num_labels: int
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+    config = self.config
+    sequence_output, pooled_output = BertModel(config, name="bert")(input_ids, input_mask, segment_ids, deterministic)
+    hidden = nn.Dropout(config.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
+    logits = dense(config, self.num_labels, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
+    return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
+
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    return _ids(1, 1), _ids(1, 1), _ids(1, 1)
+
+
+class BertForMultipleChoice(nn.Module):
+  """Inputs [batch, num_choices, seq]; every choice runs through the encoder as a sequence of its own."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+    config = self.config
+    batch, choices, seq = input_ids.shape
+    flat = [x.reshape(batch * choices, seq) for x in (input_ids, input_mask, segment_ids)]
+    sequence_output, pooled_output = BertModel(config, name="bert")(*flat, deterministic)
+    hidden = nn.Dropout(config.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
+    scores = dense(config, 1, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
+    return dict(
+      logits=scores.reshape(batch, choices),
+      sequence_output=sequence_output.reshape(batch, choices, seq, -1),
+      pooled_output=pooled_output.reshape(batch, choices, -1),
+    )
+
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    return _ids(1, 1, 1), _ids(1, 1, 1), _ids(1, 1, 1)
+
+
+def task_model(config: BertConfig, head: str, num_labels: int = 0) -> nn.Module:
+  """The model for `head` (one of HEADS); `num_labels` classes or tags (classification, token)."""
+  if head == "classification":
+    return BertForSequenceClassification(config, num_labels)
+  if head == "regression":
+    return BertForSequenceClassification(config, 1)
+  if head == "span":
+    return BertForQuestionAnswering(config)
+  if head == "token":
+    return BertForTokenClassification(config, num_labels)
+  if head == "choice":
+    return BertForMultipleChoice(config)
+  raise ValueError(f"Unknown head {head!r}; expected one of {HEADS}.")

@@ -1,0 +1,27 @@
+"""Fine-tune on a GLUE task with the BERT paper's hyperparameters (batch 32, 3 epochs, 10% warmup, dropout 0.1):
+
+    python -m bert_jax.main --config=configs/glue.py --config.finetune.task=mrpc \
+        --config.finetune.data_dir=gs://bucket/glue_data/MRPC --config.init_from=gs://bucket/run --workdir=...
+
+`init_from` is any pretrained source (a pretraining workdir, a bundle, a Hugging Face or Google BERT directory);
+the model's sizes and tokenizer come from it. The paper's sweep over its learning rates, five seeds each (the
+small tasks are unstable across restarts), in one program: add
+`--config.sweep.learning_rates=5e-5,3e-5,2e-5 --config.sweep.seeds=5`.
+"""
+
+from configs import default
+
+
+def get_config():
+  config = default.get_config()
+  config.finetune.task = "mrpc"
+  config.finetune.max_seq_length = 128
+  config.finetune.num_epochs = 3.0
+  config.finetune.warmup_fraction = 0.1
+  config.batch_size = 32
+  config.learning_rate = 2e-5
+  config.weight_decay = 0.01
+  config.max_grad_norm = 1.0
+  config.log_every_steps = 50
+  config.keep_checkpoints = 1
+  return config
