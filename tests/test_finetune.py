@@ -13,7 +13,8 @@ import pytest
 
 from bert_jax import checkpoint, run
 from bert_jax.finetune import job
-from configs import glue
+from bert_jax.finetune import metrics as metrics_lib
+from configs import glue, ner, squad, swag
 
 RATES = (1e-2, 3e-3)
 
@@ -116,3 +117,105 @@ def test_a_sweep_member_equals_the_run_trained_alone(sweep_run, finetune_config,
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a[0], b[member], atol=2e-5, rtol=1e-4), _params(alone), _params(workdir)
   )
+
+
+def _write_squad(directory) -> None:
+  """Paragraphs of the session vocabulary; each question's answer is the word after its two query words."""
+  rng = np.random.default_rng(1)
+  for split, paragraphs in (("train", 4), ("dev", 2)):
+    data = []
+    for p in range(paragraphs):
+      words = [f"w{i}" for i in rng.permutation(np.arange(5, 95))[:30]]
+      context = " ".join(words) + " ."
+      qas = []
+      for q in range(4):
+        at = int(rng.integers(2, 29))
+        answer = words[at]
+        qas.append(
+          {
+            "id": f"{split}-{p}-{q}",
+            "question": f"{words[at - 2]} {words[at - 1]} ?",
+            "answers": [{"text": answer, "answer_start": context.index(f" {answer} ") + 1}],
+            "is_impossible": False,
+          }
+        )
+      qas.append({"id": f"{split}-{p}-none", "question": "w1 w2 ?", "answers": [], "is_impossible": True})
+      data.append({"title": f"t{p}", "paragraphs": [{"context": context, "qas": qas}]})
+    for version in ("1.1", "2.0"):
+      kept = data if version == "2.0" else [_answerable(d) for d in data]
+      (directory / f"{split}-v{version}.json").write_text(json.dumps({"version": version, "data": kept}))
+
+
+def _answerable(document: dict) -> dict:
+  paragraph = document["paragraphs"][0]
+  qas = [{k: v for k, v in qa.items() if k != "is_impossible"} for qa in paragraph["qas"] if qa["answers"]]
+  return dict(document, paragraphs=[dict(paragraph, qas=qas)])
+
+
+def _write_conll(directory) -> None:
+  rng = np.random.default_rng(2)
+  tags = ("B-PER", "I-PER", "O", "B-LOC", "O", "O")
+  for name, sentences in (("train.txt", 16), ("valid.txt", 6), ("test.txt", 6)):
+    lines = []
+    for _ in range(sentences):
+      lines += [f"w{rng.integers(5, 95)} NN O {tag}" for tag in tags[: int(rng.integers(2, 7))]] + [""]
+    (directory / name).write_text("\n".join(lines) + "\n")
+
+
+def _write_swag(directory) -> None:
+  rng = np.random.default_rng(3)
+  header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3"
+  for name, rows in (("train.csv", 16), ("val.csv", 8), ("test.csv", 4)):
+    lines = [header + ("" if name == "test.csv" else ",label")]
+    for i in range(rows):
+      words = [f"w{w}" for w in rng.integers(5, 95, 8)]
+      label = "" if name == "test.csv" else f",{rng.integers(0, 4)}"
+      lines.append(f"{i},v{i},{i},x,{' '.join(words[:3])},{words[3]},gold,{','.join(words[4:])}{label}")
+    (directory / name).write_text("\n".join(lines) + "\n")
+
+
+# config module, task, data writer, the file of the dev predictions and how to read it.
+_TASK_RUNS = {
+  "squad_v1": (squad, "squad_v1", _write_squad, "dev.json", json.loads),
+  "squad_v2": (squad, "squad_v2", _write_squad, "dev.json", json.loads),
+  "conll2003": (ner, "conll2003", _write_conll, "dev.txt", str.splitlines),
+  "swag": (swag, "swag", _write_swag, "test.csv", str.splitlines),
+}
+
+
+@pytest.mark.parametrize("name", list(_TASK_RUNS))
+def test_each_task_config_runs_end_to_end(name, wordpiece_run, tmp_path):
+  """configs/squad.py (v1.1 and v2.0), ner.py and swag.py, shrunk to a few steps of the session's encoder."""
+  module, task, write, prediction_file, parse = _TASK_RUNS[name]
+  write(tmp_path)
+  config = module.get_config()
+  config.finetune.update(task=task, data_dir=str(tmp_path), max_seq_length=24, num_epochs=2.0, eval_batch_size=16)
+  config.finetune.update(max_query_length=6, doc_stride=8)
+  config.update(init_from=wordpiece_run[0], batch_size=8, log_every_steps=2)
+  workdir = str(tmp_path / "run")
+  summary = job.finetune(config, workdir)
+
+  main = summary["main_metric"]
+  assert len(summary["evaluations"]) == 2  # One per epoch.
+  values = [e["results"]["dev"][0][main] for e in summary["evaluations"]]
+  assert all(0 <= v <= 100 for v in values), values
+  assert summary["best"]["value"] == max(values)
+  assert json.loads(open(os.path.join(workdir, job.METRICS_FILE)).read())["final"] == summary["final"]
+  assert _params(workdir, checkpoint.BEST).keys() == _params(workdir).keys()
+  predictions = parse(open(os.path.join(workdir, "predictions", prediction_file)).read())
+  if task.startswith("squad"):  # {question id: answer text}, every dev question (v2.0: 2 without an answer).
+    assert len(predictions) == (10 if task == "squad_v2" else 8)
+    assert all(isinstance(v, str) for v in predictions.values())
+    if task == "squad_v2":
+      assert {"HasAns_f1", "NoAns_f1", "best_f1_thresh"} <= set(summary["final"]["dev"][0])
+      # The threshold chosen on dev is the one of the prediction file: its answers score dev's best F1.
+      assert summary["calibration"]["f1"] == summary["final"]["dev"][0]["best_f1"]
+      dataset = json.loads((tmp_path / "dev-v2.0.json").read_text())["data"]
+      scored = metrics_lib.squad_v2(dataset, predictions)
+      np.testing.assert_allclose(scored["f1"], summary["final"]["dev"][0]["best_f1"], atol=1e-6)
+  elif task == "conll2003":  # conlleval's input: word, gold tag, predicted tag; a blank line between sentences.
+    assert sum(1 for line in predictions if line) == sum(
+      1 for line in open(tmp_path / "valid.txt").read().splitlines() if line
+    )
+  else:  # The leaderboard CSV of the unlabelled test split.
+    assert predictions[0] == ",pred" and len(predictions) == 5

@@ -182,6 +182,23 @@ def test_v2_null_answers_metrics_and_prediction_files(tmp_path, fixture_tokenize
   assert nbest["has1"][0]["text"] == "New York" and "" in [entry["text"] for entry in nbest["none"]]
   assert sum(entry["probability"] for entry in nbest["has2"]) == pytest.approx(1.0)
 
+  # Calibration on dev adopts the best threshold: the predictions then answer all three right.
+  assert task.calibrate(encoded, logits) == {"null_score_diff_threshold": 4.0, "f1": 1.0}
+  assert task.predictions(encoded, logits).answers == {"has1": "New York", "has2": "Paris", "none": ""}
+  # Every best span a wrong "went" scored above [CLS]: answering nothing is best (1/3, the impossible question), and
+  # evaluate-v2.0.py's search reports it at threshold 0.0, which would answer everything wrongly here (every score
+  # difference is -30); the calibrated threshold answers nothing, as scored.
+  (went,) = fixture_tokenizers["wordpiece"].encode("went")
+  logits = np.zeros_like(logits)
+  logits[:, 0] = -5.0
+  for row in range(encoded.num_rows):
+    context = (encoded.features["segment_ids"][row] == 1) & (encoded.features["input_ids"][row] == went)
+    logits[row, 1:] = 10.0 * context[1:, None] if context.any() else -50.0  # Windows without it lose.
+  assert task.metrics(encoded, logits)["best_f1_thresh"] == 0.0
+  calibrated = task.calibrate(encoded, logits)
+  assert calibrated["f1"] == pytest.approx(1 / 3) and calibrated["null_score_diff_threshold"] < -30
+  assert set(task.predictions(encoded, logits).answers.values()) == {""}
+
 
 def test_hand_made_predictions_score_as_the_official_scripts(tmp_path):
   v1 = [

@@ -340,12 +340,18 @@ def finetune(config, workdir: str) -> dict:
   table = _sweep_table(members, finals, task.main_metric)
   _log_table(table)
   chosen = int(np.argmax(finals))
+  to_predict = {**splits.evaluation, **splits.test}
+  logits = {
+    split: predict(predict_fn, state.params, encoded, config.finetune.eval_batch_size, the_run.mesh)[chosen]
+    for split, encoded in to_predict.items()
+  }
+  calibration = task.calibrate(splits.evaluation[main_split], logits[main_split])
+  if calibration:
+    logging.info("Chosen on %s for the prediction files: %s.", main_split, calibration)
   if jax.process_index() == 0:
     (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
-  for split, encoded in {**splits.evaluation, **splits.test}.items():
-    logits = predict(predict_fn, state.params, encoded, config.finetune.eval_batch_size, the_run.mesh)
-    if jax.process_index() == 0:
-      task.write_predictions(encoded, logits[chosen], _prediction_path(workdir, task, split))
+    for split, encoded in to_predict.items():
+      task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
   summary = dict(
     task=task.name,
     main_metric=task.main_metric,
@@ -355,6 +361,7 @@ def finetune(config, workdir: str) -> dict:
     best=record["best"],
     evaluations=record["evaluations"],
     predictions_from_member=chosen,
+    calibration=calibration,
   )
   if jax.process_index() == 0:
     paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(summary, indent=1))

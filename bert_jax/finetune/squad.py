@@ -237,6 +237,27 @@ class SquadV2(_Squad):
   def _null_threshold(self) -> float:
     return self.null_score_diff_threshold
 
+  def calibrate(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
+    """The threshold that gives `encoded` (dev) its best F1 becomes the one of the prediction files, as run_squad's
+    users rerun it with --null_score_diff_threshold=best_f1_thresh.
+
+    evaluate-v2.0.py's search starts from "no answer anywhere" at threshold 0.0, right for probabilities but not
+    for score differences, which may all exceed 0: when that start is the best, the threshold goes below the least
+    difference, so that the prediction files answer nothing, as scored."""
+    _check_labelled(encoded.examples, self.name)
+    result = self.predictions(encoded, logits)
+    dataset = official_dataset(encoded.examples)
+
+    def scores(threshold: float) -> dict[str, float]:
+      return metrics_lib.squad_v2(dataset, result.best_non_null, na_probs=result.null_odds, na_prob_thresh=threshold)
+
+    best = scores(self.null_score_diff_threshold)
+    threshold = best["best_f1_thresh"]
+    if scores(threshold)["f1"] < best["best_f1"]:
+      threshold = min(result.null_odds.values()) - 1.0
+    self.null_score_diff_threshold = float(threshold)
+    return {"null_score_diff_threshold": self.null_score_diff_threshold, "f1": best["best_f1"]}
+
   def metrics(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
     _check_labelled(encoded.examples, self.name)
     result = self.predictions(encoded, logits)

@@ -80,6 +80,12 @@ class Task(abc.ABC):
   def write_predictions(self, encoded: Encoded, logits: np.ndarray, path: str) -> None:
     """The prediction file the task's official evaluation or leaderboard reads (written atomically)."""
 
+  def calibrate(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
+    """Adopts the settings that the labelled split `encoded` and its `logits` choose for the prediction files
+    (SQuAD v2.0: the null-score threshold); returns them. Most tasks choose nothing."""
+    del encoded, logits
+    return {}
+
 
 def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
   """Google BERT's `_truncate_seq_pair`: drop the last token of the longer sequence until both fit."""

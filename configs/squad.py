@@ -1,0 +1,25 @@
+"""Fine-tune on SQuAD v1.1 (or v2.0: --config.finetune.task=squad_v2) with the BERT paper's hyperparameters:
+windows of 384 tokens every 128 with questions cut to 64, batch 32, learning rate 5e-5, 3 epochs (v2.0: 2),
+10% warmup, dropout 0.1.
+
+    python -m bert_jax.main --config=configs/squad.py --config.finetune.data_dir=gs://bucket/squad \
+        --config.init_from=gs://bucket/run --workdir=...
+
+`data_dir` holds the official train-v1.1.json and dev-v1.1.json (v2.0: train-v2.0.json, dev-v2.0.json);
+without it, TFDS `squad` (`finetune.tfds_data_dir` for a prepared TFDS directory). `predictions/dev.json` is in
+the official format; for v2.0 the null-score threshold is chosen on dev and written beside it.
+"""
+
+from configs import glue
+
+
+def get_config():
+  config = glue.get_config()
+  config.finetune.task = "squad_v1"
+  config.finetune.max_seq_length = 384
+  config.finetune.doc_stride = 128
+  config.finetune.max_query_length = 64
+  config.finetune.num_epochs = 3.0
+  config.finetune.eval_batch_size = 64
+  config.learning_rate = 5e-5
+  return config
