@@ -12,6 +12,11 @@ workdir) and writes one of:
 * `google`: `bert_model.ckpt.{index,data-00000-of-00001}` with the original TF1 variable names,
   `bert_config.json` and `vocab.txt`, as google-research/bert publishes.
 
+A fine-tuned model (a fine-tuning workdir exports its `best/` member) keeps its head: the bundle's manifest
+records its `task`, and the Hugging Face directory is transformers' task model (`architectures`, `id2label`,
+`finetuning_task`, `problem_type` in config.json; no pooler for token and span heads, as transformers has none).
+The google format has no place for a head and refuses it.
+
 Writes are atomic for readers. Locally, everything is written to a sibling staging directory that is renamed
 into place. On `gs://`, which has no directory rename, the file that makes the directory a model to every
 reader (`manifest.json`, `config.json`, `bert_config.json`) is written last and removed first when an export is
@@ -30,6 +35,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import checkpoint, convert_google, convert_hf, paths, pretrained
+from bert_jax.heads import HF_ARCHITECTURES, TaskHead
 from bert_jax.model_config import to_bert_json
 from bert_jax.tokenizer import file_sha256
 
@@ -82,6 +88,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
     "history": _history(source),
     "parameters": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
     "heads": sorted(name for name in params if name != "bert"),
+    "task": None if loaded.task is None else loaded.task.to_json(),
     "tokenizer": dict(loaded.tokenizer.identity(), filename=filename),
     "versions": _versions(),
     "files": _file_hashes(directory),
@@ -90,15 +97,34 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   (directory / pretrained.BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
+def _hf_task_config(task: TaskHead) -> dict:
+  """config.json fields of transformers' task model for `task`: its class, labels and problem type."""
+  labels = task.labels or tuple(f"LABEL_{i}" for i in range(task.num_labels if task.head != "choice" else 2))
+  fields = dict(
+    architectures=[HF_ARCHITECTURES[task.head]],
+    finetuning_task=task.task,
+    id2label={str(i): label for i, label in enumerate(labels)},
+    label2id={label: i for i, label in enumerate(labels)},
+  )
+  if task.head in ("classification", "regression"):
+    fields["problem_type"] = "regression" if task.head == "regression" else "single_label_classification"
+  return fields
+
+
 def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   tensors = convert_hf.hf_from_params(jax.device_get(loaded.params), loaded.config)
+  task = loaded.task
+  if task is not None and task.head in ("span", "token"):  # transformers' models of these heads have no pooler.
+    tensors = {name: value for name, value in tensors.items() if not name.startswith("bert.pooler.")}
   convert_hf.save_safetensors(tensors, directory / convert_hf.SAFETENSORS)
   filename = _write_tokenizer(loaded, directory)
   if filename == "vocab.txt":
     tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": loaded.tokenizer.lower_case}
     (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
   config = convert_hf.hf_config_dict(loaded.config)
-  if "nsp" not in loaded.params:
+  if task is not None:
+    config.update(_hf_task_config(task))
+  elif "nsp" not in loaded.params:
     config["architectures"] = ["BertModel"]
   (directory / "config.json").write_text(json.dumps(dict(config, torch_dtype="float32"), indent=2))
 
@@ -146,6 +172,11 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
   replaced_format = _check_target(source, source, target, overwrite)
   loaded = pretrained.load(source)  # Checks the source before anything is written.
   _check_target(source, loaded.source.path, target, overwrite)
+  if format == "google" and loaded.task is not None:
+    raise ValueError(
+      f"{source} is fine-tuned ({loaded.task.head} head for {loaded.task.task or 'a task'}); the google format has "
+      "no place for its head. Export it as bundle or huggingface."
+    )
   if paths.is_local(target):  # Written beside the target, then renamed into place: all or nothing.
     staging = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)

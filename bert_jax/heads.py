@@ -13,6 +13,8 @@ Every model takes (input_ids, input_mask, segment_ids, deterministic) and return
 and the encoder's `sequence_output` and `pooled_output`; `dummy_inputs()` gives the shapes `init` needs.
 """
 
+import dataclasses
+
 import flax.linen as nn
 import jax.numpy as jnp
 
@@ -20,6 +22,48 @@ from bert_jax.model import Array, BertModel, dense
 from bert_jax.model_config import BertConfig
 
 HEADS = ("classification", "regression", "span", "token", "choice")
+# transformers' class of each head, the `architectures` of a Hugging Face config.json.
+HF_ARCHITECTURES = {
+  "classification": "BertForSequenceClassification",
+  "regression": "BertForSequenceClassification",
+  "span": "BertForQuestionAnswering",
+  "token": "BertForTokenClassification",
+  "choice": "BertForMultipleChoice",
+}
+
+
+def num_outputs(head: str, labels: tuple[str, ...]) -> int:
+  """The head's output width: one per label (classification, token), 1 (regression, choice), 2 (span)."""
+  return {"regression": 1, "span": 2, "choice": 1}.get(head, len(labels))
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHead:
+  """What a fine-tuned model's head is, as checkpoints and exports record it: the task it was trained on (e.g.
+  "mrpc"), the head (one of HEADS) and the label names in id order (classes or tags; empty for regression and
+  span)."""
+
+  task: str
+  head: str
+  labels: tuple[str, ...] = ()
+
+  def __post_init__(self):
+    if self.head not in HEADS:
+      raise ValueError(f"Unknown head {self.head!r}; expected one of {HEADS}.")
+
+  @property
+  def num_labels(self) -> int:
+    return num_outputs(self.head, self.labels)
+
+  def model(self, config: BertConfig) -> nn.Module:
+    return task_model(config, self.head, self.num_labels)
+
+  def to_json(self) -> dict:
+    return dict(task=self.task, head=self.head, labels=list(self.labels))
+
+  @classmethod
+  def from_json(cls, value: dict) -> "TaskHead":
+    return cls(value["task"], value["head"], tuple(value.get("labels", ())))
 
 
 def _ids(*shape: int) -> Array:

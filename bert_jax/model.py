@@ -297,6 +297,8 @@ def init_params(model: nn.Module, key: Array) -> dict:
   return model.init(key, *model.dummy_inputs())["params"]
 
 
-def abstract_params(config: BertConfig) -> dict:
-  """`BertForPretraining`'s parameter shapes, dtypes and logical axis names, with nothing allocated."""
-  return jax.eval_shape(lambda: init_params(BertForPretraining(config), jax.random.key(0)))
+def abstract_params(config: BertConfig, model: nn.Module | None = None) -> dict:
+  """The parameter shapes, dtypes and logical axis names of `model` (default `BertForPretraining(config)`), with
+  nothing allocated."""
+  model = BertForPretraining(config) if model is None else model
+  return jax.eval_shape(lambda: init_params(model, jax.random.key(0)))

@@ -4,10 +4,17 @@ Sources (local paths or `gs://`), told apart by what the directory holds:
 
 * a pretraining workdir (its newest committed checkpoint step), its `checkpoints/` directory, or one step
   directory `<workdir>/checkpoints/<step>`: only the `params` item is read, never the optimizer state;
+* a fine-tuning workdir: its `best/` checkpoint (the best sweep member), or `best/<step>`;
 * an export bundle (`manifest.json`, written last by `bert_jax.export`);
 * a Hugging Face BERT directory: `config.json` + `model.safetensors` (or `pytorch_model.bin` with torch) +
   `vocab.txt` (or a SentencePiece `tokenizer.model`);
 * an original Google BERT directory: `bert_config.json` + `bert_model.ckpt.{index,data-*}` + `vocab.txt`.
+
+A fine-tuned model (a fine-tuning workdir, its bundle, a Hugging Face `BertFor{SequenceClassification,
+QuestionAnswering,TokenClassification,MultipleChoice}` directory) loads with its head: `params` holds `bert` and
+`classifier` or `qa_outputs`, and `task` (a `heads.TaskHead`) names the task, head and labels, so that
+`loaded.task.model(loaded.config)` is the model to apply them to. transformers' token and span models have no
+pooler, which those heads never read: from their files the pooler loads as zeros.
 
 Orbax sources restore straight into the requested shardings (each host reads only its shards: BERT-Large never
 exists whole on one host), in either layer layout whatever the checkpoint's. Foreign formats are read whole on
@@ -30,6 +37,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from bert_jax import checkpoint, convert_google, convert_hf, param_layout, paths, sharding
+from bert_jax.heads import HEADS, HF_ARCHITECTURES, TaskHead
 from bert_jax.model import abstract_params
 from bert_jax.model_config import SIZE_FIELDS, BertConfig, from_bert_json
 from bert_jax.tokenizer import Tokenizer, file_sha256, load_tokenizer
@@ -52,6 +60,7 @@ class Source:
   recorded_sha256: str | None  # The hash the source recorded for its tokenizer (bert_jax sources).
   step: int | None = None  # The checkpoint step (workdirs and bundles).
   info: dict = dataclasses.field(default_factory=dict)  # A bundle's manifest; a step's config.
+  task: TaskHead | None = None  # A fine-tuned model's head; None for a pretrained encoder (and its heads).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,19 +68,27 @@ class Pretrained:
   """What `load` returns."""
 
   config: BertConfig  # The architecture; `scan_layers` as asked.
-  # BertForPretraining's tree: `bert` (encoder and pooler), and the MLM/NSP heads where the source has them.
+  # BertForPretraining's tree: `bert` (encoder and pooler), and the MLM/NSP heads where the source has them; or,
+  # fine-tuned, the task model's: `bert` and its head.
   params: dict
   tokenizer: Tokenizer
   source: Source
+
+  @property
+  def task(self) -> TaskHead | None:
+    return self.source.task
 
 
 def _committed_step(path: epath.Path) -> tuple[epath.Path, int] | None:
   """(checkpoints directory, step) when `path` is a workdir, its `checkpoints/` or one step directory; None when
   it is none of these. Only steps that Orbax has committed count."""
-  if path.name.isdigit() and path.parent.name == checkpoint.CHECKPOINTS:
+  names = (checkpoint.CHECKPOINTS, checkpoint.BEST)
+  if path.name.isdigit() and path.parent.name in names:
     directory, step = path.parent, int(path.name)
-  elif path.name == checkpoint.CHECKPOINTS:
+  elif path.name in names:
     directory, step = path, None
+  elif (path / checkpoint.BEST).is_dir():  # A fine-tuning workdir: its best member, not the whole sweep.
+    directory, step = path / checkpoint.BEST, None
   elif (path / checkpoint.CHECKPOINTS).is_dir():
     directory, step = path / checkpoint.CHECKPOINTS, None
   else:
@@ -101,9 +118,18 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
     saved = checkpoint.read_config(manager, step)
     tokenizer = checkpoint.read_tokenizer(manager, step)
     recorded = checkpoint.read_data_position(manager, step).get("tokenizer")
+    history = checkpoint.read_history(manager, step)
+  task = None
+  if saved.get("finetune", {}).get("task"):
+    if directory.name != checkpoint.BEST:
+      raise ValueError(
+        f"{step_dir} is a fine-tuning checkpoint holding every member of its sweep; load the best one, "
+        f"{directory.parent / checkpoint.BEST}."
+      )
+    task = _named(step_dir, lambda: TaskHead.from_json(history))
   config = _named(step_dir, lambda: BertConfig(**saved["model"]))
   if recorded is None:  # Trained on synthetic data: no tokenizer.
-    return Source("workdir", step_dir, config, None, None, True, None, step=step, info=saved)
+    return Source("workdir", step_dir, config, None, None, True, None, step=step, info=saved, task=task)
   if tokenizer is None:  # Written before checkpoints held the tokenizer file: the recorded path, if still there.
     tokenizer = dict(recorded, file=recorded["path"])
   return Source(
@@ -116,6 +142,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
     recorded["sha256"],
     step=step,
     info=saved,
+    task=task,
   )
 
 
@@ -152,6 +179,7 @@ def _bundle_source(path: epath.Path) -> Source:
       tokenizer["sha256"],
       step=manifest["source"]["step"],
       info=manifest,
+      task=TaskHead.from_json(manifest["task"]) if manifest.get("task") else None,
     ),
   )
 
@@ -185,7 +213,22 @@ def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Sour
   if fmt == "google":
     convert_google.checkpoint_prefix(path)  # Exactly one TF1 checkpoint.
   file, kind, lower_case = _tokenizer_files(path, lower_case)
-  return Source(fmt, str(path), config, file, kind, lower_case, None)
+  task = _named(config_file, lambda: _hf_task(_read_json(config_file))) if fmt == "huggingface" else None
+  return Source(fmt, str(path), config, file, kind, lower_case, None, task=task)
+
+
+def _hf_task(config: dict) -> TaskHead | None:
+  """The head of a Hugging Face BERT task model's config.json (`architectures`, `id2label`, `problem_type`)."""
+  architectures = config.get("architectures") or []
+  heads = [head for head in HEADS if HF_ARCHITECTURES[head] in architectures]
+  if not heads:
+    return None
+  id2label = config.get("id2label") or {}
+  labels = tuple(str(id2label[key]) for key in sorted(id2label, key=int))
+  head = heads[0]
+  if head == "classification" and (config.get("problem_type") == "regression" or len(labels) == 1):
+    head = "regression"
+  return TaskHead(config.get("finetuning_task") or "", head, labels if head in ("classification", "token") else ())
 
 
 def _describe_contents(path: epath.Path) -> str:
@@ -269,9 +312,15 @@ def _load_tokenizer(source: Source) -> Tokenizer:
   return tokenizer
 
 
-def param_shardings(config: BertConfig, mesh: jax.sharding.Mesh | None, rules) -> dict:
-  """NamedShardings of `BertForPretraining`'s params on `mesh` by the logical axis `rules`; one device if no mesh."""
-  boxed = abstract_params(config)
+def _abstract(config: BertConfig, task: TaskHead | None) -> dict:
+  """`BertForPretraining`'s parameter shapes and logical axis names, or `task`'s model's."""
+  return abstract_params(config, None if task is None else task.model(config))
+
+
+def param_shardings(config: BertConfig, mesh: jax.sharding.Mesh | None, rules, task: TaskHead | None = None) -> dict:
+  """NamedShardings of `BertForPretraining`'s (or `task`'s model's) params on `mesh` by the logical axis `rules`;
+  one device if no mesh."""
+  boxed = _abstract(config, task)
   if mesh is None:
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     return jax.tree.map(lambda _: device, nn.meta.unbox(boxed))
@@ -296,9 +345,9 @@ def _place(numpy_params: dict, shardings: dict) -> dict:
 
 def _read_params(source: Source, mesh, rules) -> dict:
   """The source's params in its own layer layout, placed in their shardings."""
-  shardings = param_shardings(source.config, mesh, rules)
+  shardings = param_shardings(source.config, mesh, rules, source.task)
   if source.format in ("workdir", "bundle"):
-    abstract = nn.meta.unbox(abstract_params(source.config))
+    abstract = nn.meta.unbox(_abstract(source.config, source.task))
     if source.format == "bundle":  # Exported from a model without pretraining heads: the encoder alone.
       kept = {"bert", *source.info.get("heads", [])}
       abstract = {name: tree for name, tree in abstract.items() if name in kept}
@@ -319,6 +368,9 @@ def _read_params(source: Source, mesh, rules) -> dict:
     numpy_params = convert_hf.params_from_hf(tensors, source.config)
   except ValueError as error:
     raise ValueError(f"{source.path}: {error}") from None
+  if source.task is not None and "pooler" not in numpy_params["bert"]:  # transformers' token and span models.
+    pooler = nn.meta.unbox(_abstract(source.config, source.task))["bert"]["pooler"]
+    numpy_params["bert"]["pooler"] = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), pooler)
   if source.config.scan_layers:
     raise AssertionError("Foreign formats are unrolled.")
   return _place(numpy_params, shardings)
@@ -343,7 +395,7 @@ def load(
   params = _read_params(source, mesh, rules)
   config = dataclasses.replace(source.config, scan_layers=scan_layers)
   if source.config.scan_layers != scan_layers:
-    target = {name: s for name, s in param_shardings(config, mesh, rules).items() if name in params}
+    target = {name: s for name, s in param_shardings(config, mesh, rules, source.task).items() if name in params}
     params = jax.jit(functools.partial(param_layout.convert, scanned=scan_layers), out_shardings=target)(params)
   logging.info(
     "Loaded %s parameters (%d arrays) from %s (%s%s).",

@@ -10,10 +10,16 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+import torch
+import transformers
 
-from bert_jax import checkpoint, run
+from bert_jax import checkpoint, export, pretrained, run
+from bert_jax.finetune import glue as glue_tasks
 from bert_jax.finetune import job
 from bert_jax.finetune import metrics as metrics_lib
+from bert_jax.finetune import ner as ner_task
+from bert_jax.finetune import swag as swag_task
+from bert_jax.heads import HF_ARCHITECTURES, TaskHead
 from configs import glue, ner, squad, swag
 
 RATES = (1e-2, 3e-3)
@@ -86,6 +92,10 @@ def test_a_sweep_trains_every_member_and_reports_each_learning_rate(sweep_run):
   assert _params(workdir, checkpoint.BEST)["classifier"]["kernel"].shape == kernel.shape[1:]
   predictions = open(os.path.join(workdir, "predictions", "SST-2.tsv")).read().splitlines()
   assert predictions[0] == "index\tprediction" and len(predictions) == 6
+
+
+def test_the_fine_tuned_model_loads_and_exports_with_its_head(sweep_run, tmp_path):
+  _check_exports(sweep_run[0], TaskHead("sst2", "classification", ("0", "1")), tmp_path)
 
 
 def test_a_sweep_member_equals_the_run_trained_alone(sweep_run, finetune_config, tmp_path, monkeypatch):
@@ -219,3 +229,51 @@ def test_each_task_config_runs_end_to_end(name, wordpiece_run, tmp_path):
     )
   else:  # The leaderboard CSV of the unlabelled test split.
     assert predictions[0] == ",pred" and len(predictions) == 5
+  labels = ner_task.CONLL2003_LABELS if task == "conll2003" else ()
+  _check_exports(workdir, TaskHead(task, summary["head"], labels), tmp_path / "exports")
+
+
+def test_a_missing_test_file_skips_its_predictions_but_a_missing_dev_file_fails(tmp_path, fixture_tokenizers):
+  _write_sst2(tmp_path / "SST-2")
+  (tmp_path / "SST-2" / "test.tsv").unlink()
+  task = glue_tasks.make_task("sst2", str(tmp_path / "SST-2"))
+  splits = job._read_splits(task, fixture_tokenizers["wordpiece"], 16)
+  assert (splits.train.num_rows, list(splits.evaluation), splits.test) == (64, ["dev"], {})
+  (tmp_path / "SST-2" / "dev.tsv").unlink()
+  with pytest.raises(FileNotFoundError, match="dev.tsv"):
+    job._read_splits(task, fixture_tokenizers["wordpiece"], 16)
+
+
+def _check_exports(workdir: str, expected: TaskHead, tmp_path) -> None:
+  """The fine-tuning workdir loads as its best member with its head; bundle and Hugging Face exports keep both, and
+  transformers' task model computes from the latter what bert_jax computes; the sweep's checkpoints and the google
+  format are refused."""
+  best = _params(workdir, checkpoint.BEST)
+  loaded = pretrained.load(workdir)
+  assert loaded.task == expected and loaded.source.path.startswith(os.path.join(workdir, checkpoint.BEST))
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, loaded.params), best)
+  with pytest.raises(ValueError, match="every member of its sweep.*best"):
+    pretrained.load(os.path.join(workdir, checkpoint.CHECKPOINTS))
+  with pytest.raises(ValueError, match="no place for its head"):
+    export.export(workdir, str(tmp_path / "google"), "google")
+
+  bundle = pretrained.load(export.export(workdir, str(tmp_path / "bundle"), "bundle"))
+  assert bundle.task == expected
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, bundle.params), best)
+
+  hf_dir = export.export(workdir, str(tmp_path / "hf"), "huggingface")
+  from_hf = pretrained.load(hf_dir)
+  assert from_hf.task == expected
+  shape = (2, swag_task.NUM_CHOICES, 12) if expected.head == "choice" else (2, 12)
+  ids = np.random.default_rng(0).integers(5, loaded.config.vocab_size, shape).astype(np.int32)
+  inputs = (ids, np.ones_like(ids), np.zeros_like(ids))
+  ours = np.asarray(expected.model(loaded.config).apply({"params": loaded.params}, *inputs)["logits"])
+  np.testing.assert_allclose(expected.model(from_hf.config).apply({"params": from_hf.params}, *inputs)["logits"], ours)
+
+  reference_class = getattr(transformers, HF_ARCHITECTURES[expected.head])
+  reference, info = reference_class.from_pretrained(hf_dir, output_loading_info=True, attn_implementation="eager")
+  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+  with torch.no_grad():
+    out = reference.eval()(*(torch.from_numpy(x.astype(np.int64)) for x in inputs))
+  theirs = np.stack([out.start_logits, out.end_logits], -1) if expected.head == "span" else out.logits.numpy()
+  np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)

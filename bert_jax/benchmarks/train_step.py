@@ -21,6 +21,7 @@ from absl import app, flags
 
 from bert_jax import flops as flops_lib
 from bert_jax import pretraining, sharding
+from bert_jax.benchmarks.reference import hf_train_step
 from bert_jax.convert_hf import hf_config_dict
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model_config import preset
@@ -36,17 +37,7 @@ _STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per round.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (the best round of each side counts).")
 
 
-def _hf_loss(params, batch, dropout_key, *, module):
-  outputs = module.apply(
-    {"params": params},
-    batch["input_ids"],
-    batch["input_mask"],
-    batch["segment_ids"],
-    jnp.broadcast_to(jnp.arange(batch["input_ids"].shape[1]), batch["input_ids"].shape),
-    None,
-    deterministic=False,
-    rngs={"dropout": dropout_key},
-  )
+def _hf_loss(outputs, batch):
   logits = jnp.take_along_axis(outputs.prediction_logits, batch["masked_lm_positions"][:, :, None], axis=1)
   weights = batch["masked_lm_weights"]
   mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["masked_lm_ids"])
@@ -54,13 +45,6 @@ def _hf_loss(params, batch, dropout_key, *, module):
     outputs.seq_relationship_logits.astype(jnp.float32), batch["next_sentence_labels"]
   )
   return jnp.sum(mlm * weights) / (jnp.sum(weights) + 1e-5) + jnp.mean(nsp)
-
-
-def _hf_step(state, batch, dropout_key, *, module, tx):
-  params, opt_state, step = state
-  loss, grads = jax.value_and_grad(_hf_loss)(params, batch, jax.random.fold_in(dropout_key, step), module=module)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  return (optax.apply_updates(params, updates), opt_state, step + 1), {"loss": loss}
 
 
 def _time_round(step, state, batches, dropout_key, steps):
@@ -91,8 +75,9 @@ def _contestants(dtype: str, mesh, batches, dropout_key) -> dict:
     HFBertConfig(**hf_config_dict(model_cfg)), seed=0, dtype=jnp.dtype(dtype), _do_init=True
   )
   hf_params = jax.tree.map(jnp.asarray, hf_model.params)
-  hf_state = (hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32))
-  hf_step = jax.jit(functools.partial(_hf_step, module=hf_model.module, tx=tx), donate_argnums=0)
+  # Placed where the step returns it (with the batches), so that the second step does not compile again.
+  hf_state = jax.device_put((hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32)), sharding.replicated(mesh))
+  hf_step = jax.jit(functools.partial(hf_train_step, module=hf_model.module, loss=_hf_loss, tx=tx), donate_argnums=0)
   return {
     f"bert_jax {dtype}": (ours_step, ours_state, model_cfg),
     f"transformers {dtype}": (hf_step, hf_state, model_cfg),

@@ -106,14 +106,16 @@ def _model_config(config, source: pretrained.Pretrained | None) -> BertConfig:
   return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
 
 
-def _schedule_config(config, total_steps: int):
-  """`config` with the step counts of this fine-tuning run (the optimizer reads them)."""
+def _run_config(config, total_steps: int, model_cfg: BertConfig):
+  """`config` as this run trains: the step counts of fine-tuning (the optimizer reads them) and the encoder's
+  architecture (init_from's), which its checkpoints record."""
   scheduled = ml_collections.ConfigDict(config.to_dict())
   scheduled.update(
     num_train_steps=total_steps,
     warmup_steps=int(round(config.finetune.warmup_fraction * total_steps)),
     schedule_end_step=0,
   )
+  scheduled.model.update(dataclasses.asdict(model_cfg))
   return scheduled
 
 
@@ -131,10 +133,16 @@ def _read_splits(task: Task, tokenizer, max_seq_length: int) -> _Splits:
     logging.info("%s %s: %d rows (%.1f s).", task.name, split, encoded.num_rows, time.perf_counter() - start)
     return encoded
 
+  test = {}
+  for split in task.test_splits:  # Optional: many copies of a dataset have no (unlabelled) test file.
+    try:
+      test[split] = encode(split)
+    except FileNotFoundError as error:
+      logging.warning("No %s predictions: %s", split, error)
   return _Splits(
     train=encode(task.train_split),
     evaluation={split: encode(split) for split in task.eval_splits},
-    test={split: encode(split) for split in task.test_splits},
+    test=test,
   )
 
 
@@ -230,7 +238,7 @@ def finetune(config, workdir: str) -> dict:
     }
     | {total_steps}
   )
-  scheduled = _schedule_config(config, total_steps)
+  scheduled = _run_config(config, total_steps, model_cfg)
   model = task_model(model_cfg, task.head, task.num_labels)
   the_run = run.make_run(
     scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
@@ -262,9 +270,12 @@ def finetune(config, workdir: str) -> dict:
       record = checkpoint.read_history(manager, latest)
       logging.info("Resumed fine-tuning at step %d.", latest)
     else:
-      state = the_run.init_state([m.seed for m in members], None if source is None else source.params)
+      # The encoder only: every member's head starts from its own seed, even from a fine-tuned source.
+      encoder = None if source is None else {"bert": source.params["bert"]}
+      state = the_run.init_state([m.seed for m in members], encoder)
       rates = jnp.array([m.learning_rate for m in members], jnp.float32)
       state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
+      state = jax.device_put(state, the_run.shardings)  # The rates too: else step 2 compiles the step again.
       record = {"evaluations": [], "best": None}
     dropout_keys = jnp.stack([train_dropout_key(m.seed) for m in members])
     first = int(jax.device_get(state.step)[0])
@@ -314,16 +325,16 @@ def finetune(config, workdir: str) -> dict:
             step,
             _member_state(state, best_index),
             {"examples": step * config.batch_size, "tokenizer": tokenizer.identity()},
-            config,
+            scheduled,
             tokenizer_item,
-            dict(record["best"], task=task.name, head=task.head, labels=list(task.labels)),
+            dict(record["best"], **task.task_head.to_json()),
           )
         checkpoint.save(
           manager,
           step,
           state,
           {"examples": step * config.batch_size, "tokenizer": tokenizer.identity()},
-          config,
+          scheduled,
           tokenizer_item,
           json.loads(json.dumps(record)),
         )
@@ -354,6 +365,7 @@ def finetune(config, workdir: str) -> dict:
       task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
   summary = dict(
     task=task.name,
+    head=task.head,
     main_metric=task.main_metric,
     members=[dataclasses.asdict(m) for m in members],
     final=final,

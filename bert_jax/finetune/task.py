@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bert_jax.heads import HEADS  # noqa: F401 (the heads a task may name)
+from bert_jax.heads import HEADS, TaskHead, num_outputs  # noqa: F401 (HEADS: the heads a task may name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,11 @@ class Task(abc.ABC):
 
   @property
   def num_labels(self) -> int:
-    return {"regression": 1, "span": 2, "choice": 1}.get(self.head, len(self.labels))
+    return num_outputs(self.head, self.labels)
+
+  @property
+  def task_head(self) -> TaskHead:
+    return TaskHead(self.name, self.head, tuple(self.labels))
 
   @abc.abstractmethod
   def read(self, split: str) -> list:
