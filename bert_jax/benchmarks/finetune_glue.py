@@ -16,12 +16,14 @@ import json
 import os
 import time
 
+import numpy as np
 from absl import app, flags, logging
 from etils import epath
 
 from bert_jax import pretrained
 from bert_jax.finetune import glue, job
 from bert_jax.model_config import SIZE_FIELDS
+from bert_jax.tokenizer import load_tokenizer
 from configs import glue as glue_config
 
 _GLUE_DIR = flags.DEFINE_string("glue_dir", None, "Directory holding the GLUE task directories (SST-2, MRPC, ...).")
@@ -81,6 +83,17 @@ def _run(task: str, init: str) -> dict:
   return summary
 
 
+def _majority(task_name: str) -> float:
+  """The dev main metric of always predicting the training set's most frequent label."""
+  task = glue.make_task(task_name, os.path.join(_GLUE_DIR.value, _GLUE_DIRS.get(task_name, task_name.upper())))
+  tokenizer = load_tokenizer("wordpiece", _VOCAB.value, _LOWER_CASE.value)
+  train = task.encode(task.read("train"), tokenizer, 8).features["label"]
+  dev = task.encode(task.read("dev"), tokenizer, 8)
+  logits = np.zeros((dev.num_rows, task.num_labels), np.float32)
+  logits[:, np.bincount(train).argmax()] = 1.0
+  return task.metrics(dev, logits)[task.main_metric]
+
+
 def _cell(row: dict) -> str:
   return f"{100 * row['mean']:.1f} +- {100 * row['std']:.1f} (best {100 * row['best']:.1f})"
 
@@ -95,14 +108,16 @@ def main(argv):
   results = {task: {init: _run(task, init) for init in _INITS.value} for task in _TASKS.value}
   (epath.Path(_WORKDIR.value) / "results.json").write_text(json.dumps(results, indent=1))
 
-  header = "| task (dev metric) | epochs, seq | " + " | ".join(_INITS.value) + " |"
-  lines = [header, "|" + "---|" * (2 + len(_INITS.value))]
+  header = "| task (dev metric) | epochs, seq | majority class | " + " | ".join(_INITS.value) + " |"
+  lines = [header, "|" + "---|" * (3 + len(_INITS.value))]
   for task, by_init in results.items():
     any_summary = next(iter(by_init.values()))
     for rate in any_summary["sweep"]:
       cells = [_cell(summary["sweep"][rate]) for summary in by_init.values()]
       setting = f"{_per_task(_EPOCHS.value, task):g}, {int(_per_task(_SEQ.value, task))}"
-      lines.append(f"| {task} ({any_summary['main_metric']}), lr {rate} | {setting} | " + " | ".join(cells) + " |")
+      majority = f"{100 * _majority(task):.1f}"
+      row = f"| {task} ({any_summary['main_metric']}), lr {rate} | {setting} | {majority} | " + " | ".join(cells)
+      lines.append(row + " |")
   seeds = len(any_summary["members"]) // len(any_summary["sweep"])
   print(f"\nDev metric x 100, mean +- std (population) over {seeds} seeds, final evaluation; batch {_BATCH.value}.")
   print("\n".join(lines))
