@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.finetune import metrics as metrics_lib
-from bert_jax.finetune import squad
+from bert_jax.finetune import squad, squad_decode, squad_windows
 
 CONTEXT = (
   "The president went to Paris in the first year. Then the president went to London because the city was great. "
@@ -114,10 +114,11 @@ def test_windows_follow_run_squad_doc_spans_and_max_context():
         best_score, best_index = score, span_index
     return index == best_index
 
-  assert [(s, n) for s, n, _ in squad.document_windows(30, 12, 5)] == [(0, 12), (5, 12), (10, 12), (15, 12), (20, 10)]
-  assert [(s, n) for s, n, _ in squad.document_windows(0, 12, 5)] == [(0, 0)]
+  spans = [(s, n) for s, n, _ in squad_windows.document_windows(30, 12, 5)]
+  assert spans == [(0, 12), (5, 12), (10, 12), (15, 12), (20, 10)]
+  assert [(s, n) for s, n, _ in squad_windows.document_windows(0, 12, 5)] == [(0, 0)]
   for num_tokens, max_tokens, stride in [(30, 12, 5), (7, 3, 4), (100, 20, 7), (5, 10, 2)]:
-    windows = squad.document_windows(num_tokens, max_tokens, stride)
+    windows = squad_windows.document_windows(num_tokens, max_tokens, stride)
     spans = [(s, n) for s, n, _ in windows]
     for k, (start, length, max_context) in enumerate(windows):
       assert list(max_context) == [check_is_max_context(spans, k, start + i) for i in range(length)]
@@ -125,13 +126,13 @@ def test_windows_follow_run_squad_doc_spans_and_max_context():
 
 def test_improve_answer_span_and_get_final_text():
   pieces = ["(", "1", "##8", "##9", "##5", "-", "1", "##9", "##4", "##3", ")", "."]
-  assert squad.improve_answer_span(pieces, 0, 11, ["1", "##8", "##9", "##5"], "wordpiece") == (1, 4)
-  assert squad.improve_answer_span(pieces, 0, 11, ["2"], "wordpiece") == (0, 11)
+  assert squad_windows.improve_answer_span(pieces, 0, 11, ["1", "##8", "##9", "##5"], "wordpiece") == (1, 4)
+  assert squad_windows.improve_answer_span(pieces, 0, 11, ["2"], "wordpiece") == (0, 11)
   sentencepiece = ["\u2581the", "\u2581", "18", "95", "\u2581", "x"]
-  assert squad.improve_answer_span(sentencepiece, 1, 5, ["\u25811895"], "sentencepiece") == (2, 3)
-  assert squad.get_final_text("steve smith", "Steve Smith's", lower_case=True) == "Steve Smith"
-  assert squad.get_final_text("cafe", "Café,", lower_case=True) == "Café"
-  assert squad.get_final_text("[UNK]", "Café,", lower_case=True) == "Café,"  # No alignment: the whole words.
+  assert squad_windows.improve_answer_span(sentencepiece, 1, 5, ["\u25811895"], "sentencepiece") == (2, 3)
+  assert squad_decode.get_final_text("steve smith", "Steve Smith's", lower_case=True) == "Steve Smith"
+  assert squad_decode.get_final_text("cafe", "Café,", lower_case=True) == "Café"
+  assert squad_decode.get_final_text("[UNK]", "Café,", lower_case=True) == "Café,"  # No alignment: the whole words.
 
 
 def test_v2_null_answers_metrics_and_prediction_files(tmp_path, fixture_tokenizers):

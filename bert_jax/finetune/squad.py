@@ -1,22 +1,17 @@
 """SQuAD v1.1 and v2.0 as span-head tasks, following Google BERT's `run_squad.py`: the official JSON files (or
-TFDS `squad`), document-stride windows `[CLS] question [SEP] document piece [SEP]`, the n-best span decoding back
-to the context's text, the official metrics and the official prediction files.
+TFDS `squad`) read into questions, the official metrics and the official prediction files. The document-stride
+windows `[CLS] question [SEP] document piece [SEP]` are `squad_windows`'s; the n-best span decoding back to the
+context's text is `squad_decode`'s.
 
 Splits: `train-v1.1.json` (train), `dev-v1.1.json` (dev), and `<split>-v1.1.json` for any test split named to the
 task (the same layout, answers optional); `-v2.0` for v2.0. Without a data directory the task reads TFDS
 `squad/v1.1` or `squad/v2.0` (train, and validation as dev).
 
-Tokenizers: the context is split on whitespace into words as run_squad does, and each word is tokenized on its
-own, so every piece belongs to one word. WordPiece answers are cut back out of the context with run_squad's
-`get_final_text` alignment (which undoes lower-casing and accent stripping). SentencePiece pieces keep the case;
-the characters each piece covers in its word are found when encoding (an `[UNK]` piece covers the
-characters up to the next known piece, since SentencePiece merges a run of unknown characters into one), and an
-answer is cut out of its words at those piece boundaries; a word whose pieces do not spell it (NFKC changed a
-character) is taken whole.
+The context is split on whitespace into words as run_squad does (`split_words`); an answer is the words its
+characters fall in.
 """
 
 import dataclasses
-import functools
 import json
 import re
 
@@ -26,15 +21,13 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.finetune import metrics as metrics_lib
-from bert_jax.finetune.task import Encoded, Task, pad_row
-from bert_jax.tokenizer import wordpiece
+from bert_jax.finetune.squad_decode import SquadPredictions, decode
+from bert_jax.finetune.squad_windows import encode_examples
+from bert_jax.finetune.task import Encoded, Task
 
 _WORD = re.compile("[^ \t\r\n\u202f]+")  # Between run_squad's whitespace characters (`is_whitespace`).
-_WORD_START = "\u2581"  # SentencePiece's word-start mark.
 _TFDS_SPLITS = {"train": "train", "dev": "validation"}
 _LOGGED_SKIPS = 5  # Skipped training questions logged one by one; the rest only counted.
-# The no-answer score difference of a question for which no span could be predicted at all: certainly no answer.
-NO_SPAN_SCORE_DIFF = 1e6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,58 +51,6 @@ class SquadExample:
   end_word: int
   answer_text: str
   labelled: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Document:
-  """A context's word pieces: `ids`, `pieces` (their strings), `tok_to_orig` [pieces] (each piece's word),
-  `orig_to_tok` [words] (each word's first piece), and for SentencePiece `char_spans` [pieces, 2], the characters
-  of its word each piece covers (-1 where the word's pieces could not be aligned to it)."""
-
-  ids: list[int]
-  pieces: list[str]
-  tok_to_orig: np.ndarray
-  orig_to_tok: np.ndarray
-  char_spans: np.ndarray | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Windows:
-  """`Encoded.extra` of SQuAD: what decoding needs besides the logits.
-
-  Per row: `doc_start` (the example's first document piece in the window), `doc_length` (its pieces in the window),
-  `doc_offset` (the row position of the first, after [CLS] question [SEP]), all [rows] int32, and
-  `token_is_max_context` [rows, seq] bool (run_squad's: the window where this piece has the most context on both
-  sides). Per example: `documents`. `kind` and `lower_case`: the tokenizer's, for the de-tokenisation.
-  """
-
-  documents: list[Document]
-  doc_start: np.ndarray
-  doc_length: np.ndarray
-  doc_offset: np.ndarray
-  token_is_max_context: np.ndarray
-  kind: str
-  lower_case: bool
-
-  def token_to_orig_map(self, row: int, document: Document) -> np.ndarray:
-    """[seq] int32: run_squad's token_to_orig_map of a row, the context word at each position (-1 off the
-    document); `document`: that of the row's example, `documents[row_example[row]]`."""
-    mapping = np.full(self.token_is_max_context.shape[1], -1, np.int32)
-    start, length, offset = self.doc_start[row], self.doc_length[row], self.doc_offset[row]
-    mapping[offset : offset + length] = document.tok_to_orig[start : start + length]
-    return mapping
-
-
-@dataclasses.dataclass(frozen=True)
-class SquadPredictions:
-  """Decoded predictions, per question id: `answers` (the text predictions.json holds: '' for no answer in v2.0,
-  at the task's threshold), `best_non_null` (the best non-empty text), `nbest` (run_squad's n-best entries: text,
-  probability, start_logit, end_logit) and for v2.0 `null_odds` (null score - best non-null score)."""
-
-  answers: dict[str, str]
-  best_non_null: dict[str, str]
-  nbest: dict[str, list[dict]]
-  null_odds: dict[str, float] | None
 
 
 class _Squad(Task):
@@ -170,7 +111,7 @@ class _Squad(Task):
     return read_json(path, self.with_negative, labelled=labelled, train=train)
 
   def encode(self, examples: list[SquadExample], tokenizer, max_seq_length: int) -> Encoded:
-    """Windows of every example (see `encode_examples`)."""
+    """Windows of every example (see `squad_windows.encode_examples`)."""
     return encode_examples(examples, tokenizer, max_seq_length, self.max_query_length, self.doc_stride)
 
   def predictions(
@@ -457,338 +398,4 @@ def official_dataset(examples: list[SquadExample]) -> list[dict]:
       ],
     }
     for example in examples
-  ]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Encoding.
-
-
-def encode_examples(
-  examples: list[SquadExample], tokenizer, max_seq_length: int, max_query_length: int, doc_stride: int
-) -> Encoded:
-  """run_squad's `convert_examples_to_features`: per example, windows [CLS] question [SEP] document pieces [SEP]
-  of at most max_seq_length pieces (segments 0, then 1), each `doc_stride` pieces after the last; the question is
-  cut to `max_query_length` pieces. features: input_ids, input_mask, segment_ids [rows, seq] int32, start_positions,
-  end_positions [rows] int32 (the answer's first and last piece in the row; 0, the [CLS], where the window does not
-  hold the whole answer, for impossible questions and where no answer matches the context). extra: `Windows`."""
-  kind = "wordpiece" if tokenizer.kind == "wordpiece" else "sentencepiece"
-  rows, layout, documents, word_cache, document_cache = [], [], [], {}, {}
-  for index, example in enumerate(examples):
-    if example.words not in document_cache:  # A paragraph's questions share its tokenized context.
-      document_cache[example.words] = tokenize_document(example.words, tokenizer, word_cache)
-    document = document_cache[example.words]
-    documents.append(document)
-    query = tokenizer.encode(example.question)[:max_query_length]
-    max_tokens_for_doc = max_seq_length - len(query) - 3
-    if max_tokens_for_doc < 1:
-      raise ValueError(
-        f"max_seq_length={max_seq_length} leaves no room for the context after {example.qid!r}'s question of "
-        f"{len(query)} pieces (max_query_length={max_query_length})."
-      )
-    answer = _token_answer(example, document, tokenizer, kind)
-    for start, length, max_context in document_windows(len(document.ids), max_tokens_for_doc, doc_stride):
-      rows.append(_row(tokenizer, query, document.ids[start : start + length], start, answer, max_seq_length))
-      layout.append((index, start, length, len(query) + 2, max_context))
-  return Encoded(
-    _features(rows, max_seq_length),
-    list(examples),
-    _column(layout, 0),
-    _windows(layout, documents, tokenizer, kind, max_seq_length),
-  )
-
-
-def _features(rows: list[tuple], max_seq_length: int) -> dict[str, np.ndarray]:
-  features = {
-    name: np.array([row[i] for row in rows], np.int32).reshape(-1, max_seq_length)
-    for i, name in enumerate(("input_ids", "input_mask", "segment_ids"))
-  }
-  features["start_positions"] = np.array([row[3] for row in rows], np.int32)
-  features["end_positions"] = np.array([row[4] for row in rows], np.int32)
-  return features
-
-
-def _column(layout: list[tuple], i: int) -> np.ndarray:
-  return np.array([entry[i] for entry in layout], np.int32)
-
-
-def _windows(layout: list[tuple], documents: list[Document], tokenizer, kind: str, max_seq_length: int) -> Windows:
-  token_is_max_context = np.zeros((len(layout), max_seq_length), bool)
-  for row, (_, _, length, offset, max_context) in enumerate(layout):
-    token_is_max_context[row, offset : offset + length] = max_context
-  return Windows(
-    documents=documents,
-    doc_start=_column(layout, 1),
-    doc_length=_column(layout, 2),
-    doc_offset=_column(layout, 3),
-    token_is_max_context=token_is_max_context,
-    kind=kind,
-    lower_case=bool(getattr(tokenizer, "lower_case", False)),
-  )
-
-
-def _row(tokenizer, query: list[int], window_ids: list[int], start: int, answer, max_seq_length: int) -> tuple:
-  """(input_ids, input_mask, segment_ids, start_position, end_position) of one window whose first document piece
-  is the document's `start`th; `answer`: the (first, last) document piece of the answer, or None."""
-  ids = [tokenizer.cls_id, *query, tokenizer.sep_id, *window_ids, tokenizer.sep_id]
-  segments = [0] * (len(query) + 2) + [1] * (len(window_ids) + 1)
-  start_position = end_position = 0
-  if answer is not None and start <= answer[0] and answer[1] < start + len(window_ids):
-    offset = len(query) + 2
-    start_position, end_position = answer[0] - start + offset, answer[1] - start + offset
-  return (*pad_row(ids, segments, max_seq_length, tokenizer.pad_id), start_position, end_position)
-
-
-def tokenize_document(words: tuple[str, ...], tokenizer, cache: dict | None = None) -> Document:
-  """The pieces of each word on its own (`tokenizer.encode(word)`: WordPiece gives its `tokenize` pieces); `cache`
-  {word: (ids, char spans)} spares re-tokenizing a word seen before."""
-  cache = {} if cache is None else cache
-  sentencepiece = tokenizer.kind != "wordpiece"
-  ids, tok_to_orig, orig_to_tok, spans = [], [], [], []
-  for w, word in enumerate(words):
-    if word not in cache:
-      word_ids = tokenizer.encode(word)
-      cache[word] = word_ids, (_char_spans(word, word_ids, tokenizer) if sentencepiece else None)
-    word_ids, word_spans = cache[word]
-    orig_to_tok.append(len(ids))
-    ids += word_ids
-    tok_to_orig += [w] * len(word_ids)
-    spans += word_spans or [(-1, -1)] * len(word_ids)
-  return Document(
-    ids=ids,
-    pieces=[tokenizer.pieces[i] for i in ids],
-    tok_to_orig=np.array(tok_to_orig, np.int32),
-    orig_to_tok=np.array(orig_to_tok, np.int32),
-    char_spans=np.array(spans, np.int32).reshape(-1, 2) if sentencepiece else None,
-  )
-
-
-def _char_spans(word: str, ids: list[int], tokenizer) -> list[tuple[int, int]] | None:
-  """The [begin, end) characters of `word` each SentencePiece piece covers, or None where the pieces do not spell
-  the word. A piece's text is the piece without the word-start mark; an `[UNK]` piece (a run of unknown
-  characters) covers the characters up to where the next known piece's text begins."""
-  texts = [None if i == tokenizer.unk_id else tokenizer.pieces[i].removeprefix(_WORD_START) for i in ids]
-  spans, position = [], 0
-  for k, text in enumerate(texts):
-    if text is None:
-      following = next((t for t in texts[k + 1 :] if t), None)
-      end = len(word) if following is None else word.find(following, position + 1)
-    else:
-      end = position + len(text) if word.startswith(text, position) else -1
-    if end < position or (text is None and end == position):
-      return None
-    spans.append((position, end))
-    position = end
-  return spans if position == len(word) else None
-
-
-def _token_answer(example: SquadExample, document: Document, tokenizer, kind: str) -> tuple[int, int] | None:
-  """The (first, last) document piece of the example's answer (run_squad's tok_start/end_position, improved), or
-  None without one."""
-  if example.start_word < 0:
-    return None
-  start = int(document.orig_to_tok[example.start_word])
-  following = example.end_word + 1
-  end = int(document.orig_to_tok[following]) - 1 if following < len(example.words) else len(document.ids) - 1
-  if end < start:  # The answer's words have no piece.
-    return None
-  answer_pieces = [tokenizer.pieces[i] for i in tokenizer.encode(example.answer_text)]
-  return improve_answer_span(document.pieces, start, end, answer_pieces, kind)
-
-
-def improve_answer_span(
-  doc_pieces: list[str], start: int, end: int, answer_pieces: list[str], kind: str
-) -> tuple[int, int]:
-  """run_squad's `_improve_answer_span`: the first (leftmost, then longest) piece span inside the answer's words
-  [start, end] whose pieces read as the answer's own pieces ('(1895-1943).' -> '1895'); else [start, end].
-  WordPiece spans compare as run_squad's (pieces joined by spaces); SentencePiece spans compare as text (pieces
-  joined, word-start marks as spaces), so that '▁18 95' matches '18 95' inside a word, and never start or end
-  with a bare word-start piece."""
-  answer = _pieces_text(answer_pieces, kind)
-  for new_start in range(start, end + 1):
-    for new_end in range(end, new_start - 1, -1):
-      span = doc_pieces[new_start : new_end + 1]
-      if kind != "wordpiece" and _WORD_START in (span[0], span[-1]):
-        continue
-      if _pieces_text(span, kind) == answer:
-        return new_start, new_end
-  return start, end
-
-
-def _pieces_text(pieces: list[str], kind: str) -> str:
-  if kind == "wordpiece":
-    return " ".join(pieces)
-  return " ".join("".join(pieces).replace(_WORD_START, " ").split())
-
-
-def document_windows(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[tuple[int, int, np.ndarray]]:
-  """run_squad's doc spans as (start, length, max_context): each window starts `doc_stride` pieces (at most its
-  length) after the last, until one reaches the end; `max_context` [length] bool is `_check_is_max_context` of
-  each of its pieces: this is the window where the piece has the largest min(left, right) context (+ 0.01 * the
-  window's length; the first such window on ties). A document without pieces gets one empty window."""
-  spans, start = [], 0
-  while True:
-    length = min(num_tokens - start, max_tokens_for_doc)
-    spans.append((start, length))
-    if start + length >= num_tokens:
-      break
-    start += min(length, doc_stride)
-  best_score, best_span = np.full(num_tokens, -np.inf), np.full(num_tokens, -1)
-  for k, (start, length) in enumerate(spans):
-    position = np.arange(start, start + length)
-    score = np.minimum(position - start, start + length - 1 - position) + 0.01 * length
-    better = score > best_score[position]
-    best_score[position[better]], best_span[position[better]] = score[better], k
-  return [(start, length, best_span[start : start + length] == k) for k, (start, length) in enumerate(spans)]
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Decoding.
-
-
-def decode(
-  encoded: Encoded, logits: np.ndarray, n_best_size: int, max_answer_length: int, null_threshold: float | None
-) -> SquadPredictions:
-  """run_squad's `write_predictions` of `logits` [rows, seq, 2]: per question, the n-best distinct texts of the
-  spans whose start and end are among a window's `n_best_size` best, inside its document, start <= end, at most
-  `max_answer_length` pieces and starting where the window has the piece's max context. With `null_threshold`
-  (v2.0) the null answer competes with its score (start + end logit of [CLS], the least over the question's
-  windows), and the question is answered '' when null score - best span score exceeds the threshold."""
-  windows = encoded.extra
-  logits = np.asarray(logits, np.float64)  # run_squad's scores are Python floats.
-  expected = (encoded.num_rows, windows.token_is_max_context.shape[1], 2)
-  if logits.shape != expected:
-    raise ValueError(f"SQuAD logits of shape {logits.shape}; the encoded split needs {expected}.")
-  rows_of = [[] for _ in encoded.examples]
-  for row, index in enumerate(encoded.row_example):
-    rows_of[index].append(row)
-  answers, best_non_null, nbest, null_odds = {}, {}, {}, {}
-  with_null = null_threshold is not None
-  for index, example in enumerate(encoded.examples):
-    document = windows.documents[index]
-    entries, null_score = _nbest(
-      example, document, windows, rows_of[index], logits, n_best_size, max_answer_length, with_null
-    )
-    nbest[example.qid] = _nbest_json(entries)
-    best = next((entry for entry in entries if entry[0]), None)
-    best_non_null[example.qid] = best[0] if best else ""
-    if not with_null:
-      answers[example.qid] = entries[0][0]
-      continue
-    null_odds[example.qid] = null_score - best[1] - best[2] if best else NO_SPAN_SCORE_DIFF
-    answers[example.qid] = "" if null_odds[example.qid] > null_threshold else best_non_null[example.qid]
-  return SquadPredictions(answers, best_non_null, nbest, null_odds if with_null else None)
-
-
-def _nbest(example, document, windows: Windows, rows: list[int], logits, n_best_size, max_answer_length, with_null):
-  """([(text, start_logit, end_logit)] best first, at least one; the question's null score)."""
-  prelim = []
-  for row in rows:
-    prelim += _row_candidates(windows, row, logits[row], n_best_size, max_answer_length)
-  null_row = min(rows, key=lambda row: logits[row, 0, 0] + logits[row, 0, 1])
-  null = (null_row, 0, 0, float(logits[null_row, 0, 0]), float(logits[null_row, 0, 1]))
-  if with_null:
-    prelim.append(null)
-  prelim.sort(key=lambda p: p[3] + p[4], reverse=True)  # Stable, as run_squad's sorted().
-  seen, entries = set(), []
-  for row, start, end, start_logit, end_logit in prelim:
-    if len(entries) >= n_best_size:
-      break
-    text = _span_text(example, document, windows, row, start, end) if start > 0 else ""
-    if text in seen and start > 0:
-      continue
-    seen.add(text)
-    entries.append((text, start_logit, end_logit))
-  if with_null and "" not in seen:
-    entries.append(("", null[3], null[4]))
-  # No valid span at all (run_squad answers its nonce 'empty'): answer nothing.
-  return entries or [("", 0.0, 0.0)], null[3] + null[4]
-
-
-def _row_candidates(windows: Windows, row: int, logits: np.ndarray, n_best_size: int, max_answer_length: int) -> list:
-  """[(row, start, end, start_logit, end_logit)] of one window's valid spans among its n-best starts and ends, in
-  run_squad's order (by start rank, then end rank)."""
-  offset, length = windows.doc_offset[row], windows.doc_length[row]
-  starts = _best_indexes(logits[:, 0], n_best_size)[:, None]
-  ends = _best_indexes(logits[:, 1], n_best_size)[None, :]
-  in_document = lambda i: (i >= offset) & (i < offset + length)
-  valid = in_document(starts) & in_document(ends) & windows.token_is_max_context[row][starts]
-  valid &= (ends >= starts) & (ends - starts < max_answer_length)
-  pairs = zip(*np.nonzero(valid), strict=True)  # Row-major: run_squad's loop order.
-  return [
-    (row, int(starts[s, 0]), int(ends[0, e]), float(logits[starts[s, 0], 0]), float(logits[ends[0, e], 1]))
-    for s, e in pairs
-  ]
-
-
-def _best_indexes(scores: np.ndarray, n: int) -> np.ndarray:
-  """The indexes of the `n` largest scores, largest first (the first index on ties, as run_squad's)."""
-  return np.argsort(-scores, kind="stable")[:n]
-
-
-def _span_text(example: SquadExample, document: Document, windows: Windows, row: int, start: int, end: int) -> str:
-  """The context text of the row positions [start, end] (see the module docstring)."""
-  shift = windows.doc_start[row] - windows.doc_offset[row]
-  first, last = start + shift, end + shift
-  if windows.kind != "wordpiece":
-    return _cut_text(example.words, document, first, last)
-  pieces = " ".join(document.pieces[first : last + 1])
-  tok_text = " ".join(pieces.replace(" ##", "").replace("##", "").split())  # Pieces back into words.
-  orig_text = " ".join(example.words[document.tok_to_orig[first] : document.tok_to_orig[last] + 1])
-  return get_final_text(tok_text, orig_text, windows.lower_case)
-
-
-def _cut_text(words: tuple[str, ...], document: Document, first: int, last: int) -> str:
-  """The words of pieces [first, last], the first cut from its piece's first character and the last after its
-  piece's last (whole words where the pieces could not be aligned), joined by spaces."""
-  first_word, last_word = document.tok_to_orig[first], document.tok_to_orig[last]
-  begin, stop = document.char_spans[first, 0], document.char_spans[last, 1]
-  parts = list(words[first_word : last_word + 1])
-  parts[-1] = parts[-1][: stop if stop >= 0 else len(parts[-1])]
-  parts[0] = parts[0][max(begin, 0) :]
-  # A span of bare word-start pieces covers no character: take its words.
-  return " ".join(parts).strip() or " ".join(words[first_word : last_word + 1])
-
-
-def get_final_text(pred_text: str, orig_text: str, lower_case: bool) -> str:
-  """run_squad's `get_final_text`: the part of `orig_text` (the span's whole words) that `pred_text` (its pieces
-  joined back, lower-cased and accent-stripped by an uncased WordPiece) is, by aligning `orig_text`'s
-  BasicTokenizer text to it character by character once spaces are removed; `orig_text` where that fails
-  (orig_text 'Steve Smith's', pred_text 'steve smith' -> 'Steve Smith')."""
-  tok_text = " ".join(token for word in orig_text.split(" ") for token in _basic_tokens(word, lower_case))
-  start = tok_text.find(pred_text)
-  if start == -1 or not pred_text:
-    return orig_text
-  end = start + len(pred_text) - 1
-  orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
-  tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
-  if len(orig_ns_text) != len(tok_ns_text):
-    return orig_text
-  tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
-  if start not in tok_s_to_ns or end not in tok_s_to_ns:
-    return orig_text
-  return orig_text[orig_ns_to_s[tok_s_to_ns[start]] : orig_ns_to_s[tok_s_to_ns[end]] + 1]
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _basic_tokens(word: str, lower_case: bool) -> tuple[str, ...]:
-  """BasicTokenizer's tokens of one word. Text splits at spaces tokenize word by word, and a decoding aligns the
-  same words over and over: memoised."""
-  return tuple(wordpiece.basic_tokenize(word, lower_case))
-
-
-def _strip_spaces(text: str) -> tuple[str, list[int]]:
-  """`text` without its spaces, and the index in `text` of each of its characters."""
-  kept = [i for i, char in enumerate(text) if char != " "]
-  return "".join(text[i] for i in kept), kept
-
-
-def _nbest_json(entries: list[tuple[str, float, float]]) -> list[dict]:
-  """run_squad's nbest_predictions.json entries: text, probability (softmax over the n-best scores), logits."""
-  scores = np.array([start + end for _, start, end in entries])
-  probabilities = np.exp(scores - scores.max())
-  probabilities /= probabilities.sum()
-  return [
-    {"text": text, "probability": float(p), "start_logit": float(start), "end_logit": float(end)}
-    for (text, start, end), p in zip(entries, probabilities, strict=True)
   ]
