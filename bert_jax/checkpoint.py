@@ -9,7 +9,11 @@ Each checkpoint step, `<workdir>/checkpoints/<step>/`, holds these items:
 * `config`: the run's config (JSON);
 * `history`: examples and sequence positions trained on over every phase, latest train and eval metrics (JSON);
 * `tokenizer`: the tokenizer file itself (`vocab.txt` or the SentencePiece `.model`) with its identity, when the
-  run has a tokenizer, so that a step directory is complete on its own.
+  run has a tokenizer, so that a step directory is complete on its own;
+* `checksums`: a hash of every array of `params` and `optimizer` and a SHA-256 of every other item
+  (`checksums.py`). Every read verifies what it read against them and raises `CorruptCheckpointError` naming the
+  array or item, the step and the directory; so does any other failure to read an item. A save refuses parameters
+  that are not finite, and refuses to replace an existing step (Orbax would delete it).
 
 Checkpoints written before `params` and `optimizer` were separate hold one `state` item (the whole TrainState);
 they still resume, and their parameters still load alone.
@@ -28,11 +32,21 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from bert_jax import paths, sharding
+from bert_jax import checksums, paths, sharding
+from bert_jax.train_step import initial_guard
 
 CHECKPOINTS = "checkpoints"
 BEST = "best"  # A fine-tuning run's best step by its task's main metric, kept apart from rotation.
 _LEGACY_STATE = "state"
+_CHECKSUMS = "checksums"
+
+
+class CorruptCheckpointError(ValueError):
+  """A checkpoint item that cannot be read, or that does not match its checksum; the message names it."""
+
+
+class SaveError(RuntimeError):
+  """A checkpoint save failed (disk full, permission, ...); the message names the step, the path and the cause."""
 
 
 def checkpoint_dir(workdir: str) -> epath.Path:
@@ -56,8 +70,12 @@ def remove_stale_data_states(workdir: str, process_index: int, current: int) -> 
   on_disk = {int(p.name) for p in checkpoint_dir(workdir).iterdir() if p.name.isdigit()}
   for step_dir in root.iterdir():
     mine = step_dir / f"process_{process_index}"
-    if step_dir.name.isdigit() and int(step_dir.name) not in on_disk | {current} and mine.exists():
-      mine.rmtree()
+    if step_dir.name.isdigit() and int(step_dir.name) not in on_disk | {current}:
+      if mine.exists():
+        mine.rmtree()
+      with contextlib.suppress(OSError):  # The last host out removes the step's directory (local disks).
+        if step_dir.exists() and not any(step_dir.iterdir()):
+          step_dir.rmdir()
 
 
 class TokenizerCheckpointHandler(ocp.handlers.JsonCheckpointHandler):
@@ -112,17 +130,77 @@ def save(
 ) -> None:
   """Starts saving `step` in the background; device buffers are copied before this returns. `tokenizer` (a
   `tokenizer_item`, or None for a run without one) is written into the step as a file; `history` (examples and
-  tokens seen over every phase, latest train and eval metrics) as JSON."""
+  tokens seen over every phase, latest train and eval metrics) as JSON. Raises before writing anything if a parameter
+  is not finite or if `step` is already on disk."""
+  existing = epath.Path(manager.directory) / str(step)
+  if existing.exists():
+    raise FileExistsError(f"Checkpoint step {step} already exists in {manager.directory}; it is never replaced.")
+  optimizer = {"step": state.step, "opt_state": state.opt_state, "guard": state.guard}
+  params_hashes, nonfinite = checksums.arrays(state.params, "params")
+  if nonfinite:
+    raise ValueError(f"Not saving step {step}: these parameters are not finite: {nonfinite[:10]}.")
+  small = dict(
+    data=data_position, config=json.loads(config.to_json_best_effort()), history=json.loads(json.dumps(history or {}))
+  )
+  digests = {name: checksums.digest(value) for name, value in small.items()}
   items = dict(
     params=ocp.args.StandardSave(state.params),
-    optimizer=ocp.args.StandardSave({"step": state.step, "opt_state": state.opt_state}),
-    data=ocp.args.JsonSave(data_position),
-    config=ocp.args.JsonSave(json.loads(config.to_json_best_effort())),
-    history=ocp.args.JsonSave(history or {}),
+    optimizer=ocp.args.StandardSave(optimizer),
+    **{name: ocp.args.JsonSave(value) for name, value in small.items()},
   )
   if tokenizer is not None:
     items["tokenizer"] = TokenizerSave(tokenizer)
-  manager.save(step, force=True, args=ocp.args.Composite(**items))
+    digests["tokenizer"] = checksums.digest(tokenizer["content"])
+  arrays = dict(params_hashes, **checksums.arrays(optimizer, "optimizer")[0])
+  items[_CHECKSUMS] = ocp.args.JsonSave({"arrays": arrays, "items": digests})
+  try:
+    manager.save(step, force=True, args=ocp.args.Composite(**items))
+  except Exception as error:  # noqa: BLE001 - whatever the storage raised.
+    raise _save_error(manager, step, error) from None
+
+
+def _save_error(manager: ocp.CheckpointManager, step: int | None, error: Exception) -> SaveError:
+  cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+  where = epath.Path(manager.directory) / str(step) if step is not None else manager.directory
+  kept = manager.latest_step()
+  return SaveError(
+    f"Saving checkpoint step {step} to {where} failed: {cause}. The run stops; "
+    + (f"its newest checkpoint is step {kept}." if kept is not None else "it has no checkpoint.")
+  )
+
+
+def save_data_state(source, state_dir: str, step: int) -> None:
+  """`source.save_state(state_dir)` (written now, not in the background); a failure raises `SaveError`."""
+  try:
+    source.save_state(state_dir)
+  except Exception as error:  # noqa: BLE001 - whatever the storage raised.
+    cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+    raise SaveError(f"Saving the input pipeline's state for step {step} to {state_dir} failed: {cause}") from None
+
+
+def check_saves(manager: ocp.CheckpointManager, step: int | None, wait: bool = False) -> None:
+  """Raises `SaveError` if the background save of `step` (the newest started) has failed; returns at once while it
+  is still running, unless `wait`. Called after every train step, so a failed save stops the run a step later, and
+  with `wait` before the next save."""
+  if step is None or (manager.is_saving_in_progress() and not wait):
+    return
+  try:
+    manager.wait_until_finished()  # Finished: returns at once, or raises the save's error.
+  except Exception as error:  # noqa: BLE001 - whatever the storage raised.
+    raise _save_error(manager, step, error) from None
+
+
+def finish(manager: ocp.CheckpointManager, step: int | None, raise_errors: bool = True) -> None:
+  """Waits for the save in flight (never exit with a checkpoint half-written) and closes the manager. A failed save
+  raises `SaveError`, or, with `raise_errors=False` (the run is already failing with another error), is logged."""
+  try:
+    manager.wait_until_finished()
+  except Exception as error:  # noqa: BLE001
+    if raise_errors:
+      raise _save_error(manager, step, error) from None
+    logging.error("%s", _save_error(manager, step, error))
+  finally:
+    manager.close()
 
 
 def reader(directory) -> ocp.CheckpointManager:
@@ -168,67 +246,139 @@ def items(manager: ocp.CheckpointManager, step: int) -> set[str]:
   return {path.name for path in (epath.Path(manager.directory) / str(step)).iterdir() if path.is_dir()}
 
 
+def _restore_items(manager: ocp.CheckpointManager, step: int, **args) -> dict:
+  """`manager.restore` of the named items; any failure names the step directory and the items."""
+  try:
+    return manager.restore(step, args=ocp.args.Composite(**args))
+  except Exception as error:  # noqa: BLE001 - whatever a damaged file raises, say which one.
+    where = epath.Path(manager.directory) / str(step)
+    raise CorruptCheckpointError(
+      f"Checkpoint step {step}: cannot read {sorted(args)} in {where}: {type(error).__name__}: {error}"
+    ) from error
+
+
+def _checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
+  """The `checksums` item of `step`, None for steps written before checksums (with a warning)."""
+  if _CHECKSUMS not in items(manager, step):
+    logging.warning(
+      "Checkpoint step %d in %s has no checksums (an older format): not verified.", step, manager.directory
+    )
+    return None
+  return _restore_items(manager, step, **{_CHECKSUMS: ocp.args.JsonRestore()})[_CHECKSUMS]
+
+
+def _verify_item(manager: ocp.CheckpointManager, step: int, name: str, value, saved: dict | None = None) -> None:
+  saved = saved or _checksums(manager, step)
+  if saved is not None and saved["items"].get(name) != checksums.digest(value):
+    raise CorruptCheckpointError(
+      f"Checkpoint step {step}: {epath.Path(manager.directory) / str(step) / name} does not match its checksum."
+    )
+
+
+def _verify_arrays(manager: ocp.CheckpointManager, step: int, tree, prefix: str, saved: dict | None = None) -> None:
+  """Raises naming the first array of `tree` (read from item `prefix`) whose hash is not the saved one."""
+  saved = saved or _checksums(manager, step)
+  if saved is None:
+    return
+  found = checksums.arrays(tree, prefix)[0]
+  for name, value in found.items():
+    if saved["arrays"].get(name) != value:
+      raise CorruptCheckpointError(
+        f"Checkpoint step {step}: array {name} read from {epath.Path(manager.directory) / str(step) / prefix} does "
+        f"not match its checksum (saved {saved['arrays'].get(name)}, read {value}): the checkpoint is corrupt."
+      )
+
+
+def _read_json(manager: ocp.CheckpointManager, step: int, name: str) -> dict:
+  value = _restore_items(manager, step, **{name: ocp.args.JsonRestore()})[name]
+  _verify_item(manager, step, name, value)
+  return value
+
+
 def read_config(manager: ocp.CheckpointManager, step: int) -> dict:
   """The config checkpoint `step` was written with, as a plain dict."""
-  return manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+  return _read_json(manager, step, "config")
 
 
 def read_data_position(manager: ocp.CheckpointManager, step: int) -> dict:
   """The data position (examples consumed, tokenizer identity) saved with checkpoint `step`."""
-  return manager.restore(step, args=ocp.args.Composite(data=ocp.args.JsonRestore()))["data"]
+  return _read_json(manager, step, "data")
 
 
 def read_history(manager: ocp.CheckpointManager, step: int) -> dict:
   """The training history saved with checkpoint `step` (see `save`); empty for steps written without one."""
   if "history" not in items(manager, step):
     return {}
-  return manager.restore(step, args=ocp.args.Composite(history=ocp.args.JsonRestore()))["history"]
+  return _read_json(manager, step, "history")
 
 
 def read_tokenizer(manager: ocp.CheckpointManager, step: int) -> dict | None:
   """The tokenizer item of checkpoint `step` (identity and `file`), or None if the step has none."""
   if "tokenizer" not in items(manager, step):
     return None
-  return manager.restore(step, args=ocp.args.Composite(tokenizer=TokenizerRestore()))["tokenizer"]
+  tokenizer = _restore_items(manager, step, tokenizer=TokenizerRestore())["tokenizer"]
+  _verify_item(manager, step, "tokenizer", epath.Path(tokenizer["file"]).read_bytes())
+  return tokenizer
+
+
+def _saved_guard(manager: ocp.CheckpointManager, step: int) -> bool:
+  """Whether step's `optimizer` item holds the step guard's state (steps written before the guard do not)."""
+  directory = epath.Path(manager.directory) / str(step) / "optimizer"
+  try:
+    return "guard" in ocp.StandardCheckpointHandler().metadata(directory).tree
+  except Exception as error:  # noqa: BLE001
+    raise CorruptCheckpointError(f"Checkpoint step {step}: cannot read the metadata of {directory}: {error}") from error
 
 
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings):
-  """(state, data_position) of checkpoint `step`, placed directly into `shardings`."""
+  """(state, data_position) of checkpoint `step`, placed directly into `shardings`, verified against its
+  checksums."""
   target = sharding.with_shardings(abstract_state, shardings)
   if _LEGACY_STATE in items(manager, step):
-    restored = manager.restore(
-      step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target), data=ocp.args.JsonRestore())
-    )
-    return restored["state"], restored["data"]
-  restored = manager.restore(
+    legacy = target.replace(guard=None)
+    restored = _restore_items(manager, step, state=ocp.args.StandardRestore(legacy), data=ocp.args.JsonRestore())
+    state = restored["state"].replace(guard=jax.device_put(initial_guard(), shardings.guard))
+    return state, restored["data"]
+  optimizer_target = {"step": target.step, "opt_state": target.opt_state}
+  with_guard = _saved_guard(manager, step)
+  if with_guard:
+    optimizer_target["guard"] = target.guard
+  restored = _restore_items(
+    manager,
     step,
-    args=ocp.args.Composite(
-      params=ocp.args.StandardRestore(target.params),
-      optimizer=ocp.args.StandardRestore({"step": target.step, "opt_state": target.opt_state}),
-      data=ocp.args.JsonRestore(),
-    ),
+    params=ocp.args.StandardRestore(target.params),
+    optimizer=ocp.args.StandardRestore(optimizer_target),
+    data=ocp.args.JsonRestore(),
   )
-  optimizer = restored["optimizer"]
-  state = type(abstract_state)(step=optimizer["step"], params=restored["params"], opt_state=optimizer["opt_state"])
+  optimizer, saved = restored["optimizer"], _checksums(manager, step)
+  if saved is not None:
+    _verify_arrays(manager, step, restored["params"], "params", saved)
+    _verify_arrays(manager, step, optimizer, "optimizer", saved)
+    _verify_item(manager, step, "data", restored["data"], saved)
+  guard = optimizer["guard"] if with_guard else jax.device_put(initial_guard(), shardings.guard)
+  state = type(abstract_state)(
+    step=optimizer["step"], params=restored["params"], opt_state=optimizer["opt_state"], guard=guard
+  )
   return state, restored["data"]
 
 
 def restore_params(manager: ocp.CheckpointManager, step: int, abstract_params, shardings):
-  """The parameters of checkpoint `step` alone, placed directly into `shardings`: the optimizer state is never
-  read (from a legacy `state` item, only its `params` subtree is)."""
+  """The parameters of checkpoint `step` alone, placed directly into `shardings` and verified against its
+  checksums: the optimizer state is never read (from a legacy `state` item, only its `params` subtree is)."""
   target = sharding.with_shardings(abstract_params, shardings)
   if _LEGACY_STATE in items(manager, step):
     restore_args = jax.tree.map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target)
-    restored = manager.restore(
+    restored = _restore_items(
+      manager,
       step,
-      args=ocp.args.Composite(
-        state=ocp.args.PyTreeRestore(
-          item={"params": target}, restore_args={"params": restore_args}, partial_restore=True
-        )
+      state=ocp.args.PyTreeRestore(
+        item={"params": target}, restore_args={"params": restore_args}, partial_restore=True
       ),
     )
     return restored["state"]["params"]
-  return manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore(target)))["params"]
+  params = _restore_items(manager, step, params=ocp.args.StandardRestore(target))["params"]
+  _verify_arrays(manager, step, params, "params")
+  return params
 
 
 def restore_config(workdir: str, step: int | None = None) -> dict:

@@ -19,7 +19,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import distributed, dry_run, export, extract_features, train
+from bert_jax import checkpoint, distributed, dry_run, export, extract_features, guard, lease, train
 from bert_jax.data import prepare
 from bert_jax.finetune import job
 
@@ -54,8 +54,22 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def _quiet_library_info(record) -> bool:
-  # Orbax logs several INFO lines per checkpoint; keep its warnings, and keep our own progress readable.
-  return record.levelno > std_logging.INFO or "/orbax/" not in record.pathname
+  # Orbax logs several INFO lines per checkpoint; keep its warnings, and keep our own progress readable. Its errors
+  # stay, without their tracebacks: a failed save is reported once, by the loop, with its step, path and cause.
+  if "/orbax/" not in record.pathname:
+    return True
+  if record.levelno >= std_logging.ERROR:
+    record.exc_info, record.exc_text = None, None
+    record.msg = str(record.msg).split("\n")[0]
+  return record.levelno > std_logging.INFO
+
+
+def _quiet_closed_loop_callbacks(unraisable) -> None:
+  # After a failed background save, tensorstore still calls back into Orbax's closed event loop, once per pending
+  # write: dozens of identical "Event loop is closed" tracebacks that would bury the one line saying what failed.
+  if isinstance(unraisable.exc_value, RuntimeError) and str(unraisable.exc_value) == "Event loop is closed":
+    return
+  sys.__unraisablehook__(unraisable)
 
 
 def _fake_cpu_devices_for_dry_run(config) -> None:
@@ -69,6 +83,7 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
   logging.get_absl_logger().addFilter(_quiet_library_info)
+  sys.unraisablehook = _quiet_closed_loop_callbacks
   config = _CONFIG.value
   if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
@@ -97,10 +112,25 @@ def main(argv):
     )
   elif _MODE.value == "features":
     extract_features.extract(config, _WORKDIR.value)
-  elif config.finetune.task:
-    job.finetune(config, _WORKDIR.value)
   else:
-    train.train_and_evaluate(config, _WORKDIR.value)
+    _train(config, _WORKDIR.value)
+
+
+def _train(config, workdir: str) -> None:
+  """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
+  save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
+  try:
+    if config.finetune.task:
+      job.finetune(config, workdir)
+    else:
+      train.train_and_evaluate(config, workdir)
+  except (guard.TrainingStopped, checkpoint.SaveError, lease.LeaseError) as error:
+    logging.error("%s", error)
+    # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the
+    # storage library's threads would print their own tracebacks of the same failure after this line.
+    logging.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 if __name__ == "__main__":

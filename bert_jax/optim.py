@@ -88,7 +88,8 @@ def make_schedule(config, learning_rate=None) -> optax.Schedule:
 
 def make_optimizer(config, learning_rate=None) -> optax.GradientTransformation:
   """From the top-level config: `optimizer`, `learning_rate` (unless given), `warmup_steps`,
-  `num_train_steps`, `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm`."""
+  `num_train_steps`, `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm` (inf: no clipping, since a
+  finite gradient's norm is always below it; run.check_config refuses 0, which would zero every update)."""
   if config.optimizer not in OPTIMIZERS:
     raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
   make = optax.adamw if config.optimizer == "adamw" else lamb

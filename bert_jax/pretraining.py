@@ -85,9 +85,22 @@ def model_config(config) -> BertConfig:
   return BertConfig(**config.model.to_dict())
 
 
+# Pretraining's own keys, beside run.RANGES.
+RANGES = (
+  ("data.masked_lm_prob", run.Range(0, 1, low_open=True, high_open=False)),
+  ("data.short_seq_prob", run.Range(0, 1, high_open=False)),
+  ("data.shuffle_buffer", run.AT_LEAST_ONE),
+  ("data.num_shards", run.AT_LEAST_ONE),
+  ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
+  ("eval_every_steps", run.AT_LEAST_ONE),
+  ("eval_steps", run.NON_NEGATIVE, "0 disables evaluation."),
+)
+
+
 def check_config(config) -> BertConfig:
   """Raises ValueError naming the bad value; returns the model config. Before anything is compiled or written."""
   run.check_config(config)
+  run.check_ranges(config, RANGES)
   model = model_config(config)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   if seq > model.max_position_embeddings:
@@ -99,16 +112,12 @@ def check_config(config) -> BertConfig:
     raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
   if not 0 < preds <= seq:
     raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
-  if config.eval_every_steps < 1:
-    raise ValueError(f"eval_every_steps={config.eval_every_steps} must be at least 1.")
   if config.schedule_end_step and config.schedule_end_step < config.num_train_steps:
     raise ValueError(
       f"schedule_end_step={config.schedule_end_step} is before num_train_steps={config.num_train_steps}: the "
       "learning rate would reach zero before training ends (0: end the schedule at num_train_steps)."
     )
   flops.peak_flops_per_device("", config.peak_tflops_per_device)  # Raises on a negative peak.
-  if config.eval_steps < 0:
-    raise ValueError(f"eval_steps={config.eval_steps} must be non-negative (0 disables evaluation).")
   if config.data.source not in ("pretraining", "synthetic"):
     raise ValueError(f"data.source={config.data.source!r}; expected 'pretraining' or 'synthetic'.")
   return model

@@ -59,15 +59,19 @@ class MetricWriter:
 
 def summarize(metric_sums: dict, num_steps: int) -> dict:
   """Sums from the steps (see train_step.py) -> means for people: every `<prefix>_<name>` sum divided by its
-  `<prefix>_count`; `loss` and `grad_norm` (already batch means) averaged over the steps."""
+  `<prefix>_count`; `loss` and `grad_norm` (already batch means) averaged over the steps that were applied;
+  `skipped_steps` and `nonfinite_steps`, the steps the guard skipped (see `train_step.train_step`)."""
   summary = {}
   for name, value in metric_sums.items():
     prefix = name.split("_")[0]
     if f"{prefix}_count" in metric_sums and not name.endswith("_count"):
       summary[name] = value / max(metric_sums[f"{prefix}_count"], 1e-5)
+  skipped = metric_sums.get("skipped_count", 0)
+  if "skipped_count" in metric_sums:
+    summary.update(skipped_steps=skipped, nonfinite_steps=metric_sums["nonfinite_count"])
   for per_step in ("loss", "grad_norm"):
     if per_step in metric_sums:
-      summary[per_step] = metric_sums[per_step] / num_steps
+      summary[per_step] = metric_sums[per_step] / max(num_steps - skipped, 1)
   return {name: float(value) for name, value in summary.items()}
 
 
@@ -106,6 +110,8 @@ class Progress:
       mfu = f" | MFU {100 * speed['mfu']:.1f}%"
     eta = int(seconds_per_step * (self._total - step))
     metrics = "".join(f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}" for name in self._shown)
+    if summary.get("skipped_steps"):
+      metrics += f" | skipped {summary['skipped_steps']:.0f}"
     logging.info(
       "step %d/%d | loss %.4f%s | %s tok/s%s | ETA %d:%02d:%02d",
       step,

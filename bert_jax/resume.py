@@ -5,8 +5,15 @@
    any other source (bundle, Hugging Face, Google) gives weights, heads it lacks from the seed, a fresh optimizer;
 3. else a fresh initialisation from `config.seed`.
 
-`check_start` runs before anything is written; it refuses a checkpoint that does not fit the config. A workdir
-with checkpoints never reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone.
+`check_start` runs before anything is written; it refuses a checkpoint that does not fit the config, or that was
+written by another number of hosts (unless `data.restart_stream_on_host_change`). A workdir with checkpoints never
+reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone.
+
+A checkpoint that fails its checksums (`checkpoint.CorruptCheckpointError`) stops the run, or with
+`restore_fallback` the previous committed step is restored instead: the bad step is moved aside to
+`<workdir>/corrupt_checkpoints/<step>` (kept for inspection, and never deleted or overwritten by the new saves).
+Every host takes the same decisions: they read the same files, and the checksums are verified by one jitted
+computation over the global arrays.
 """
 
 import dataclasses
@@ -15,6 +22,7 @@ import functools
 import jax
 from absl import logging
 from etils import epath
+from jax.experimental import multihost_utils
 
 from bert_jax import checkpoint, param_layout, pretrained, train_step
 from bert_jax.model import BertForPretraining
@@ -36,13 +44,63 @@ def _check_compatible(saved: dict, config, where: str) -> None:
     raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
 
 
+CORRUPT = "corrupt_checkpoints"
+
+
+def same_tokenizer(a: dict | None, b: dict | None) -> bool:
+  """Whether two tokenizer identities name the same tokenizer: kind, content and casing; the path is informative
+  only (a moved, copied or symlinked workdir keeps its tokenizer)."""
+  if a is None or b is None:
+    return a is b
+  return {k: v for k, v in a.items() if k != "path"} == {k: v for k, v in b.items() if k != "path"}
+
+
+def _check_hosts(config, data_position: dict, step: int) -> None:
+  saved = data_position.get("hosts")
+  if config.data.source == "synthetic" or saved in (None, jax.process_count()):
+    return
+  if config.data.restart_stream_on_host_change:
+    logging.warning(
+      "Checkpoint step %d was written by %d host(s), this run has %d: the data stream restarts from its beginning "
+      "for %d host(s) (data.restart_stream_on_host_change).",
+      step,
+      saved,
+      jax.process_count(),
+      jax.process_count(),
+    )
+    return
+  raise ValueError(
+    f"Checkpoint step {step} was written by {saved} host(s); this run has {jax.process_count()}. Each host reads its "
+    "own part of the data stream, so continuing on another host count would repeat and skip examples. Resume on "
+    f"{saved} host(s), or set data.restart_stream_on_host_change=True to continue from step {step} with the stream "
+    "restarted from its beginning."
+  )
+
+
+def _usable_steps(config, directory) -> list[int]:
+  """The committed steps to try, newest first: all with `restore_fallback`, else the newest alone."""
+  steps = sorted(checkpoint.committed_steps(directory), reverse=True)
+  return steps if config.restore_fallback else steps[:1]
+
+
 def check_start(config, workdir: str, model_cfg: BertConfig) -> pretrained.Source | None:
-  """Before anything is written: the checkpoint this run will start from (the workdir's newest, else
+  """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
   `init_from`'s) exists where the config names it and fits the config. Returns `init_from`'s source when the run
   will start from it."""
   if checkpoint.has_checkpoint(workdir):
-    _check_compatible(checkpoint.restore_config(workdir), config, "the workdir")
-    return None
+    with checkpoint.read_only_manager(workdir) as manager:
+      for step in _usable_steps(config, checkpoint.checkpoint_dir(workdir)):
+        try:
+          saved, data_position = checkpoint.read_config(manager, step), checkpoint.read_data_position(manager, step)
+        except checkpoint.CorruptCheckpointError as error:
+          if not config.restore_fallback:
+            raise
+          logging.warning("%s Trying the previous step (restore_fallback).", error)
+          continue
+        _check_compatible(saved, config, "the workdir")
+        _check_hosts(config, data_position, step)
+        return None
+    raise checkpoint.CorruptCheckpointError(f"No readable checkpoint in {checkpoint.checkpoint_dir(workdir)}.")
   if not config.init_from:
     return None
   where = f"init_from={config.init_from}"
@@ -96,7 +154,7 @@ def start_state(
   """(state, data position, resumed), in the order of this module's docstring. `init_params` are `init_source`'s
   weights when it is not a workdir (read before anything was written)."""
   restore = functools.partial(_restore, run=run, model_cfg=model_cfg)
-  restored, resumed = restore(manager, manager.latest_step()), True
+  restored, resumed = _restore_newest(config, manager, restore), True
   if restored is None and init_source is not None and init_source.format == "workdir":
     with checkpoint.reader(epath.Path(init_source.path).parent) as source_manager:
       restored, resumed = restore(source_manager, init_source.step), False
@@ -118,13 +176,45 @@ def start_state(
   if not resumed:
     logging.info("Initialised from %s at step %d; the data stream starts afresh.", config.init_from, int(state.step))
     return state, {"examples": 0}, False
-  if data_position.get("tokenizer") != identity:
+  if not same_tokenizer(data_position.get("tokenizer"), identity):
     raise ValueError(
       f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
       "Use the same tokenizer, or a new workdir."
     )
   logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
+  if data_position.get("hosts", jax.process_count()) != jax.process_count():  # Allowed by check_start.
+    return state, dict(data_position, examples=0), True
   return state, data_position, True
+
+
+def _restore_newest(config, manager, restore):
+  """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step."""
+  steps = _usable_steps(config, manager.directory)
+  for step in steps:
+    try:
+      state, data_position = restore(manager, step)
+      if data_position.get("step", step) != step:
+        raise checkpoint.CorruptCheckpointError(
+          f"Checkpoint step {step}: its data item is from step {data_position['step']} "
+          f"({epath.Path(manager.directory) / str(step) / 'data'})."
+        )
+      return state, data_position
+    except checkpoint.CorruptCheckpointError as error:
+      if not config.restore_fallback:
+        raise
+      aside = epath.Path(manager.directory).parent / CORRUPT / str(step)
+      logging.warning("%s Moving it to %s and restoring the previous step (restore_fallback).", error, aside)
+      if jax.process_index() == 0:
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        (epath.Path(manager.directory) / str(step)).rename(aside)
+      multihost_utils.sync_global_devices(f"bert_jax: checkpoint {step} moved aside")
+      manager.reload()
+  if steps:
+    raise checkpoint.CorruptCheckpointError(
+      f"No checkpoint in {manager.directory} reads back whole; the damaged steps are in "
+      f"{epath.Path(manager.directory).parent / CORRUPT}."
+    )
+  return None
 
 
 def history(manager, step: int, init_source: pretrained.Source | None) -> dict:

@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, flops, pretrained, pretraining, progress, resume, sharding
+from bert_jax import checkpoint, flops, guard, lease, pretrained, pretraining, progress, resume, sharding
 from bert_jax.data.corpus import Corpus
 from bert_jax.model_config import BertConfig
 from bert_jax.optim import make_schedule, schedule_end_step
@@ -95,11 +95,18 @@ def train_and_evaluate(config, workdir: str):
     init_params = pretrained.load(
       config.init_from, scan_layers=model_cfg.scan_layers, mesh=run.mesh, rules=run.rules
     ).params
+  with lease.claim(workdir, config.lease_timeout_seconds, [checkpoint.checkpoint_dir(workdir)]) as held:
+    return _train(config, workdir, run, model_cfg, init_source, init_params, held)
+
+
+def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_params, held: lease.Holder):
+  """The loop of `train_and_evaluate`, once the run holds the workdir's lease (`held`)."""
   data = Corpus(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
+  saving = None  # The step of the newest save started.
   try:
     seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
     logging.info(
@@ -130,8 +137,11 @@ def train_and_evaluate(config, workdir: str):
     history = resume.history(manager if resumed else None, first_step, init_source)
     tokenizer_item = checkpoint.tokenizer_item(data.tokenizer) if data.tokenizer else None
     ticker, sums, steps_in_sums = None, None, 0
+    monitor = guard.Monitor(config)
     for step in range(int(state.step) + 1, last_step + 1):
       state, metrics = run.train_step(state, _device_batch(source, config, model_cfg, run.mesh), dropout_key)
+      monitor.observe(step, metrics)
+      checkpoint.check_saves(manager, saving)
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
       steps_in_sums += 1
       history["examples_seen"] += config.batch_size
@@ -157,19 +167,27 @@ def train_and_evaluate(config, workdir: str):
         history["eval"] = dict(eval_summary, step=step)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
         save_start = time.perf_counter()
-        source.save_state(checkpoint.data_state_dir(workdir, step, jax.process_index()))
-        position = {"examples": source.position, "tokenizer": data.identity}
+        monitor.flush()  # A step the guard stops at is never saved.
+        held.check()  # Nor one of a run whose workdir another run has taken over.
+        checkpoint.check_saves(manager, saving, wait=True)
+        checkpoint.save_data_state(source, checkpoint.data_state_dir(workdir, step, jax.process_index()), step)
+        position = {"examples": source.position, "tokenizer": data.identity, "step": step, "hosts": jax.process_count()}
         checkpoint.save(manager, step, state, position, config, tokenizer_item, copy.deepcopy(history))  # Async.
+        saving = step
         checkpoint.remove_stale_data_states(workdir, jax.process_index(), step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopping:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)
         break
     else:
+      monitor.flush()
       logging.info("Training finished at step %d.", last_step)
+  except BaseException:
+    checkpoint.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
+    raise
+  else:
+    checkpoint.finish(manager, saving)
   finally:
-    manager.wait_until_finished()  # Never exit with a checkpoint half-written.
-    manager.close()
     train_writer.close()
     eval_writer.close()
     stop.close()

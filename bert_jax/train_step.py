@@ -21,14 +21,21 @@ from flax import struct
 from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
+from bert_jax.guard import DEFAULT_GUARD, Guard
 from bert_jax.model import activation_rules, init_params
 
 
 @struct.dataclass
 class TrainState:
-  step: jax.Array  # int32 scalar: optimizer updates applied so far.
+  step: jax.Array  # int32 scalar: steps taken so far (skipped ones included; see `train_step`).
   params: Any
   opt_state: optax.OptState
+  # The step guard's memory: {"loss_average": float32, "finite_steps": int32} (see `guard.Guard`).
+  guard: Any = None
+
+
+def initial_guard() -> dict:
+  return {"loss_average": jnp.zeros((), jnp.float32), "finite_steps": jnp.zeros((), jnp.int32)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +67,13 @@ def state_shardings(model: nn.Module, tx: optax.GradientTransformation, mesh: Me
     transform_non_params=lambda _: PartitionSpec(),
     is_leaf=lambda x: isinstance(x, PartitionSpec),
   )
-  specs = TrainState(step=PartitionSpec(), params=param_specs, opt_state=opt_specs)
-  abstract = TrainState(step=jax.ShapeDtypeStruct((), jnp.int32), params=abstract_params, opt_state=abstract_opt_state)
+  guard = jax.eval_shape(initial_guard)
+  specs = TrainState(
+    step=PartitionSpec(), params=param_specs, opt_state=opt_specs, guard=jax.tree.map(lambda _: PartitionSpec(), guard)
+  )
+  abstract = TrainState(
+    step=jax.ShapeDtypeStruct((), jnp.int32), params=abstract_params, opt_state=abstract_opt_state, guard=guard
+  )
   return abstract, sharding.logical_to_sharding(specs, mesh, rules)
 
 
@@ -92,7 +104,7 @@ def create_train_state(
     params = nn.meta.unbox(init_params(model, jax.random.key(seed)))
     if loaded is not None:
       params = overwrite_params(params, loaded)[0]
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), guard=initial_guard())
 
   return jax.jit(init, out_shardings=shardings)(params)
 
@@ -147,16 +159,43 @@ def train_step(
   loss: Loss,
   tx: optax.GradientTransformation,
   num_microbatches: int = 1,
+  guard: Guard = DEFAULT_GUARD,
 ) -> tuple[TrainState, dict]:
-  """One optimizer update. Dropout is a pure function of (dropout_key, step): resumes replay it exactly."""
+  """One optimizer update, unless `guard` skips the step: then the parameters, the optimizer state (its step count,
+  and so the learning rate schedule, included) and the running loss average stay as they were, the batch counts as
+  consumed and `step` advances, so the data position and dropout stay those of an uninterrupted run. The metrics
+  of a skipped step are zero but for `skipped_count` (1), `nonfinite_count` (1 if something was not finite) and the
+  step's raw `skipped_loss` and `skipped_grad_norm`. Dropout is a pure function of (dropout_key, step): resumes
+  replay it exactly."""
   step_key = jax.random.fold_in(dropout_key, state.step)
   (value, metrics), grads = gradients(
     state.params, batch, step_key, model=model, loss=loss, num_microbatches=num_microbatches
   )
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics = dict(metrics, loss=value, grad_norm=optax.global_norm(grads))
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+  grad_norm = optax.global_norm(grads)
+  params_not_finite = optax.skip_not_finite(params, state.step, None)[0]
+  finite = jnp.isfinite(value) & jnp.isfinite(grad_norm) & ~params_not_finite
+  average, seen = state.guard["loss_average"], state.guard["finite_steps"]
+  spike = (guard.spike_factor > 0) & (seen >= guard.spike_window) & (value > guard.spike_factor * average)
+  skip = ~finite | spike
+  keep = functools.partial(jax.tree.map, lambda old, new: jnp.where(skip, old, new))
+  params, opt_state = keep(state.params, params), keep(state.opt_state, opt_state)
+  rate = 1.0 / jnp.minimum(seen + 1, guard.spike_window).astype(jnp.float32)
+  new_guard = {
+    "loss_average": jnp.where(skip, average, average + rate * (value - average)),
+    "finite_steps": seen + (~skip).astype(jnp.int32),
+  }
+  metrics = jax.tree.map(
+    lambda x: jnp.where(skip, jnp.zeros_like(x), x), dict(metrics, loss=value, grad_norm=grad_norm)
+  )
+  metrics.update(
+    skipped_count=skip.astype(jnp.float32),
+    nonfinite_count=(~finite).astype(jnp.float32),
+    skipped_loss=jnp.where(skip, value, 0.0),
+    skipped_grad_norm=jnp.where(skip, grad_norm, 0.0),
+  )
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state, guard=new_guard), metrics
 
 
 def eval_step(params, batch: dict, *, model: nn.Module, loss: Loss) -> dict:

@@ -90,6 +90,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.max_seq_length = 128
   # Masked-LM predictions per sequence (BERT: 20 at 128 tokens, 80 at 512).
   config.data.max_predictions_per_seq = 20
+  # Opening the prepared corpus always checks every shard's size and record count against the manifest; this
+  # also checks every shard's SHA-256 (reads the whole corpus once).
+  config.data.verify_shard_hashes = False
+  # A checkpoint written with another number of hosts (processes) is refused, because each host's part of the
+  # data stream depends on the host count; True continues from its step with the stream restarted from the
+  # beginning for the new host count (examples already trained on are seen again).
+  config.data.restart_stream_on_host_change = False
 
   # Global batch size, over all hosts and devices.
   config.batch_size = 256
@@ -113,7 +120,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.adam_eps = 1e-6
   # Decoupled weight decay, applied to kernels and embeddings (not LayerNorm, not biases).
   config.weight_decay = 0.01
-  # Gradients are clipped to this global norm.
+  # Gradients are clipped to this global norm (float("inf"): no clipping).
   config.max_grad_norm = 1.0
 
   # A workdir (local or gs://) whose newest checkpoint starts this run when its own workdir has none: its
@@ -198,6 +205,24 @@ def get_config() -> ml_collections.ConfigDict:
   config.checkpoint_every_steps = 10_000
   # Keep the newest this many checkpoints.
   config.keep_checkpoints = 3
+  # A checkpoint that fails its checksums on restore (a flipped bit, a truncated file): False stops the run naming
+  # the parameter and file; True restores the previous committed step instead, with a warning.
+  config.restore_fallback = True
+  # One run per workdir: a lease file (host, process, start, heartbeat) is taken before anything is written and
+  # renewed every tenth of this; a lease whose heartbeat is older than this many seconds is taken over.
+  config.lease_timeout_seconds = 300.0
+
+  # Steps whose loss or gradient norm is not finite (and, optionally, loss spikes).
+  config.guard = ml_collections.ConfigDict()
+  # "skip": such a step changes neither the parameters nor the optimizer state (the batch is consumed and the step
+  # counter advances); "stop": the run ends with a non-zero exit naming the step (the last checkpoint is kept).
+  config.guard.nonfinite = "skip"
+  # A step whose loss exceeds this multiple of the running average loss is skipped too; 0 disables.
+  config.guard.spike_factor = 0.0
+  # Time constant (steps) of that running average; spikes are judged only after this many finite steps.
+  config.guard.spike_window = 100
+  # The run stops (non-zero exit) after this many consecutive skipped steps.
+  config.guard.max_consecutive_skips = 10
 
   # Model FLOPs utilisation in the logs: peak dense bf16 TFLOP/s of one device. 0: looked up from the device
   # kind (TPU v4/v5e/v5p/v6e, H100, A100; table in bert_jax/flops.py and the README); unknown kinds log no MFU.

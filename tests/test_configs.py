@@ -1,15 +1,24 @@
-"""Every shipped config passes the checks, and the two BERT-Large phases fit together."""
+"""Every shipped config passes the checks, every out-of-range value is refused before anything is written, and the
+two BERT-Large phases fit together."""
 
+import functools
 import importlib
+import os
 import pathlib
+import re
+import subprocess
+import sys
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from bert_jax import pretraining
-from bert_jax.optim import make_schedule
-from configs import large, large_phase2
+from bert_jax.optim import make_optimizer, make_schedule
+from configs import default, large, large_phase2, tiny
 
-NAMES = sorted(p.stem for p in (pathlib.Path(__file__).parents[1] / "configs").glob("*.py") if p.stem != "__init__")
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NAMES = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -29,3 +38,95 @@ def test_phase_two_continues_phase_one_on_the_same_schedule():
   for step in (10_000, 899_999, 900_000):
     assert float(schedule_1(step)) == float(schedule_2(step))
   assert float(schedule_2(900_000)) == pytest.approx(1e-5, rel=1e-3)  # A tenth of the peak left for phase 2.
+
+
+# (key, bad value, what the error says): every value the issue names, and one per other range checked.
+BAD_VALUES = [
+  ("learning_rate", -1.0, "learning_rate=-1.0 must be positive."),
+  ("learning_rate", float("nan"), "learning_rate=nan must be positive."),
+  ("max_grad_norm", 0.0, "max_grad_norm=0.0 must be in (0, inf]. inf disables clipping."),
+  ("adam_b1", 1.5, "adam_b1=1.5 must be in [0, 1)."),
+  ("adam_b2", 1.0, "adam_b2=1.0 must be in [0, 1)."),
+  ("adam_eps", 0.0, "adam_eps=0.0 must be positive."),
+  ("weight_decay", -0.01, "weight_decay=-0.01 must be non-negative."),
+  ("warmup_steps", -1, "warmup_steps=-1 must be non-negative."),
+  ("seed", -1, "seed=-1 must be non-negative."),
+  ("lease_timeout_seconds", 0.0, "lease_timeout_seconds=0.0 must be positive."),
+  ("keep_checkpoints", 0, "keep_checkpoints=0 must be at least 1."),
+  ("model.initializer_range", 0.0, "model.initializer_range=0.0 must be positive."),
+  ("model.layer_norm_eps", -1e-12, "model.layer_norm_eps=-1e-12 must be positive."),
+  ("model.attention_dropout_prob", 1.0, "model.attention_dropout_prob must be in [0, 1), got 1.0."),
+  ("guard.nonfinite", "ignore", "guard.nonfinite='ignore'; expected one of ('skip', 'stop')."),
+  ("guard.spike_factor", 0.5, "guard.spike_factor=0.5 must be 0 (off) or greater than 1."),
+  ("guard.spike_window", 0, "guard.spike_window=0 must be at least 1."),
+  ("guard.max_consecutive_skips", 0, "guard.max_consecutive_skips=0 must be at least 1."),
+  ("data.masked_lm_prob", 1.5, "data.masked_lm_prob=1.5 must be in (0, 1]."),
+  ("data.masked_lm_prob", 0.0, "data.masked_lm_prob=0.0 must be in (0, 1]."),
+  ("data.short_seq_prob", 2.0, "data.short_seq_prob=2.0 must be in [0, 1]."),
+  ("data.shuffle_buffer", 0, "data.shuffle_buffer=0 must be at least 1."),
+  ("data.num_shards", 0, "data.num_shards=0 must be at least 1."),
+  ("tokenizer.train_max_sentences", 0, "tokenizer.train_max_sentences=0 must be at least 1."),
+  ("eval_steps", -1, "eval_steps=-1 must be non-negative. 0 disables evaluation."),
+]
+# Values at the edges of those ranges, and the sentinels, that must pass.
+GOOD_VALUES = [
+  ("max_grad_norm", float("inf")),
+  ("adam_b1", 0.0),
+  ("weight_decay", 0.0),
+  ("warmup_steps", 0),
+  ("guard.spike_factor", 0.0),
+  ("guard.spike_factor", 1.5),
+  ("data.masked_lm_prob", 1.0),
+  ("data.short_seq_prob", 0.0),
+  ("data.short_seq_prob", 1.0),
+  ("data.shuffle_buffer", 1),
+  ("eval_steps", 0),
+]
+
+
+def _tiny_with(key: str, value):
+  config = tiny.get_config()
+  *parents, name = key.split(".")
+  node = functools.reduce(lambda node, parent: node[parent], parents, config)
+  node[name] = value
+  return config
+
+
+@pytest.mark.parametrize("key,value,message", BAD_VALUES, ids=[f"{key}={value}" for key, value, _ in BAD_VALUES])
+def test_an_out_of_range_value_is_refused_naming_key_value_and_range(key, value, message):
+  with pytest.raises(ValueError, match=re.escape(message)):
+    pretraining.check_config(_tiny_with(key, value))
+
+
+@pytest.mark.parametrize("key,value", GOOD_VALUES, ids=[f"{key}={value}" for key, value in GOOD_VALUES])
+def test_the_edges_of_each_range_pass(key, value):
+  pretraining.check_config(_tiny_with(key, value))
+
+
+def test_an_infinite_max_grad_norm_leaves_the_update_unclipped():
+  def first_update(max_grad_norm: float) -> np.ndarray:
+    # With this epsilon Adam's first step is about linear in the gradient, so clipping shows in the update.
+    config = default.get_config()
+    config.update(max_grad_norm=max_grad_norm, warmup_steps=0, adam_eps=1e6, weight_decay=0.0)
+    tx = make_optimizer(config)
+    params = {"dense": {"kernel": jnp.zeros(4)}}
+    grads = {"dense": {"kernel": jnp.full(4, 1e3)}}  # Global norm 2000.
+    return np.asarray(tx.update(grads, tx.init(params), params)[0]["dense"]["kernel"])
+
+  unclipped = first_update(float("inf"))
+  assert np.isfinite(unclipped).all()
+  np.testing.assert_allclose(unclipped, -1e-4 * 1e3 / (1e3 + 1e6), rtol=1e-5)  # -lr * g / (|g| + eps), whole g.
+  assert np.abs(first_update(1.0)).max() < np.abs(unclipped).max() / 100  # A finite norm does clip it.
+
+
+def test_a_bad_value_stops_main_before_the_workdir_is_written(tmp_path):
+  workdir = tmp_path / "run"
+  command = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={workdir}"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  env.pop("XLA_FLAGS", None)
+  result = subprocess.run(
+    [*command, "--config.data.shuffle_buffer=0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode != 0
+  assert "data.shuffle_buffer=0 must be at least 1." in result.stderr
+  assert not workdir.exists()

@@ -2,6 +2,7 @@
 
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
-from bert_jax import export, pretrained
+from bert_jax import checkpoint, export, pretrained
 from bert_jax.tokenizer import file_sha256
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -59,6 +60,8 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
   # The GCS run reads the corpus and tokenizer the local one prepares (TFRecords are written by TensorFlow, whose
   # GCS client cannot reach an emulator); everything it writes goes to gs://.
   _wait_for(whole / "prepared" / "manifest.json", whole_process)
+  # A second run on the live workdir (a typo'd relaunch) is refused before it writes anything.
+  second = subprocess.Popen(_command(whole), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
   interrupted = f"{gcs_bucket}/interrupted"
   command = _command(interrupted) + [
     "--config.data.embedded_corpus=",
@@ -76,6 +79,7 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
         break
     lines += process.stderr.readlines()
     assert process.wait(timeout=120) == 0, "".join(lines)[-3000:]
+  second_log = second.communicate(timeout=300)[1].decode()
   _, log = whole_process.communicate(timeout=300)
   assert whole_process.returncode == 0, log[-3000:]
   stopped = [line for line in lines if "Stopped at step" in line]
@@ -85,8 +89,54 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
   resumed = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   return dict(
-    whole=whole, log=log, interrupted=interrupted, stopped_step=stopped_step, checkpoints=checkpoints, resumed=resumed
+    whole=whole,
+    log=log,
+    interrupted=interrupted,
+    stopped_step=stopped_step,
+    checkpoints=checkpoints,
+    resumed=resumed,
+    second=(second.returncode, second_log, whole_process.pid),
   )
+
+
+def test_a_second_run_on_a_live_workdir_is_refused_naming_the_holder(runs):
+  returncode, log, holder = runs["second"]
+  assert returncode == 1, log[-3000:]
+  assert "The workdir is in use" in log and f"pid {holder}" in log, log[-3000:]
+  assert "Traceback" not in log
+  assert sorted(os.listdir(runs["whole"] / "checkpoints")) == ["40"]  # The first run finished undisturbed.
+  assert not (runs["whole"] / "LEASE").exists()  # Given back when it ended.
+
+
+def _limit_file_size():
+  import resource
+
+  limit = 1_800_000  # Above the input pipeline's state (~1.2 MB), below the parameters' data file (~2.4 MB).
+  resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+
+def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(runs, tmp_path):
+  moved = tmp_path / "moved"
+  shutil.copytree(runs["whole"], moved)
+  link = tmp_path / "link"
+  link.symlink_to(moved)  # Moved, copied, and reached through a symlink.
+  command = _command(link) + [
+    "--config.num_train_steps=50",
+    "--config.checkpoint_every_steps=2",
+    "--config.log_every_steps=1",
+  ]
+  # The disk refuses the checkpoint's data files (EFBIG, as a full disk refuses with ENOSPC) in the background save.
+  result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, preexec_fn=_limit_file_size)
+  log = result.stderr
+  assert result.returncode == 1, log[-3000:]
+  assert "Resumed from step 40" in log and "Restored the input pipeline's state" in log, log[-3000:]
+  last = log.strip().splitlines()[-1]  # The one line that says what failed, last, with no traceback around it.
+  assert "Saving checkpoint step " in last and str(link / "checkpoints") in last and "File too large" in last, last
+  assert "Traceback" not in log, log[-5000:]
+  failed = int(last.split("Saving checkpoint step ")[1].split()[0])
+  steps = [int(line.split("step ")[1].split("/")[0]) for line in log.splitlines() if "/50 | loss" in line]
+  assert failed in (42, 44) and max(steps) <= failed + 2, (failed, steps)  # Not at the next save, or the end.
+  assert checkpoint.committed_steps(moved / "checkpoints") == [40]  # The failed step's temporary is never read.
 
 
 def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):

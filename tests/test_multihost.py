@@ -78,7 +78,25 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _start_two_hosts(corpus, workdir, **overrides) -> list[subprocess.Popen]:
+# Process 1 as `python -m bert_jax.main`, held back before it decides whether the workdir has a checkpoint until
+# process 0 has created `checkpoints/` (or 60 s pass): the interleaving that crashed a first launch on a fresh workdir.
+_DELAYED_MAIN = """
+import os, runpy, sys, time
+from bert_jax import resume
+workdir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--workdir="))
+check_start = resume.check_start
+def delayed(*args):
+  deadline = time.monotonic() + 60
+  while not os.path.isdir(os.path.join(workdir, "checkpoints")) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  print("delayed until checkpoints/ existed:", os.path.isdir(os.path.join(workdir, "checkpoints")), file=sys.stderr)
+  return check_start(*args)
+resume.check_start = delayed
+runpy.run_module("bert_jax.main", run_name="__main__", alter_sys=True)
+"""
+
+
+def _start_two_hosts(corpus, workdir, delay_second=False, **overrides) -> list[subprocess.Popen]:
   flags = [f"--config.{key}={value}" for key, value in (_overrides(corpus) | overrides).items()]
   address = f"localhost:{_free_port()}"
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
@@ -86,8 +104,7 @@ def _start_two_hosts(corpus, workdir, **overrides) -> list[subprocess.Popen]:
     subprocess.Popen(
       [
         sys.executable,
-        "-m",
-        "bert_jax.main",
+        *(["-c", _DELAYED_MAIN] if delay_second and index == 1 else ["-m", "bert_jax.main"]),
         "--config=configs/tiny.py",
         f"--workdir={workdir}",
         *flags,
@@ -155,10 +172,11 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
   prepared, tmp_path
 ):
   workdir = str(tmp_path / "two_hosts")
-  processes = _start_two_hosts(prepared, workdir)
+  processes = _start_two_hosts(prepared, workdir, delay_second=True)
   results = _preempt_after_two_logged_steps(processes, workdir)
   for index, result in enumerate(results):
     assert result.returncode == 0, f"process {index}:\n{result.stderr[-4000:]}"
+  assert "delayed until checkpoints/ existed: True" in results[1].stderr  # The interleaving happened, and started.
   assert "process 0 of 2, 4 local / 8 global devices" in results[0].stderr
   # Both stopped at one agreed step, with one checkpoint; each process saved its own pipeline state.
   (stopped,) = os.listdir(os.path.join(workdir, "checkpoints"))
@@ -201,5 +219,9 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     jax.device_get(state.params),
   )
   config.num_train_steps = steps
+  # One host cannot continue the two hosts' stream: refused, naming the option that restarts it on purpose.
+  with pytest.raises(ValueError, match=r"written by 2 host\(s\); this run has 1.*restart_stream_on_host_change"):
+    train.train_and_evaluate(config, workdir)
+  config.data.restart_stream_on_host_change = True
   resumed = train.train_and_evaluate(config, workdir)  # The loop's own restore: nothing left to train.
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params), jax.device_get(restored.params))

@@ -238,6 +238,15 @@ def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, tmp_path, man
       _dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"), process_count=hosts, fingerprint=fingerprint
     )
     np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
+  # A damaged state (garbage in the iterator's files, or a marker that is not JSON) is reported and replayed.
+  for damaged in ("iterator", "COMPLETE"):
+    copy = tmp_path / f"damaged_{damaged}"
+    shutil.copytree(tmp_path / "state", copy)
+    for path in copy.iterdir():
+      if path.name.startswith(damaged):
+        path.write_bytes(b"garbage")
+    other = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(copy))
+    np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
 
 
 def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus, data_config):

@@ -45,9 +45,7 @@ class PipelineSource:
     self._iterator = iter(dataset)
     self.position = 0
     self._marker = lambda position: dict(position=position, hosts=process_count, fingerprint=fingerprint)
-    if start_example and state_dir and _saved_marker(state_dir) == self._marker(start_example):
-      with paths.local_copy(state_dir) as local:
-        tf.train.Checkpoint(iterator=self._iterator).read(f"{local}/iterator").assert_consumed()
+    if start_example and state_dir and self._restore(dataset, state_dir, start_example):
       self.position = start_example
       logging.info("Restored the input pipeline's state at example %d from %s.", start_example, state_dir)
     elif start_example:
@@ -58,6 +56,20 @@ class PipelineSource:
       )
       while self.position < start_example:
         next(self)
+
+  def _restore(self, dataset: tf.data.Dataset, state_dir: str, start_example: int) -> bool:
+    """Whether the state saved in `state_dir` applies and was restored; a damaged one is reported and ignored (the
+    stream is then replayed from a fresh iterator)."""
+    try:
+      if _saved_marker(state_dir) != self._marker(start_example):
+        return False
+      with paths.local_copy(state_dir) as local:
+        tf.train.Checkpoint(iterator=self._iterator).read(f"{local}/iterator").assert_consumed()
+      return True
+    except Exception as error:  # noqa: BLE001 - any damage: the replay gives the same stream.
+      logging.warning("The saved input-pipeline state in %s cannot be read (%s); replaying instead.", state_dir, error)
+      self._iterator = iter(dataset)
+      return False
 
   def save_state(self, state_dir: str) -> None:
     """Writes the iterator's state (this host's) to `state_dir` (through a local directory when it is remote);
@@ -97,6 +109,23 @@ def _find_corrupt(files: list[str]) -> str:
     except tf.errors.DataLossError:
       return path
   return f"(one of {files})"
+
+
+_NOT_THE_STREAM = (
+  "prepared_dir",
+  "eval_prepared_dir",
+  "input_pattern",
+  "tfds_data_dir",
+  "verify_shard_hashes",
+  "restart_stream_on_host_change",
+)
+
+
+def _without_paths(value):
+  """The manifest without the tokenizer's path (informative only)."""
+  if isinstance(value, dict):
+    return {k: _without_paths(v) for k, v in value.items() if k != "path"}
+  return value
 
 
 def make_source(
@@ -143,6 +172,8 @@ def make_source(
     shuffle_buffer=data.shuffle_buffer,
   )
   files = [path for _, path, _ in pipeline.host_files(prepared_dir, manifest, process_index, process_count)]
-  settings = dict(data.to_dict(), seed=seed, batch_size=config.batch_size, manifest=manifest)
+  # What defines the stream; not where the files are (a moved corpus or workdir keeps its saved state).
+  stream = {key: value for key, value in data.to_dict().items() if key not in _NOT_THE_STREAM}
+  settings = dict(stream, seed=seed, batch_size=config.batch_size, manifest=_without_paths(manifest))
   fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
   return PipelineSource(dataset, files, config.batch_size, start_example, state_dir, process_count, fingerprint)

@@ -30,7 +30,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, paths, pretrained, progress, run, sharding, train_step
+from bert_jax import checkpoint, guard, lease, paths, pretrained, progress, run, sharding, train_step
 from bert_jax.finetune import glue, losses, tasks
 from bert_jax.finetune.task import Encoded, Task
 from bert_jax.heads import task_model
@@ -62,6 +62,14 @@ def sweep_members(config) -> list[Member]:
 
 def check_config(config) -> list[Member]:
   """Raises ValueError naming the bad value, before anything is read, compiled or written."""
+  run.check_config(config)
+  run.check_ranges(
+    config,
+    [
+      (f"finetune.{key}", run.AT_LEAST_ONE)
+      for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
+    ],
+  )
   finetune = config.finetune
   if finetune.task.lower() not in tasks.NAMES and finetune.task.lower().replace("-", "") not in tasks.NAMES:
     raise ValueError(f"finetune.task={finetune.task!r}; expected one of {tasks.NAMES}.")
@@ -258,124 +266,136 @@ def finetune(config, workdir: str) -> dict:
     config.finetune.num_epochs,
   )
 
-  manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
-  best_manager = checkpoint.make_manager(workdir, 1, checkpoint.BEST)
-  train_writer = progress.MetricWriter(workdir, "train")
-  eval_writer = progress.MetricWriter(workdir, "eval")
-  tokenizer_item = checkpoint.tokenizer_item(tokenizer)
-  try:
-    latest = manager.latest_step()
-    if latest is not None:
-      state, _ = checkpoint.restore(manager, latest, the_run.abstract, the_run.shardings)
-      record = checkpoint.read_history(manager, latest)
-      logging.info("Resumed fine-tuning at step %d.", latest)
-    else:
-      # The encoder only: every member's head starts from its own seed, even from a fine-tuned source.
-      encoder = None if source is None else {"bert": source.params["bert"]}
-      state = the_run.init_state([m.seed for m in members], encoder)
-      rates = jnp.array([m.learning_rate for m in members], jnp.float32)
-      state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
-      state = jax.device_put(state, the_run.shardings)  # The rates too: else step 2 compiles the step again.
-      record = {"evaluations": [], "best": None}
-    dropout_keys = jnp.stack([train_dropout_key(m.seed) for m in members])
-    first = int(jax.device_get(state.step)[0])
-    tokens_per_step = config.batch_size * config.finetune.max_seq_length
-    ticker, sums, steps_in_sums = None, None, 0
-    main_split = task.eval_splits[0]
-    ones = np.ones(config.batch_size, np.float32)
-    for step in range(first + 1, total_steps + 1):
-      rows = training_rows(step, num_rows, config.batch_size, config.seed)
-      batch = sharding.global_batch(_host_batch(splits.train.features, rows, ones), the_run.mesh)
-      state, metrics = the_run.train_step(state, batch, dropout_keys)
-      sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
-      steps_in_sums += 1
-      if ticker is None:
-        jax.block_until_ready(metrics)
-        ticker = progress.Progress(total_steps, tokens_per_step, step, shown=("task_loss", "task_accuracy"))
-      if step % config.log_every_steps == 0 or step == total_steps:
-        host_sums = jax.device_get(sums)
-        summary = progress.summarize(jax.tree.map(lambda x: x.mean(), host_sums), steps_in_sums)
-        summary.update(ticker.report(step, summary))
-        train_writer.write(step, summary)
-        sums, steps_in_sums = None, 0
-      if step in epoch_ends:
-        eval_start = time.perf_counter()
-        results = _evaluate(task, predict_fn, state.params, splits.evaluation, config, the_run.mesh, members)
-        ticker.exclude(time.perf_counter() - eval_start)
-        record["evaluations"].append(dict(step=step, results=results))
-        for split, per_member in results.items():
-          for index, metrics_of_member in enumerate(per_member):
-            eval_writer.write(step, {f"{split}/{name}/member_{index}": v for name, v in metrics_of_member.items()})
-        mains = [m[task.main_metric] for m in results[main_split]]
-        logging.info(
-          "eval at step %d (epoch %.2f): %s %s per member %s",
-          step,
-          step * config.batch_size / num_rows,
-          main_split,
-          task.main_metric,
-          [round(v, 4) for v in mains],
-        )
-        best_index = int(np.argmax(mains))
-        if record["best"] is None or mains[best_index] > record["best"]["value"]:
-          record["best"] = dict(
-            step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
-          )
-          checkpoint.save(
-            best_manager,
+  with lease.claim(workdir, config.lease_timeout_seconds, [checkpoint.checkpoint_dir(workdir)]) as held:
+    manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
+    best_manager = checkpoint.make_manager(workdir, 1, checkpoint.BEST)
+    train_writer = progress.MetricWriter(workdir, "train")
+    eval_writer = progress.MetricWriter(workdir, "eval")
+    tokenizer_item = checkpoint.tokenizer_item(tokenizer)
+    saving = None  # The step of the newest save started.
+    try:
+      latest = manager.latest_step()
+      if latest is not None:
+        state, _ = checkpoint.restore(manager, latest, the_run.abstract, the_run.shardings)
+        record = checkpoint.read_history(manager, latest)
+        logging.info("Resumed fine-tuning at step %d.", latest)
+      else:
+        # The encoder only: every member's head starts from its own seed, even from a fine-tuned source.
+        encoder = None if source is None else {"bert": source.params["bert"]}
+        state = the_run.init_state([m.seed for m in members], encoder)
+        rates = jnp.array([m.learning_rate for m in members], jnp.float32)
+        state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
+        state = jax.device_put(state, the_run.shardings)  # The rates too: else step 2 compiles the step again.
+        record = {"evaluations": [], "best": None}
+      dropout_keys = jnp.stack([train_dropout_key(m.seed) for m in members])
+      first = int(jax.device_get(state.step)[0])
+      tokens_per_step = config.batch_size * config.finetune.max_seq_length
+      ticker, sums, steps_in_sums = None, None, 0
+      main_split = task.eval_splits[0]
+      ones = np.ones(config.batch_size, np.float32)
+      monitor = guard.Monitor(config)
+      for step in range(first + 1, total_steps + 1):
+        rows = training_rows(step, num_rows, config.batch_size, config.seed)
+        batch = sharding.global_batch(_host_batch(splits.train.features, rows, ones), the_run.mesh)
+        state, metrics = the_run.train_step(state, batch, dropout_keys)
+        monitor.observe(step, metrics)
+        checkpoint.check_saves(manager, saving)
+        sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
+        steps_in_sums += 1
+        if ticker is None:
+          jax.block_until_ready(metrics)
+          ticker = progress.Progress(total_steps, tokens_per_step, step, shown=("task_loss", "task_accuracy"))
+        if step % config.log_every_steps == 0 or step == total_steps:
+          host_sums = jax.device_get(sums)
+          summary = progress.summarize(jax.tree.map(lambda x: x.mean(), host_sums), steps_in_sums)
+          summary.update(ticker.report(step, summary))
+          train_writer.write(step, summary)
+          sums, steps_in_sums = None, 0
+        if step in epoch_ends:
+          monitor.flush()
+          held.check()
+          checkpoint.check_saves(manager, saving, wait=True)
+          eval_start = time.perf_counter()
+          results = _evaluate(task, predict_fn, state.params, splits.evaluation, config, the_run.mesh, members)
+          ticker.exclude(time.perf_counter() - eval_start)
+          record["evaluations"].append(dict(step=step, results=results))
+          for split, per_member in results.items():
+            for index, metrics_of_member in enumerate(per_member):
+              eval_writer.write(step, {f"{split}/{name}/member_{index}": v for name, v in metrics_of_member.items()})
+          mains = [m[task.main_metric] for m in results[main_split]]
+          logging.info(
+            "eval at step %d (epoch %.2f): %s %s per member %s",
             step,
-            _member_state(state, best_index),
-            {"examples": step * config.batch_size, "tokenizer": tokenizer.identity()},
+            step * config.batch_size / num_rows,
+            main_split,
+            task.main_metric,
+            [round(v, 4) for v in mains],
+          )
+          best_index = int(np.argmax(mains))
+          if record["best"] is None or mains[best_index] > record["best"]["value"]:
+            record["best"] = dict(
+              step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
+            )
+            checkpoint.save(
+              best_manager,
+              step,
+              _member_state(state, best_index),
+              {"examples": step * config.batch_size, "tokenizer": tokenizer.identity(), "step": step},
+              scheduled,
+              tokenizer_item,
+              dict(record["best"], **task.task_head.to_json()),
+            )
+          checkpoint.save(
+            manager,
+            step,
+            state,
+            {"examples": step * config.batch_size, "tokenizer": tokenizer.identity(), "step": step},
             scheduled,
             tokenizer_item,
-            dict(record["best"], **task.task_head.to_json()),
+            json.loads(json.dumps(record)),
           )
-        checkpoint.save(
-          manager,
-          step,
-          state,
-          {"examples": step * config.batch_size, "tokenizer": tokenizer.identity()},
-          scheduled,
-          tokenizer_item,
-          json.loads(json.dumps(record)),
-        )
-  finally:
-    manager.wait_until_finished()
-    best_manager.wait_until_finished()
-    manager.close()
-    best_manager.close()
-    train_writer.close()
-    eval_writer.close()
+          saving = step
+    except BaseException:
+      checkpoint.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
+      checkpoint.finish(best_manager, None, raise_errors=False)
+      raise
+    else:
+      checkpoint.finish(manager, saving)
+      checkpoint.finish(best_manager, None)
+    finally:
+      train_writer.close()
+      eval_writer.close()
 
-  final = record["evaluations"][-1]["results"]
-  finals = [m[task.main_metric] for m in final[main_split]]
-  table = _sweep_table(members, finals, task.main_metric)
-  _log_table(table)
-  chosen = int(np.argmax(finals))
-  to_predict = {**splits.evaluation, **splits.test}
-  logits = {
-    split: predict(predict_fn, state.params, encoded, config.finetune.eval_batch_size, the_run.mesh)[chosen]
-    for split, encoded in to_predict.items()
-  }
-  calibration = task.calibrate(splits.evaluation[main_split], logits[main_split])
-  if calibration:
-    logging.info("Chosen on %s for the prediction files: %s.", main_split, calibration)
-  if jax.process_index() == 0:
-    (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
-    for split, encoded in to_predict.items():
-      task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
-  summary = dict(
-    task=task.name,
-    head=task.head,
-    main_metric=task.main_metric,
-    members=[dataclasses.asdict(m) for m in members],
-    final=final,
-    sweep=table,
-    best=record["best"],
-    evaluations=record["evaluations"],
-    predictions_from_member=chosen,
-    calibration=calibration,
-  )
-  if jax.process_index() == 0:
-    paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(summary, indent=1))
-  multihost_utils.sync_global_devices("finetune metrics written")
-  return summary
+    final = record["evaluations"][-1]["results"]
+    finals = [m[task.main_metric] for m in final[main_split]]
+    table = _sweep_table(members, finals, task.main_metric)
+    _log_table(table)
+    chosen = int(np.argmax(finals))
+    to_predict = {**splits.evaluation, **splits.test}
+    logits = {
+      split: predict(predict_fn, state.params, encoded, config.finetune.eval_batch_size, the_run.mesh)[chosen]
+      for split, encoded in to_predict.items()
+    }
+    calibration = task.calibrate(splits.evaluation[main_split], logits[main_split])
+    if calibration:
+      logging.info("Chosen on %s for the prediction files: %s.", main_split, calibration)
+    if jax.process_index() == 0:
+      (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
+      for split, encoded in to_predict.items():
+        task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
+    summary = dict(
+      task=task.name,
+      head=task.head,
+      main_metric=task.main_metric,
+      members=[dataclasses.asdict(m) for m in members],
+      final=final,
+      sweep=table,
+      best=record["best"],
+      evaluations=record["evaluations"],
+      predictions_from_member=chosen,
+      calibration=calibration,
+    )
+    if jax.process_index() == 0:
+      paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(summary, indent=1))
+    multihost_utils.sync_global_devices("finetune metrics written")
+    return summary

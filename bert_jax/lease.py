@@ -1,0 +1,344 @@
+"""A lease on a workdir, so that one training run at a time writes to it.
+
+Process 0 of a run takes the lease before it writes anything else (creating the workdir directory is the one
+exception) and gives it back when the run ends:
+
+- Take: create `<workdir>/LEASE`, a JSON record of the holder (host, pid, a random run id, start time, heartbeat
+  time, command line), only if it does not exist: `os.open(O_CREAT | O_EXCL)` on a local disk, an upload with the
+  precondition `ifGenerationMatch=0` on GCS (the server answers 412 if the object exists).
+- If a LEASE exists and its heartbeat is younger than `timeout_seconds`, the run is refused (`LeaseHeldError`, naming
+  the holder). If it is older (the holder was killed, or hangs), the run takes it over, with a warning. A LEASE that
+  cannot be read is judged by its modification time instead.
+- Keep: a daemon thread rewrites the heartbeat every `heartbeat_seconds`. If it finds that another run has taken the
+  lease over (this one stalled past the timeout), it sets `lost`, and `check()`, which the loop calls before it
+  writes, raises `LeaseLostError`.
+- Give back: delete LEASE if it is still this run's. A run that is killed (SIGKILL) leaves it; it goes stale after
+  `timeout_seconds`.
+
+Every change after the creation is a compare-and-swap against the LEASE as last read: on GCS a precondition on the
+object's generation, checked by the server; locally a rewrite (temporary file, `os.replace`) or deletion after
+re-reading the file under an exclusive `flock` on the workdir directory, which every operation here takes. So of
+runs that start together, or that find one stale lease together, exactly one wins. Limits: locally, `flock` excludes
+processes of one machine; a workdir on a network file system shared by several machines relies on that file
+system's lock emulation. Ages compare the reader's clock with the holder's: keep the timeout well above the clock
+skew between hosts, and above the longest pause of a whole process (which stops its heartbeat too).
+"""
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import fsspec
+from absl import logging
+
+from bert_jax import paths
+
+LEASE_NAME = "LEASE"
+_CHANGED = (FileExistsError, FileNotFoundError)  # What a compare-and-swap raises when the lease is not as last read.
+
+
+class LeaseError(RuntimeError):
+  """The run cannot hold its workdir (see the subclasses)."""
+
+
+class LeaseHeldError(LeaseError):
+  """Another live run holds the workdir's lease."""
+
+
+class LeaseLostError(LeaseError):
+  """This run's lease was taken over by another run: it must stop writing to the workdir."""
+
+
+class _LocalStore:
+  """LEASE on a local disk. A version is the file's bytes, compared under an exclusive `flock` on the directory."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  @contextlib.contextmanager
+  def _locked(self):
+    directory = os.open(os.path.dirname(self.path), os.O_RDONLY)
+    try:
+      fcntl.flock(directory, fcntl.LOCK_EX)
+      yield
+    finally:
+      os.close(directory)  # Releases the lock.
+
+  def _read(self):
+    try:
+      with open(self.path, "rb") as f:
+        return f.read(), os.fstat(f.fileno()).st_mtime
+    except FileNotFoundError:
+      return None, None
+
+  def read(self):
+    """(content, version, modification time), or None if there is no LEASE."""
+    with self._locked():
+      data, mtime = self._read()
+    return None if data is None else (data, data, mtime)
+
+  def create(self, data: bytes) -> bytes:
+    with self._locked():
+      fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # FileExistsError if it exists.
+      with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return data
+
+  def replace(self, data: bytes, version: bytes) -> bytes:
+    with self._locked():
+      self._check(version)
+      temporary = f"{self.path}.{uuid.uuid4().hex}.tmp"
+      with open(temporary, "wb") as f:
+        f.write(data)
+      os.replace(temporary, self.path)
+    return data
+
+  def delete(self, version: bytes) -> None:
+    with self._locked():
+      self._check(version)
+      os.remove(self.path)
+
+  def _check(self, version: bytes) -> None:
+    data, _ = self._read()
+    if data is None:
+      raise FileNotFoundError(self.path)
+    if data != version:
+      raise FileExistsError(self.path)
+
+
+class _GcsStore:
+  """LEASE on GCS through gcsfs. A version is the object's generation, which the server checks."""
+
+  def __init__(self, path: str):
+    self.path, self.fs = path, fsspec.filesystem("gs")
+    self.bucket, self.key, _ = self.fs.split_path(path)
+
+  def read(self):
+    while True:
+      try:
+        meta = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, json_out=True)
+      except FileNotFoundError:
+        return None
+      try:
+        _, data = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, alt="media", generation=meta["generation"])
+      except FileNotFoundError:
+        continue  # Replaced between its metadata and its content: read both again.
+      return data, meta["generation"], datetime.datetime.fromisoformat(meta["updated"]).timestamp()
+
+  def create(self, data: bytes) -> str:
+    return self.replace(data, 0)
+
+  def replace(self, data: bytes, version) -> str:
+    """Uploads `data` if the object's generation is `version` (0: if there is no object); 412 -> FileExistsError.
+
+    A multipart upload, like gcsfs's `pipe_file(..., mode="create")`, which only has `ifGenerationMatch=0`: the
+    emulator of the tests ignores preconditions on media uploads."""
+    metadata = json.dumps({"name": self.key}).encode()
+    body = b"\r\n".join(
+      [b"--lease", b"Content-Type: application/json", b"", metadata, b"--lease", b"", data, b"--lease--"]
+    )
+    written = self.fs.call(
+      "POST",
+      f"{self.fs._location}/upload/storage/v1/b/{{}}/o",
+      self.bucket,
+      uploadType="multipart",
+      ifGenerationMatch=version,
+      headers={"Content-Type": 'multipart/related; boundary="lease"'},
+      data=body,
+      json_out=True,
+    )
+    return written["generation"]
+
+  def delete(self, version) -> None:
+    # GCS checks the precondition; the emulator ignores it on deletions, so look first too.
+    meta = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, json_out=True)
+    if meta["generation"] != version:
+      raise FileExistsError(self.path)
+    self.fs.call("DELETE", "b/{}/o/{}", self.bucket, self.key, ifGenerationMatch=version)
+
+
+def _decode(data: bytes) -> dict | None:
+  """The holder's record, or None if `data` is not one."""
+  try:
+    record = json.loads(data)
+    return record if isinstance(record, dict) and isinstance(record.get("heartbeat_time"), int | float) else None
+  except ValueError:
+    return None
+
+
+def _describe(holder: dict | None) -> str:
+  if holder is None:
+    return "an unreadable lease"
+  started = datetime.datetime.fromtimestamp(holder.get("start_time", 0)).isoformat(timespec="seconds")
+  return (
+    f"run {holder.get('run_id')} (host {holder.get('host')}, pid {holder.get('pid')}, started {started}, "
+    f"command {holder.get('command')!r})"
+  )
+
+
+class WorkdirLease:
+  """The lease on `workdir` (local or gs://) of this run; a context manager (acquire, then release)."""
+
+  def __init__(self, workdir, timeout_seconds: float, heartbeat_seconds: float | None = None):
+    self.path = os.fspath(paths.absolute(workdir) / LEASE_NAME)
+    self.timeout_seconds = timeout_seconds
+    self.heartbeat_seconds = heartbeat_seconds or timeout_seconds / 10
+    now = time.time()
+    self.record = dict(
+      host=socket.gethostname(), pid=os.getpid(), run_id=uuid.uuid4().hex, start_time=now, heartbeat_time=now
+    )
+    self.record["command"] = " ".join(sys.argv)
+    self._store = _LocalStore(self.path) if paths.is_local(self.path) else _GcsStore(self.path)
+    self._version = None  # Of the LEASE this run last wrote; None while it holds none.
+    self._renewed = now
+    self._lost = ""  # Why the lease was lost.
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._keep, name="workdir-lease", daemon=True)
+
+  def acquire(self) -> None:
+    """Takes the lease, or raises LeaseHeldError naming the live run that holds it."""
+    if paths.is_local(self.path):
+      os.makedirs(os.path.dirname(self.path), exist_ok=True)
+    for _ in range(5):  # Each pass wins, refuses, or finds that the lease changed since it looked, and looks again.
+      self.record["heartbeat_time"] = self._renewed = time.time()
+      try:
+        self._version = self._store.create(json.dumps(self.record).encode())
+        break
+      except FileExistsError:
+        pass
+      found = self._store.read()
+      if found is None:
+        continue  # Given back meanwhile.
+      data, version, mtime = found
+      holder = _decode(data)
+      age = time.time() - (holder["heartbeat_time"] if holder else mtime)
+      if age < self.timeout_seconds:
+        raise LeaseHeldError(
+          f"The workdir is in use: {self.path} is held by {_describe(holder)}, last heartbeat {age:.0f} s ago "
+          f"(stale after {self.timeout_seconds:.0f} s). Wait for that run to end, or stop it; if it is dead, delete "
+          f"{self.path} or wait {self.timeout_seconds - age:.0f} s for the lease to go stale."
+        )
+      logging.warning(
+        "Taking over the stale lease %s of %s: last heartbeat %.0f s ago.", self.path, _describe(holder), age
+      )
+      try:
+        self._version = self._store.replace(json.dumps(self.record).encode(), version)
+        break
+      except _CHANGED:
+        continue  # Another run took it over first, or it was given back: look again.
+    else:
+      raise LeaseHeldError(f"{self.path} kept changing while this run tried to take it; is another run starting?")
+    logging.info("Holding the lease %s as run %s.", self.path, self.record["run_id"])
+    self._thread.start()
+
+  def _keep(self) -> None:
+    """The heartbeat thread: renews the lease until it is released or lost."""
+    while not self._lost and not self._stop.wait(self.heartbeat_seconds):
+      try:
+        self._renew()
+      except Exception as e:  # The storage may answer again at the next beat.
+        logging.warning("Could not renew the lease %s: %s", self.path, e)
+        if time.time() - self._renewed > self.timeout_seconds:
+          self._lose(f"it was not renewed for {time.time() - self._renewed:.0f} s, so it may have been taken over")
+
+  def _renew(self) -> None:
+    record = dict(self.record, heartbeat_time=time.time())
+    try:
+      self._version = self._store.replace(json.dumps(record).encode(), self._version)
+      self._renewed = record["heartbeat_time"]
+    except _CHANGED:
+      found = self._store.read()
+      holder = _decode(found[0]) if found else None
+      if holder and holder.get("run_id") == self.record["run_id"]:  # A retried write had landed: go on from it.
+        self._version = found[1]
+      else:
+        self._lose(f"it is now held by {_describe(holder)}" if found else "it was deleted")
+
+  def _lose(self, why: str) -> None:
+    self._lost = f"This run lost its lease {self.path}: {why}. It must stop writing to the workdir."
+    logging.error(self._lost)
+
+  @property
+  def lost(self) -> bool:
+    return bool(self._lost)
+
+  def check(self) -> None:
+    """Raises LeaseLostError if another run has taken the lease over; the loop calls it before it writes."""
+    if self._lost:
+      raise LeaseLostError(self._lost)
+
+  def release(self) -> None:
+    """Stops the heartbeat and deletes LEASE if it is still this run's."""
+    self._stop.set()
+    if self._thread.is_alive():
+      self._thread.join()
+    if self._version is None or self._lost:
+      return
+    try:
+      self._store.delete(self._version)
+    except _CHANGED:
+      logging.warning("Not deleting the lease %s: it is no longer this run's.", self.path)
+    self._version = None
+
+  def __enter__(self) -> "WorkdirLease":
+    self.acquire()
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.release()
+
+
+def hold(workdir, timeout_seconds: float, heartbeat_seconds: float | None = None) -> WorkdirLease:
+  """`with hold(workdir, timeout_seconds) as lease:` holds the workdir's lease for the block (process 0 only)."""
+  return WorkdirLease(workdir, timeout_seconds, heartbeat_seconds)
+
+
+class Holder:
+  """What every process of a run holds while it writes to the workdir: process 0 the lease itself, the others
+  nothing; `check()` raises `LeaseLostError` on process 0 once another run has taken the lease over."""
+
+  def __init__(self, lease: WorkdirLease | None):
+    self.lease = lease
+
+  def check(self) -> None:
+    if self.lease is not None:
+      self.lease.check()
+
+
+@contextlib.contextmanager
+def claim(workdir, timeout_seconds: float, directories=()):
+  """`with claim(workdir, timeout) as held:` the run's hold on `workdir`, on every process. Process 0 takes the
+  lease, then creates `directories` (so that every process finds them when it looks), and then tells the others
+  whether it got the lease (a collective): a refused run stops on every process, with the holder named on process
+  0 and a pointer to it on the others."""
+  import jax
+  import numpy as np
+  from jax.experimental import multihost_utils
+
+  lease, refused = None, None
+  if jax.process_index() == 0:
+    lease = WorkdirLease(workdir, timeout_seconds)
+    try:
+      lease.acquire()
+      for directory in directories:
+        paths.absolute(directory).mkdir(parents=True, exist_ok=True)
+    except LeaseHeldError as error:
+      refused = error
+  if jax.process_count() > 1:
+    held = bool(multihost_utils.broadcast_one_to_all(np.int32(refused is None)))
+    if not held and refused is None:
+      refused = LeaseHeldError(f"Process 0 could not take the lease of {workdir}; its log names the run holding it.")
+  if refused is not None:
+    raise refused
+  try:
+    yield Holder(lease)
+  finally:
+    if lease is not None:
+      lease.release()

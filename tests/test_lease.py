@@ -1,0 +1,190 @@
+"""The workdir lease (bert_jax/lease.py), on a local disk and on GCS (the emulator of `gcs_bucket`)."""
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import fsspec
+import pytest
+from etils import epath
+
+from bert_jax import lease
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(params=["local", "gcs"])
+def workdir(request, tmp_path) -> str:
+  """A workdir that does not exist yet: under tmp_path, or under a fresh prefix of the emulator's bucket."""
+  if request.param == "local":
+    return str(tmp_path / "run")
+  return f"{request.getfixturevalue('gcs_bucket')}/{uuid.uuid4().hex}/run"
+
+
+def read_lease(workdir) -> dict:
+  """The LEASE, read whole in one request (epath's reads of gs:// can straddle a rewrite)."""
+  path = f"{workdir}/{lease.LEASE_NAME}"
+  return json.loads(
+    fsspec.filesystem("gs").cat_file(path) if path.startswith("gs://") else epath.Path(path).read_text()
+  )
+
+
+def write_lease(workdir, **fields) -> None:
+  """A LEASE as another run would write it, with an unconditional write."""
+  now = time.time()
+  record = dict(host="otherhost", pid=4242, run_id="other", start_time=now, heartbeat_time=now, command="other")
+  epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+  epath.Path(workdir, lease.LEASE_NAME).write_text(json.dumps(record | fields))
+
+
+def wait_for(condition, seconds=10.0) -> None:
+  deadline = time.monotonic() + seconds
+  while not condition():
+    assert time.monotonic() < deadline, "timed out"
+    time.sleep(0.02)
+
+
+def test_acquire_records_the_holder_and_release_removes_it(workdir):
+  with lease.hold(workdir, timeout_seconds=60) as held:
+    record = read_lease(workdir)
+    assert record["host"] == socket.gethostname() and record["pid"] == os.getpid()
+    assert record["run_id"] == held.record["run_id"] and record["command"]
+    assert record["start_time"] <= record["heartbeat_time"] <= time.time()
+    held.check()
+  assert not epath.Path(workdir, lease.LEASE_NAME).exists()
+
+
+def test_release_on_an_exception(workdir):
+  with pytest.raises(ValueError), lease.hold(workdir, timeout_seconds=60):
+    raise ValueError("the run failed")
+  assert not epath.Path(workdir, lease.LEASE_NAME).exists()
+
+
+def test_a_live_lease_refuses_a_second_run(workdir):
+  with lease.hold(workdir, timeout_seconds=60):
+    with pytest.raises(lease.LeaseHeldError) as refused:
+      lease.WorkdirLease(workdir, timeout_seconds=60).acquire()
+    message = str(refused.value)
+    assert socket.gethostname() in message and f"pid {os.getpid()}" in message and lease.LEASE_NAME in message
+    assert "delete" in message and "stale" in message
+
+
+def test_a_live_lease_refuses_another_process(workdir):
+  attempt = "import sys; from bert_jax import lease; lease.WorkdirLease(sys.argv[1], 60).acquire()"
+  with lease.hold(workdir, timeout_seconds=60):
+    second = subprocess.run([sys.executable, "-c", attempt, workdir], cwd=REPO, capture_output=True, text=True)
+  assert second.returncode != 0
+  assert "LeaseHeldError" in second.stderr and f"pid {os.getpid()}" in second.stderr, second.stderr
+
+
+def test_a_stale_lease_is_taken_over_with_a_warning(workdir, caplog):
+  write_lease(workdir, heartbeat_time=time.time() - 1000)
+  with caplog.at_level(logging.WARNING), lease.hold(workdir, timeout_seconds=60) as held:
+    assert read_lease(workdir)["run_id"] == held.record["run_id"]
+  assert any(
+    "stale" in r.getMessage() and "otherhost" in r.getMessage() and "4242" in r.getMessage() for r in caplog.records
+  )
+  assert not epath.Path(workdir, lease.LEASE_NAME).exists()
+
+
+def test_an_unreadable_lease_is_judged_by_its_age(workdir):
+  epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+  epath.Path(workdir, lease.LEASE_NAME).write_text("not json")
+  with pytest.raises(lease.LeaseHeldError, match="unreadable"):
+    lease.WorkdirLease(workdir, timeout_seconds=60).acquire()
+  time.sleep(1.2)
+  with lease.hold(workdir, timeout_seconds=1) as held:
+    assert read_lease(workdir)["run_id"] == held.record["run_id"]
+
+
+def test_the_heartbeat_advances(workdir):
+  with lease.hold(workdir, timeout_seconds=60, heartbeat_seconds=0.05):
+    first = read_lease(workdir)
+    wait_for(lambda: read_lease(workdir)["heartbeat_time"] > first["heartbeat_time"])
+    assert read_lease(workdir)["start_time"] == first["start_time"]
+
+
+def test_a_lease_replaced_by_another_run_is_lost(workdir):
+  with lease.hold(workdir, timeout_seconds=60, heartbeat_seconds=0.05) as held:
+    write_lease(workdir)
+    wait_for(lambda: held.lost)
+    with pytest.raises(lease.LeaseLostError, match="otherhost"):
+      held.check()
+  assert read_lease(workdir)["run_id"] == "other"  # Not deleted: it is not this run's.
+
+
+def test_a_stalled_run_loses_its_lease_to_a_takeover(workdir):
+  stalled = lease.WorkdirLease(workdir, timeout_seconds=0.3, heartbeat_seconds=1.5)  # Silent past its timeout.
+  stalled.acquire()
+  time.sleep(0.5)
+  with lease.hold(workdir, timeout_seconds=0.3, heartbeat_seconds=0.05) as taker:
+    wait_for(lambda: stalled.lost)
+    with pytest.raises(lease.LeaseLostError, match=taker.record["run_id"]):
+      stalled.check()
+    stalled.release()
+    assert read_lease(workdir)["run_id"] == taker.record["run_id"]
+  assert not epath.Path(workdir, lease.LEASE_NAME).exists()
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_one_of_eight_concurrent_runs_wins(workdir, stale):
+  if stale:  # They all find the same stale lease and race to take it over.
+    write_lease(workdir, heartbeat_time=time.time() - 1000)
+  runs = [lease.WorkdirLease(workdir, timeout_seconds=60) for _ in range(8)]
+  barrier, outcomes = threading.Barrier(len(runs)), {}
+
+  def start(run):
+    barrier.wait()
+    try:
+      run.acquire()
+      outcomes[run.record["run_id"]] = "won"
+    except lease.LeaseHeldError:
+      outcomes[run.record["run_id"]] = "refused"
+
+  threads = [threading.Thread(target=start, args=(run,)) for run in runs]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  winners = [run for run in runs if outcomes[run.record["run_id"]] == "won"]
+  assert len(winners) == 1, outcomes
+  assert read_lease(workdir)["run_id"] == winners[0].record["run_id"]
+  winners[0].release()
+
+
+def test_one_of_four_concurrent_processes_wins(workdir):
+  # Each process tries at the same moment; the winner holds the lease until its stdin closes.
+  attempt = (
+    "import sys, time\n"
+    "from bert_jax import lease\n"
+    "run = lease.WorkdirLease(sys.argv[1], 60)\n"
+    "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+    "try:\n"
+    "  run.acquire()\n"
+    "except lease.LeaseHeldError:\n"
+    "  print('refused', flush=True)\n"
+    "  sys.exit()\n"
+    "print('won', flush=True)\n"
+    "sys.stdin.read()\n"
+    "run.release()\n"
+  )
+  start_at = str(time.time() + 2)
+  processes = [
+    subprocess.Popen(
+      [sys.executable, "-c", attempt, workdir, start_at], cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    for _ in range(4)
+  ]
+  outcomes = sorted(process.stdout.readline().strip() for process in processes)
+  for process in processes:
+    process.stdin.close()
+    assert process.wait(timeout=30) == 0
+    process.stdout.close()
+  assert outcomes == [b"refused"] * 3 + [b"won"]
+  assert not epath.Path(workdir, lease.LEASE_NAME).exists()
