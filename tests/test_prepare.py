@@ -121,3 +121,66 @@ def test_bad_inputs_are_named(tmp_path, tokenizer_args, data_config):
   with pytest.raises(FileNotFoundError, match="No manifest.json in"):
     prepare.read_manifest(str(tmp_path / "nothing"))
   assert np.isfinite(prepare.read_manifest(str(tmp_path / "ok"))["tokens"])
+
+
+def test_a_damaged_corpus_is_named_before_training(tmp_path, tokenizer_args, data_config):
+  """Each shard's size, records and SHA-256 are in the manifest; opening the corpus checks sizes (and with
+  data.verify_shard_hashes, records and hashes): a shard cut at a record boundary, a changed byte, a missing shard
+  and a garbage manifest each name their file."""
+  import hashlib
+  import shutil
+
+  from bert_jax.data.corpus import Corpus
+  from bert_jax.model_config import BertConfig
+  from configs import tiny
+
+  prepared = tmp_path / "out"
+  manifest = prepare.prepare(data_config(input_pattern=_inputs(tmp_path)), tokenizer_args, str(prepared), 1)
+  for shard in manifest["shards"]:
+    path = prepared / shard["file"]
+    assert shard["bytes"] == os.path.getsize(path) and shard["records"] == shard["documents"] == len(_records(path))
+    assert shard["sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+
+  config = tiny.get_config()
+  config.data.update(embedded_corpus="", prepared_dir=str(prepared))
+  config.tokenizer.update(kind="sentencepiece", path=tokenizer_args["path"])
+  model = BertConfig(vocab_size=64, hidden_size=8, num_layers=1, num_heads=1, intermediate_size=8)
+  Corpus(config, str(tmp_path / "run"), model)  # Whole: opens.
+
+  def damaged(name, damage, verify=False):
+    copy = tmp_path / name
+    shutil.copytree(prepared, copy)
+    damage(copy)
+    config.data.update(prepared_dir=str(copy), verify_shard_hashes=verify)
+    return config
+
+  first = manifest["shards"][0]["file"]  # Two documents: cut after the first record.
+  one_record = 16 + int.from_bytes((prepared / first).read_bytes()[:8], "little")
+  cut = damaged("cut", lambda d: (d / first).write_bytes((prepared / first).read_bytes()[:one_record]))
+  with pytest.raises(ValueError, match=rf"cut/{first} has {one_record} bytes; manifest.json recorded"):
+    Corpus(cut, str(tmp_path / "run"), model)
+
+  def flip(directory):
+    data = bytearray((directory / first).read_bytes())
+    data[20] ^= 1
+    (directory / first).write_bytes(bytes(data))
+
+  Corpus(damaged("flipped", flip), str(tmp_path / "run"), model)  # Same size: the cheap check cannot see it ...
+  with pytest.raises(ValueError, match=rf"flipped_verified/{first}: sha256"):  # ... the hashes can.
+    Corpus(damaged("flipped_verified", flip, verify=True), str(tmp_path / "run"), model)
+  missing = damaged("missing", lambda d: (d / first).unlink())
+  with pytest.raises(FileNotFoundError, match=rf"missing/{first}, a shard listed in"):
+    Corpus(missing, str(tmp_path / "run"), model)
+  for name, text in (("garbage", "{not json"), ("no_shards", '{"tokenizer": {}}')):
+    bad = damaged(name, lambda d, text=text: (d / "manifest.json").write_text(text))
+    with pytest.raises(ValueError, match=rf"{name}/manifest.json is not a manifest"):
+      Corpus(bad, str(tmp_path / "run"), model)
+  with pytest.raises(ValueError, match="ends inside record 1"):
+    prepare.count_records(_cut_inside(tmp_path, prepared / first))
+
+
+def _cut_inside(tmp_path, path) -> str:
+  inside = tmp_path / "inside.tfrecord"
+  data = path.read_bytes()
+  inside.write_bytes(data[: len(data) - 3])
+  return str(inside)

@@ -30,6 +30,8 @@ class Corpus:
       if not eval_dir
       else dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
     )
+    for corpus in (self._train, self._eval) if eval_dir else (self._train,):
+      prepare.check_shards(corpus["prepared_dir"], corpus["manifest"], config.data.verify_shard_hashes)
 
   def source(
     self,

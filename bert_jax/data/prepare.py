@@ -13,10 +13,12 @@ dropped and counted; the counts are in `manifest.json` with the tokenizer's iden
 """
 
 import dataclasses
+import hashlib
 import json
 import multiprocessing
 import os
 import re
+import struct
 import time
 from collections.abc import Iterator
 
@@ -29,6 +31,7 @@ from bert_jax import paths
 from bert_jax.tokenizer import load_tokenizer
 
 MANIFEST = "manifest.json"
+SHARD_KEYS = ("file", "documents", "sentences", "tokens", "bytes", "records", "sha256")
 INPUT_FORMATS = ("bert", "document")
 # Sentence ends: ., ! or ? (with closing quotes/brackets), then whitespace and an upper-case letter, digit or quote.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
@@ -120,11 +123,41 @@ def _init_worker(tokenizer_args: dict) -> None:
   _tokenizer = load_tokenizer(**tokenizer_args)
 
 
+def _file_integrity(path: str) -> dict:
+  """What the manifest records to check a shard by: its size in bytes, records and SHA-256."""
+  digest, size = hashlib.sha256(), 0
+  with epath.Path(path).open("rb") as f:
+    while chunk := f.read(1 << 22):
+      digest.update(chunk)
+      size += len(chunk)
+  return dict(bytes=size, records=count_records(path), sha256=digest.hexdigest())
+
+
+def count_records(path: str) -> int:
+  """The records of a TFRecord file, from its framing alone (each record: 8-byte length, 4-byte CRC, data, 4-byte
+  CRC): one small read per record. A file that ends inside a record raises ValueError naming it."""
+  count, offset = 0, 0
+  with epath.Path(path).open("rb") as f:
+    size = f.seek(0, os.SEEK_END)
+    while offset < size:
+      f.seek(offset)
+      header = f.read(8)
+      offset += 16 + (struct.unpack("<Q", header)[0] if len(header) == 8 else size)
+      if offset > size:
+        raise ValueError(f"{path} ends inside record {count} (at byte {size}): the shard is truncated.")
+      count += 1
+  return count
+
+
 def _write_shard(unit: dict) -> dict:
   """Tokenizes one work unit into its shard; returns its statistics. Skips a shard already written."""
   final, stats_path = unit["output"], unit["output"] + ".stats.json"
   if epath.Path(final).exists() and epath.Path(stats_path).exists():
-    return json.loads(epath.Path(stats_path).read_text()) | {"skipped": True}
+    stats = json.loads(epath.Path(stats_path).read_text())
+    if "sha256" not in stats:  # Written by an older bert_jax: record what checks the shard now.
+      stats |= _file_integrity(final)
+      paths.write_text(stats_path, json.dumps(stats))
+    return stats | {"skipped": True}
   stats = ShardStats()
   with paths.staged_file(final) as temporary, tf.io.TFRecordWriter(temporary) as writer:
     for document in _documents(unit, stats):
@@ -136,7 +169,7 @@ def _write_shard(unit: dict) -> dict:
       stats.documents += 1
       stats.sentences += len(sentences)
       stats.tokens += sum(len(s) for s in sentences)
-  result = dataclasses.asdict(stats) | {"file": os.path.basename(final)}
+  result = dataclasses.asdict(stats) | {"file": os.path.basename(final)} | _file_integrity(final)
   paths.write_text(stats_path, json.dumps(result))
   return result
 
@@ -207,7 +240,7 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
     tokenizer=tokenizer.identity(),
     vocab_size=tokenizer.vocab_size,
     **totals,
-    shards=[{k: r[k] for k in ("file", "documents", "sentences", "tokens")} for r in results],
+    shards=[{k: r[k] for k in SHARD_KEYS} for r in results],
   )
   paths.write_text(os.path.join(output_dir, MANIFEST), json.dumps(manifest, indent=1))
   logging.info(
@@ -222,19 +255,61 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
 
 
 def read_manifest(prepared_dir: str, tokenizer=None) -> dict:
-  """The manifest of prepared data; refuses data prepared with another tokenizer than `tokenizer`."""
+  """The manifest of prepared data; refuses a manifest that is not one, and data prepared with another tokenizer
+  than `tokenizer`."""
   path = os.path.join(prepared_dir, MANIFEST)
   if not epath.Path(path).exists():
     raise FileNotFoundError(
       f"No {MANIFEST} in {prepared_dir}: prepare the corpus first (python -m bert_jax.main --mode=prepare ...)."
     )
-  manifest = json.loads(epath.Path(path).read_text())
+  try:
+    manifest = json.loads(epath.Path(path).read_text())
+  except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    raise ValueError(f"{path} is not a manifest (not JSON: {error}); prepare the corpus again.") from None
+  missing = [key for key in ("tokenizer", "shards") if not isinstance(manifest, dict) or key not in manifest]
+  bad_shards = [s for s in manifest.get("shards", []) if not {"file", "documents"} <= set(s)] if not missing else []
+  if missing or not isinstance(manifest["shards"], list) or bad_shards:
+    raise ValueError(
+      f"{path} is not a manifest of prepared data (missing {missing or 'file/documents of ' + str(bad_shards[:1])}); "
+      "prepare the corpus again."
+    )
   if tokenizer is not None and manifest["tokenizer"]["sha256"] != tokenizer.identity()["sha256"]:
     raise ValueError(
       f"{path} was prepared with tokenizer {manifest['tokenizer']}, but the config's tokenizer is "
       f"{tokenizer.identity()}; prepare the corpus again with this tokenizer."
     )
   return manifest
+
+
+def check_shards(prepared_dir: str, manifest: dict, verify_hashes: bool = False) -> None:
+  """Every shard the manifest lists is there, whole: its size (cheap, from the file system), and with
+  `verify_hashes` its record count and SHA-256 (reads the corpus once). Raises naming the file."""
+  unrecorded = []
+  for shard in manifest["shards"]:
+    path = os.path.join(prepared_dir, shard["file"])
+    if not epath.Path(path).exists():
+      raise FileNotFoundError(f"{path}, a shard listed in {prepared_dir}/{MANIFEST}, does not exist.")
+    if "bytes" not in shard:
+      unrecorded.append(shard["file"])
+      continue
+    size = epath.Path(path).stat().length
+    if size != shard["bytes"]:
+      raise ValueError(
+        f"{path} has {size} bytes; {MANIFEST} recorded {shard['bytes']}: the shard is truncated or was changed. "
+        "Prepare the corpus again."
+      )
+    if verify_hashes:
+      found = _file_integrity(path)
+      for key in ("records", "sha256"):
+        if found[key] != shard[key]:
+          raise ValueError(f"{path}: {key} {found[key]}, but {MANIFEST} recorded {shard[key]}. Prepare it again.")
+  if unrecorded:
+    logging.warning(
+      "%s was prepared by an older bert_jax: %d shard(s) have no recorded size or hash, so they are not checked. "
+      "Prepare the corpus again (finished shards are kept) to record them.",
+      os.path.join(prepared_dir, MANIFEST),
+      len(unrecorded),
+    )
 
 
 def python_docs_text() -> str:
