@@ -321,11 +321,11 @@ def read_tokenizer(manager: ocp.CheckpointManager, step: int) -> dict | None:
   return tokenizer
 
 
-def _saved_guard(manager: ocp.CheckpointManager, step: int) -> bool:
-  """Whether step's `optimizer` item holds the step guard's state (steps written before the guard do not)."""
-  directory = epath.Path(manager.directory) / str(step) / "optimizer"
+def _saved_guard(manager: ocp.CheckpointManager, step: int, item: str = "optimizer") -> bool:
+  """Whether step's `item` holds the step guard's state (steps written before the guard do not)."""
+  directory = epath.Path(manager.directory) / str(step) / item
   try:
-    return "guard" in ocp.StandardCheckpointHandler().metadata(directory).tree
+    return isinstance(ocp.StandardCheckpointHandler().metadata(directory).tree.get("guard"), dict)
   except Exception as error:  # noqa: BLE001
     raise CorruptCheckpointError(f"Checkpoint step {step}: cannot read the metadata of {directory}: {error}") from error
 
@@ -335,9 +335,12 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings
   checksums."""
   target = sharding.with_shardings(abstract_state, shardings)
   if _LEGACY_STATE in items(manager, step):
-    legacy = target.replace(guard=None)
+    with_guard = _saved_guard(manager, step, _LEGACY_STATE)
+    legacy = target if with_guard else target.replace(guard=None)
     restored = _restore_items(manager, step, state=ocp.args.StandardRestore(legacy), data=ocp.args.JsonRestore())
-    state = restored["state"].replace(guard=jax.device_put(initial_guard(), shardings.guard))
+    state = restored["state"]
+    if not with_guard:
+      state = state.replace(guard=jax.device_put(initial_guard(), shardings.guard))
     return state, restored["data"]
   optimizer_target = {"step": target.step, "opt_state": target.opt_state}
   with_guard = _saved_guard(manager, step)

@@ -188,8 +188,10 @@ def start_state(
 
 
 def _restore_newest(config, manager, restore):
-  """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step."""
-  steps = _usable_steps(config, manager.directory)
+  """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step. The
+  newer steps that did not are moved aside only once an older one has restored: if none does, the cause is more
+  likely this code or its libraries than the storage, and nothing is moved."""
+  steps, failed = _usable_steps(config, manager.directory), []
   for step in steps:
     try:
       state, data_position = restore(manager, step)
@@ -198,21 +200,25 @@ def _restore_newest(config, manager, restore):
           f"Checkpoint step {step}: its data item is from step {data_position['step']} "
           f"({epath.Path(manager.directory) / str(step) / 'data'})."
         )
-      return state, data_position
     except checkpoint.CorruptCheckpointError as error:
       if not config.restore_fallback:
         raise
-      aside = epath.Path(manager.directory).parent / CORRUPT / str(step)
-      logging.warning("%s Moving it to %s and restoring the previous step (restore_fallback).", error, aside)
+      logging.warning("%s Trying the previous step (restore_fallback).", error)
+      failed.append((step, error))
+      continue
+    for bad, _ in failed:
+      aside = epath.Path(manager.directory).parent / CORRUPT / str(bad)
+      logging.warning("Restored step %d instead of step %d; moving step %d to %s.", step, bad, bad, aside)
       if jax.process_index() == 0:
         aside.parent.mkdir(parents=True, exist_ok=True)
-        (epath.Path(manager.directory) / str(step)).rename(aside)
-      multihost_utils.sync_global_devices(f"bert_jax: checkpoint {step} moved aside")
+        (epath.Path(manager.directory) / str(bad)).rename(aside)
+      multihost_utils.sync_global_devices(f"bert_jax: checkpoint {bad} moved aside")
+    if failed:
       manager.reload()
-  if steps:
+    return state, data_position
+  if failed:
     raise checkpoint.CorruptCheckpointError(
-      f"No checkpoint in {manager.directory} reads back whole; the damaged steps are in "
-      f"{epath.Path(manager.directory).parent / CORRUPT}."
+      f"No checkpoint in {manager.directory} reads back whole (nothing was moved); the newest: {failed[0][1]}"
     )
   return None
 
