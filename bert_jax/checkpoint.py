@@ -159,8 +159,13 @@ def save(
     raise _save_error(manager, step, error) from None
 
 
+def _cause(error: Exception) -> str:
+  """The last line of a storage error: what the file system said (e.g. "... File too large [os_error_code='27']")."""
+  return str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+
+
 def _save_error(manager: ocp.CheckpointManager, step: int | None, error: Exception) -> SaveError:
-  cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+  cause = _cause(error)
   where = epath.Path(manager.directory) / str(step) if step is not None else manager.directory
   kept = manager.latest_step()
   return SaveError(
@@ -174,8 +179,9 @@ def save_data_state(source, state_dir: str, step: int) -> None:
   try:
     source.save_state(state_dir)
   except Exception as error:  # noqa: BLE001 - whatever the storage raised.
-    cause = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-    raise SaveError(f"Saving the input pipeline's state for step {step} to {state_dir} failed: {cause}") from None
+    raise SaveError(
+      f"Saving the input pipeline's state for step {step} to {state_dir} failed: {_cause(error)}"
+    ) from None
 
 
 def check_saves(manager: ocp.CheckpointManager, step: int | None, wait: bool = False) -> None:
