@@ -53,29 +53,26 @@ def checkpoint_dir(workdir: str) -> epath.Path:
   return paths.absolute(workdir) / CHECKPOINTS
 
 
-def data_state_dir(workdir: str, step: int, process_index: int) -> str:
-  """Where host `process_index` keeps its input-pipeline state for checkpoint `step` (beside Orbax's steps)."""
-  return f"{workdir}/pipeline_state/{step}/process_{process_index}"
+def data_state_dir(workdir: str, step: int) -> str:
+  """Where the input pipeline's readers keep their state for checkpoint `step` (beside Orbax's steps), each in a
+  directory of its own that the host running it writes."""
+  return f"{workdir}/pipeline_state/{step}"
 
 
-def remove_stale_data_states(workdir: str, process_index: int, current: int) -> None:
-  """Deletes this host's pipeline states whose checkpoint step is gone from disk (keeps `current`).
+def remove_stale_data_states(workdir: str, current: int) -> None:
+  """Process 0 deletes the pipeline states whose checkpoint step is gone from disk (keeps `current`).
 
   Orbax drops an old step from `all_steps()` when a new save starts but deletes it only once the new step is
-  committed: the directory on disk, not the manager's list, says whether a state can still be needed.
+  committed: the directory on disk, not the manager's list, says whether a state can still be needed. A stale
+  state is never read again, whichever host wrote it.
   """
   root = epath.Path(workdir) / "pipeline_state"
-  if not root.exists():
+  if jax.process_index() != 0 or not root.exists():
     return
   on_disk = {int(p.name) for p in checkpoint_dir(workdir).iterdir() if p.name.isdigit()}
   for step_dir in root.iterdir():
-    mine = step_dir / f"process_{process_index}"
     if step_dir.name.isdigit() and int(step_dir.name) not in on_disk | {current}:
-      if mine.exists():
-        mine.rmtree()
-      with contextlib.suppress(OSError):  # The last host out removes the step's directory (local disks).
-        if step_dir.exists() and not any(step_dir.iterdir()):
-          step_dir.rmdir()
+      step_dir.rmtree()
 
 
 class TokenizerCheckpointHandler(ocp.handlers.JsonCheckpointHandler):

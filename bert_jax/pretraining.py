@@ -90,6 +90,7 @@ RANGES = (
   ("data.masked_lm_prob", run.Range(0, 1, low_open=True, high_open=False)),
   ("data.short_seq_prob", run.Range(0, 1, high_open=False)),
   ("data.shuffle_buffer", run.AT_LEAST_ONE),
+  ("data.num_readers", run.NON_NEGATIVE, "0: one per host of the first launch."),
   ("data.num_shards", run.AT_LEAST_ONE),
   ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
   ("eval_every_steps", run.AT_LEAST_ONE),
@@ -120,6 +121,12 @@ def check_config(config) -> BertConfig:
   flops.peak_flops_per_device("", config.peak_tflops_per_device)  # Raises on a negative peak.
   if config.data.source not in ("pretraining", "synthetic"):
     raise ValueError(f"data.source={config.data.source!r}; expected 'pretraining' or 'synthetic'.")
+  readers = config.data.num_readers
+  if config.data.source == "pretraining" and readers and config.batch_size % readers:
+    raise ValueError(
+      f"batch_size={config.batch_size} does not split over data.num_readers={readers}: each reader makes an equal "
+      "part of every batch."
+    )
   return model
 
 

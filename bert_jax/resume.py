@@ -5,8 +5,9 @@
    any other source (bundle, Hugging Face, Google) gives weights, heads it lacks from the seed, a fresh optimizer;
 3. else a fresh initialisation from `config.seed`.
 
-`check_start` runs before anything is written; it refuses a checkpoint that does not fit the config, or that was
-written by another number of hosts (unless `data.restart_stream_on_host_change`). A workdir with checkpoints never
+`check_start` runs before anything is written; it refuses a checkpoint that does not fit the config, or whose data
+stream was defined over another number of readers (unless `data.restart_stream_on_reader_change`; any host count
+continues the same stream, see `data/pipeline.py`). A workdir with checkpoints never
 reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone.
 
 A checkpoint that fails its checksums (`checkpoint.CorruptCheckpointError`) stops the run, or with
@@ -16,6 +17,7 @@ Every host takes the same decisions: they read the same files, and the checksums
 computation over the global arrays.
 """
 
+import copy
 import dataclasses
 import functools
 
@@ -55,26 +57,51 @@ def same_tokenizer(a: dict | None, b: dict | None) -> bool:
   return {k: v for k, v in a.items() if k != "path"} == {k: v for k, v in b.items() if k != "path"}
 
 
-def _check_hosts(config, data_position: dict, step: int) -> None:
-  saved = data_position.get("hosts")
-  if config.data.source == "synthetic" or saved in (None, jax.process_count()):
+def saved_readers(data_position: dict) -> int | None:
+  """The number of readers a checkpoint's data stream was defined over; before readers existed, each host was one."""
+  return data_position.get("readers", data_position.get("hosts"))
+
+
+def _other_stream(config, data_position: dict) -> bool:
+  """Whether the checkpoint's stream was defined over another number of readers than the config names (0 names
+  none: the checkpoint's; the synthetic source is one stream whatever the readers)."""
+  readers = config.data.num_readers
+  return bool(readers) and config.data.source != "synthetic" and saved_readers(data_position) not in (None, readers)
+
+
+def _check_readers(config, data_position: dict, step: int) -> None:
+  """A checkpoint continues the same stream on any host count, but only over the same number of readers."""
+  if not _other_stream(config, data_position):
     return
-  if config.data.restart_stream_on_host_change:
+  saved = saved_readers(data_position)
+  if config.data.restart_stream_on_reader_change:
     logging.warning(
-      "Checkpoint step %d was written by %d host(s), this run has %d: the data stream restarts from its beginning "
-      "for %d host(s) (data.restart_stream_on_host_change).",
+      "Checkpoint step %d's data stream was defined over %d reader(s), this run's over data.num_readers=%d: the "
+      "stream restarts from its beginning (data.restart_stream_on_reader_change).",
       step,
       saved,
-      jax.process_count(),
-      jax.process_count(),
+      config.data.num_readers,
     )
     return
   raise ValueError(
-    f"Checkpoint step {step} was written by {saved} host(s); this run has {jax.process_count()}. Each host reads its "
-    "own part of the data stream, so continuing on another host count would repeat and skip examples. Resume on "
-    f"{saved} host(s), or set data.restart_stream_on_host_change=True to continue from step {step} with the stream "
-    "restarted from its beginning."
+    f"Checkpoint step {step}'s data stream was defined over {saved} reader(s) (one per host before readers existed); "
+    f"this run's over data.num_readers={config.data.num_readers}, a different stream that would repeat and skip "
+    f"examples. Set data.num_readers={saved} (or 0: the checkpoint's) to continue it exactly on any host count, or "
+    f"data.restart_stream_on_reader_change=True to continue from step {step} with the stream restarted."
   )
+
+
+def resolve_readers(config, data_position: dict | None):
+  """A copy of `config` whose `data.num_readers` is the run's: the config's if set, else the resumed checkpoint's,
+  else one per host of this (first) launch. Checkpoints and pipeline states record the resolved count."""
+  resolved = copy.deepcopy(config)
+  saved = saved_readers(data_position) if data_position is not None else None
+  resolved.data.num_readers = config.data.num_readers or saved or jax.process_count()
+  if config.data.source != "synthetic" and config.batch_size % resolved.data.num_readers:
+    raise ValueError(
+      f"batch_size={config.batch_size} does not split over the checkpoint's {resolved.data.num_readers} data readers."
+    )
+  return resolved
 
 
 def _usable_steps(config, directory) -> list[int]:
@@ -83,10 +110,10 @@ def _usable_steps(config, directory) -> list[int]:
   return steps if config.restore_fallback else steps[:1]
 
 
-def check_start(config, workdir: str, model_cfg: BertConfig) -> pretrained.Source | None:
+def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
   """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
-  `init_from`'s) exists where the config names it and fits the config. Returns `init_from`'s source when the run
-  will start from it."""
+  `init_from`'s) exists where the config names it and fits the config. Returns the run's config (`resolve_readers`)
+  and `init_from`'s source when the run will start from it (else None)."""
   if checkpoint.has_checkpoint(workdir):
     with checkpoint.read_only_manager(workdir) as manager:
       for step in _usable_steps(config, checkpoint.checkpoint_dir(workdir)):
@@ -98,11 +125,11 @@ def check_start(config, workdir: str, model_cfg: BertConfig) -> pretrained.Sourc
           logging.warning("%s Trying the previous step (restore_fallback).", error)
           continue
         _check_compatible(saved, config, "the workdir")
-        _check_hosts(config, data_position, step)
-        return None
+        _check_readers(config, data_position, step)
+        return resolve_readers(config, data_position), None
     raise checkpoint.CorruptCheckpointError(f"No readable checkpoint in {checkpoint.checkpoint_dir(workdir)}.")
   if not config.init_from:
-    return None
+    return resolve_readers(config, None), None
   where = f"init_from={config.init_from}"
   try:
     source = pretrained.describe(config.init_from)
@@ -120,7 +147,7 @@ def check_start(config, workdir: str, model_cfg: BertConfig) -> pretrained.Sourc
       )
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
     pretrained.check_tokenizer(source, tokenizer.identity(), where)
-  return source
+  return resolve_readers(config, None), source  # A previous phase's stream is not continued.
 
 
 def _restore(manager, step: int | None, run: Run, model_cfg: BertConfig):
@@ -182,7 +209,7 @@ def start_state(
       "Use the same tokenizer, or a new workdir."
     )
   logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
-  if data_position.get("hosts", jax.process_count()) != jax.process_count():  # Allowed by check_start.
+  if _other_stream(config, data_position):  # Allowed by check_start.
     return state, dict(data_position, examples=0), True
   return state, data_position, True
 

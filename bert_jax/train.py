@@ -89,7 +89,7 @@ def train_and_evaluate(config, workdir: str):
   """
   model_cfg = pretraining.check_config(config)
   run = pretraining.make_run(config)
-  init_source = resume.check_start(config, workdir, model_cfg)
+  config, init_source = resume.check_start(config, workdir, model_cfg)
   init_params = None
   if init_source is not None and init_source.format != "workdir":  # Read, and so checked, before any write.
     init_params = pretrained.load(
@@ -121,7 +121,7 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
       config, run, model_cfg, manager, data.identity, init_source, init_params
     )
     first_step = int(state.step)
-    state_dir = checkpoint.data_state_dir(workdir, first_step, jax.process_index()) if resumed else None
+    state_dir = checkpoint.data_state_dir(workdir, first_step) if resumed else None
     source = data.source(data_position["examples"], state_dir=state_dir)
     dropout_key = train_dropout_key(config.seed)
     schedule = make_schedule(config)
@@ -170,11 +170,17 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
         monitor.flush()  # A step the guard stops at is never saved.
         held.check()  # Nor one of a run whose workdir another run has taken over.
         checkpoint.check_saves(manager, saving, wait=True)
-        checkpoint.save_data_state(source, checkpoint.data_state_dir(workdir, step, jax.process_index()), step)
-        position = {"examples": source.position, "tokenizer": data.identity, "step": step, "hosts": jax.process_count()}
+        checkpoint.save_data_state(source, checkpoint.data_state_dir(workdir, step), step)
+        position = dict(
+          examples=source.position,
+          tokenizer=data.identity,
+          step=step,
+          readers=config.data.num_readers,
+          hosts=jax.process_count(),
+        )
         checkpoint.save(manager, step, state, position, config, tokenizer_item, copy.deepcopy(history))  # Async.
         saving = step
-        checkpoint.remove_stale_data_states(workdir, jax.process_index(), step)
+        checkpoint.remove_stale_data_states(workdir, step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopping:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)

@@ -84,7 +84,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.whole_word_masking = False
   # Next-sentence prediction as in BERT; False: full-sentence sequences and no NSP loss (RoBERTa).
   config.data.next_sentence_prediction = True
-  # Instances shuffled in a buffer of this size (per host).
+  # The data stream is defined over this many virtual readers, whatever the number of hosts: reader r reads shards
+  # r::num_readers (with fewer shards, stripes of their documents) and makes batch_size / num_readers rows of each
+  # batch; each host runs the readers of its rows. 0: one per host of the run's first launch. The count is recorded
+  # in every checkpoint, so a resume on any host count continues the same global stream.
+  config.data.num_readers = 0
+  # Instances shuffled in a buffer of this size (per reader).
   config.data.shuffle_buffer = 10_000
   # Tokens per sequence, [CLS] and [SEP]s included.
   config.data.max_seq_length = 128
@@ -93,10 +98,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Opening the prepared corpus always checks every shard's size and record count against the manifest; this
   # also checks every shard's SHA-256 (reads the whole corpus once).
   config.data.verify_shard_hashes = False
-  # A checkpoint written with another number of hosts (processes) is refused, because each host's part of the
-  # data stream depends on the host count; True continues from its step with the stream restarted from the
-  # beginning for the new host count (examples already trained on are seen again).
-  config.data.restart_stream_on_host_change = False
+  # A checkpoint whose stream was defined over another number of readers (data.num_readers; a checkpoint from
+  # before readers existed: one reader per host) is refused, because the stream would repeat and skip examples;
+  # True continues from its step with this run's stream restarted from the beginning (examples seen again).
+  config.data.restart_stream_on_reader_change = False
 
   # Global batch size, over all hosts and devices.
   config.batch_size = 256

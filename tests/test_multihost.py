@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from bert_jax import checkpoint, pretraining, sharding, train
-from bert_jax.data import prepare
+from bert_jax.data import prepare, sources
 from bert_jax.data.corpus import Corpus
 from configs import tiny
 from tests.test_main import ROOT
@@ -168,8 +168,8 @@ def _preempt_after_two_logged_steps(processes, workdir) -> list[subprocess.Compl
       process.kill()
 
 
-def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_checkpoint_one_host_restores(
-  prepared, tmp_path
+def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_checkpoint_one_host_continues(
+  prepared, tmp_path, monkeypatch
 ):
   workdir = str(tmp_path / "two_hosts")
   processes = _start_two_hosts(prepared, workdir, delay_second=True)
@@ -182,7 +182,8 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
   (stopped,) = os.listdir(os.path.join(workdir, "checkpoints"))
   steps = int(stopped)
   assert 2 <= steps < 10_000 and f"Stopped at step {steps}" in results[0].stderr
-  assert sorted(os.listdir(os.path.join(workdir, "pipeline_state", stopped))) == ["process_0", "process_1"]
+  # One data reader per host (data.num_readers=0 at a first launch), each saved by its host.
+  assert sorted(os.listdir(os.path.join(workdir, "pipeline_state", stopped))) == ["reader_0", "reader_1"]
   # Progress lines come from process 0 only.
   assert "step 2/10000" in results[0].stderr and "step 2/10000" not in results[1].stderr
 
@@ -190,8 +191,8 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
   config = _config(prepared)
   model_cfg = pretraining.check_config(config)
   data = Corpus(config, workdir, model_cfg)
-  sources = [data.source(0, host=(index, HOSTS)) for index in range(HOSTS)]
-  host_batches = [[next(source) for _ in range(steps)] for source in sources]
+  hosts = [data.source(0, host=(index, HOSTS)) for index in range(HOSTS)]
+  host_batches = [[next(source) for _ in range(steps)] for source in hosts]
   for index, batches in enumerate(host_batches):
     shards = {(int(t) - 6) // WORDS_PER_SHARD for b in batches for t in _first_segment_words(b)}
     assert shards == {index, index + HOSTS}, (index, shards)  # Host 0 reads shards 0 and 2, host 1 shards 1 and 3.
@@ -218,10 +219,28 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     jax.device_get(restored.params),
     jax.device_get(state.params),
   )
-  config.num_train_steps = steps
-  # One host cannot continue the two hosts' stream: refused, naming the option that restarts it on purpose.
-  with pytest.raises(ValueError, match=r"written by 2 host\(s\); this run has 1.*restart_stream_on_host_change"):
-    train.train_and_evaluate(config, workdir)
-  config.data.restart_stream_on_host_change = True
-  resumed = train.train_and_evaluate(config, workdir)  # The loop's own restore: nothing left to train.
-  jax.tree.map(np.testing.assert_array_equal, jax.device_get(resumed.params), jax.device_get(restored.params))
+
+  # One host continues the two hosts' global stream (both readers, restored from the states the two saved): its next
+  # two steps equal the uninterrupted stream's, computed here from one host's source of the same two readers.
+  restored_readers = []
+  restore = sources.PipelineSource._restore
+  monkeypatch.setattr(
+    sources.PipelineSource, "_restore", lambda self, r, d: restored_readers.append((r, restore(self, r, d))) or True
+  )
+  config.update(num_train_steps=steps + 2, schedule_end_step=10_000)  # Stops early on the two hosts' schedule.
+  resumed = train.train_and_evaluate(config, workdir)
+  assert restored_readers == [(0, True), (1, True)]  # Not replayed.
+  config.data.num_readers = 2  # What the first launch recorded.
+  uninterrupted = data.source(0, host=(0, 1))
+  for step_index in range(steps + 2):
+    batch = next(uninterrupted)
+    if step_index < steps:  # The two hosts' rows were this stream's.
+      two_hosts = {name: np.concatenate([host_batches[h][step_index][name] for h in range(HOSTS)]) for name in batch}
+      jax.tree.map(np.testing.assert_array_equal, batch, two_hosts)
+    else:
+      state, _ = step(state, sharding.global_batch(batch, mesh), train.train_dropout_key(config.seed))
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
+    jax.device_get(resumed.params),
+    jax.device_get(state.params),
+  )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data import pipeline, prepare, sources
+from bert_jax.data import pipeline, prepare, readers, sources
 from bert_jax.tokenizer import load_tokenizer
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
@@ -39,29 +39,27 @@ def corpus(tmp_path_factory, data_config):
   return str(root / "prepared"), manifest, load_tokenizer(**tokenizer_args)
 
 
-def _dataset(corpus, seed=0, **overrides):
+def _data(data_config, **overrides):
+  settings = dict(max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, shuffle_buffer=1000, num_readers=1)
+  return data_config(**(settings | overrides))
+
+
+def _source(corpus, data_config, seed=0, batch_size=BATCH, **overrides) -> sources.PipelineSource:
+  """Host 0 of 1 (every reader), or `host=(index, count)`, `start_example=`, `state_dir=`; other keys set
+  `config.data`."""
   prepared, manifest, tokenizer = corpus
-  args = dict(
-    seed=seed,
-    batch_size=BATCH,
-    max_seq_length=SEQ,
-    max_predictions_per_seq=PREDICTIONS,
-    masked_lm_prob=0.15,
-    short_seq_prob=0.1,
-    whole_word_masking=False,
-    shuffle_buffer=1000,
-  )
-  return pipeline.pretraining_dataset(prepared, manifest, tokenizer, **(args | overrides))
+  source_keys = {k: overrides.pop(k) for k in ("host", "start_example", "state_dir") if k in overrides}
+  data = _data(data_config, **overrides)
+  return sources.pipeline_source(data, prepared, manifest, tokenizer, seed=seed, batch_size=batch_size, **source_keys)
 
 
-def _batches(dataset, n):
-  iterator = dataset.as_numpy_iterator()
-  return [next(iterator) for _ in range(n)]
+def _batches(source, n):
+  return [next(source) for _ in range(n)]
 
 
 @pytest.fixture(scope="module")
-def many(corpus):
-  return _batches(_dataset(corpus), 40)  # 5,120 instances.
+def many(corpus, data_config):
+  return _batches(_source(corpus, data_config), 40)  # 5,120 instances.
 
 
 def _reference_labels(documents, max_seq_length, short_seq_prob, rng):
@@ -155,58 +153,103 @@ def test_masks_follow_berts_recipe(many):
   assert abs(np.mean(now == before) - 0.1) < 0.015
 
 
-def test_same_seed_same_batches_other_seed_others(corpus, many):
-  again = _batches(_dataset(corpus), 3)
-  for a, b in zip(again, many[:3], strict=True):
+def _assert_same(batches, expected):
+  assert len(batches) == len(expected)
+  for a, b in zip(batches, expected, strict=True):
+    assert a.keys() == b.keys()
     for name in a:
-      np.testing.assert_array_equal(a[name], b[name])
-  other = _batches(_dataset(corpus, seed=1), 1)[0]
+      np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def test_same_seed_same_batches_other_seed_others(corpus, data_config, many):
+  _assert_same(_batches(_source(corpus, data_config), 3), many[:3])
+  other = _batches(_source(corpus, data_config, seed=1), 1)[0]
   assert not np.array_equal(other["input_ids"], many[0]["input_ids"])
 
 
-def test_resuming_by_position_continues_the_same_stream(corpus, many):
-  resumed = _batches(_dataset(corpus).skip(7), 2)
-  for a, b in zip(resumed, many[7:9], strict=True):
-    for name in a:
-      np.testing.assert_array_equal(a[name], b[name])
+def _shards_of_segment_a(batch) -> np.ndarray:
+  """The shard of each word of segment A (always from the reader's own document; B may be a random next sentence
+  from any shard). A masked position may hold a random word from anywhere: callers allow a few."""
+  segment_a = batch["input_ids"][(batch["input_ids"] > 5) & (batch["segment_ids"] == 0)]
+  return (segment_a - 6) // WORDS_PER_SHARD
 
 
-def test_two_hosts_read_disjoint_shards_covering_the_corpus(corpus):
-  prepared, manifest, tokenizer = corpus
-  hosts = [pipeline.host_files(prepared, manifest, i, 2) for i in range(2)]
-  assert {s[1] for s in hosts[0]}.isdisjoint({s[1] for s in hosts[1]})
-  assert sorted(s[1] for h in hosts for s in h) == sorted(f"{prepared}/{s['file']}" for s in manifest["shards"])
-  for index, files in enumerate(hosts):
-    batch = _batches(_dataset(corpus, process_index=index, process_count=2), 1)[0]
-    # Segment A always comes from this host's documents (B may come from any shard's, as random next).
-    segment_a = batch["input_ids"][(batch["input_ids"] > 5) & (batch["segment_ids"] == 0)]
-    shard_of_token = (segment_a - 6) // WORDS_PER_SHARD
-    # (A random replacement token may come from anywhere.)
-    assert np.mean(np.isin(shard_of_token, [s[0] for s in files])) > 0.98
-
-
-def test_fewer_files_than_hosts_is_an_error(corpus):
+def test_readers_read_their_own_units_and_hosts_share_the_readers(corpus, data_config):
   prepared, manifest, _ = corpus
-  with pytest.raises(ValueError, match=r"has 4 shard file\(s\) for 5 hosts"):
-    pipeline.host_files(prepared, manifest, 0, 5)
+  # Four shards, four readers: reader r reads shard r. Eight readers: each shard in two stripes of documents.
+  assert [readers.reader_units(manifest, r, 4) for r in range(4)] == [[(r, 0, 1)] for r in range(4)]
+  assert [readers.reader_units(manifest, r, 8) for r in range(8)] == [[(r // 2, r % 2, 2)] for r in range(8)]
+  assert [readers.reader_units(manifest, r, 3) for r in range(3)] == [[(0, 0, 1), (3, 0, 1)], [(1, 0, 1)], [(2, 0, 1)]]
+  assert readers.reader_files(prepared, manifest, [2, 3], 4) == [
+    f"{prepared}/{s['file']}" for s in manifest["shards"][2:]
+  ]
+  # A host runs the readers of its rows of the global batch, sharing a reader with other hosts if need be.
+  assert readers.host_readers(8, 32, 1, 4) == {2: slice(0, 4), 3: slice(0, 4)}
+  assert readers.host_readers(2, 32, 1, 4) == {0: slice(8, 16)}
+  assert readers.host_readers(4, 24, 1, 3) == {1: slice(2, 6), 2: slice(0, 4)}
+  with pytest.raises(ValueError, match=r"batch_size=32 must divide over data.num_readers=3 readers and 2 hosts"):
+    readers.host_readers(3, 32, 0, 2)
+  # Two hosts of four readers with a global batch of 8: host 1 runs readers 2 and 3, two rows each, from shards 2, 3.
+  batch = next(_source(corpus, data_config, batch_size=8, host=(1, 2), num_readers=4))
+  assert len(batch["input_ids"]) == 4
+  rows = [
+    np.mean(np.isin(_shards_of_segment_a({k: v[i : i + 1] for k, v in batch.items()}), [2 + i // 2])) for i in range(4)
+  ]
+  assert min(rows) > 0.9, rows
 
 
-def test_a_truncated_shard_is_named_never_skipped(corpus, tmp_path):
+def _restores(monkeypatch) -> list:
+  """Records every reader's restore as (reader, restored: True, or False for a replay)."""
+  calls, restore = [], sources.PipelineSource._restore
+
+  def recorded(self, reader, state_dir):
+    calls.append((reader, restore(self, reader, state_dir)))
+    return calls[-1][1]
+
+  monkeypatch.setattr(sources.PipelineSource, "_restore", recorded)
+  return calls
+
+
+def test_a_resume_on_another_host_count_continues_the_same_global_stream(corpus, data_config, tmp_path, monkeypatch):
+  """A 2-host run (a reader each) saves its readers' states at batch 3; 1 host (both readers) and 4 hosts (each
+  reader shared by two) restore them, without replaying, and continue with exactly the global batches of an
+  uninterrupted run."""
+  restores = _restores(monkeypatch)
+  settings = dict(batch_size=16, num_readers=2, shuffle_buffer=200)
+  uninterrupted = _batches(_source(corpus, data_config, **settings), 5)
+  two_hosts = [_source(corpus, data_config, host=(index, 2), **settings) for index in range(2)]
+  _assert_same([_concat([next(host) for host in two_hosts]) for _ in range(3)], uninterrupted[:3])
+  for host in two_hosts:
+    host.save_state(str(tmp_path / "state"))
+  assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["reader_0", "reader_1"]
+  for count in (1, 4):
+    restores.clear()
+    hosts = [
+      _source(corpus, data_config, host=(i, count), start_example=3 * 16, state_dir=str(tmp_path / "state"), **settings)
+      for i in range(count)
+    ]
+    assert restores == [(r, True) for r in (0, 1) for _ in range(max(1, count // 2))]  # Every reader, no replay.
+    _assert_same([_concat([next(host) for host in hosts]) for _ in range(2)], uninterrupted[3:])
+
+
+def _concat(host_batches: list[dict]) -> dict:
+  return {name: np.concatenate([batch[name] for batch in host_batches]) for name in host_batches[0]}
+
+
+def test_a_truncated_shard_is_named_never_skipped(corpus, data_config, tmp_path):
   prepared, manifest, tokenizer = corpus
   broken = tmp_path / "prepared"
   shutil.copytree(prepared, broken)
   victim = broken / manifest["shards"][2]["file"]
   victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-  dataset = _dataset((str(broken), manifest, tokenizer))
-  files = [path for _, path, _ in pipeline.host_files(str(broken), manifest, 0, 1)]
-  source = sources.PipelineSource(dataset, files, BATCH, 0)
+  source = _source((str(broken), manifest, tokenizer), data_config)
   with pytest.raises(ValueError, match=rf"Corrupt or truncated shard {victim}"):
     for _ in range(100):
       next(source)
 
 
-def test_without_next_sentence_prediction_sequences_are_full_sentences(corpus):
-  batch = _batches(_dataset(corpus, next_sentence_prediction=False), 1)[0]
+def test_without_next_sentence_prediction_sequences_are_full_sentences(corpus, data_config):
+  batch = _batches(_source(corpus, data_config, next_sentence_prediction=False), 1)[0]
   assert (batch["next_sentence_labels"] == 0).all() and (batch["segment_ids"] == 0).all()
   lengths = batch["input_mask"].sum(1)
   assert (lengths <= SEQ).all() and np.mean(lengths >= SEQ - 8) > 0.5
@@ -217,36 +260,32 @@ def test_without_next_sentence_prediction_sequences_are_full_sentences(corpus):
     assert np.flatnonzero(original == 3).tolist() == [lengths[row] - 1]  # One [SEP], at the end.
 
 
-def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, tmp_path, many):
-  prepared, manifest, _ = corpus
-  files = [path for _, path, _ in pipeline.host_files(prepared, manifest, 0, 1)]
-  first = sources.PipelineSource(_dataset(corpus), files, BATCH, 0)
+def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, data_config, tmp_path, many, monkeypatch):
+  restores = _restores(monkeypatch)
+  first = _source(corpus, data_config)
   for _ in range(5):
     next(first)
   first.save_state(str(tmp_path / "state"))
-  assert json.loads((tmp_path / "state" / "COMPLETE").read_text()) == dict(position=5 * BATCH, hosts=1, fingerprint="")
-  restored = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"))
-  replayed = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "missing"))
-  for expected in many[5:7]:
-    for source in (restored, replayed):
-      batch = next(source)
-      for name in expected:
-        np.testing.assert_array_equal(batch[name], expected[name])
-  # A state saved with another host count or other data settings is not used: the stream is replayed.
-  for hosts, fingerprint in ((1, "other settings"), (2, "")):
-    other = sources.PipelineSource(
-      _dataset(corpus), files, BATCH, 5 * BATCH, str(tmp_path / "state"), process_count=hosts, fingerprint=fingerprint
-    )
-    np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
+  marker = json.loads((tmp_path / "state" / "reader_0" / "COMPLETE").read_text())
+  assert marker == dict(position=5 * BATCH, reader=0, fingerprint=first._fingerprint)
+  state = str(tmp_path / "state")
+  restored = _source(corpus, data_config, start_example=5 * BATCH, state_dir=state)
+  replayed = _source(corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "missing"))
+  assert restores == [(0, True), (0, False)]
+  for source in (restored, replayed):
+    _assert_same(_batches(source, 2), many[5:7])
+  # A state saved with other data settings is not used: that stream is replayed.
+  _source(corpus, data_config, start_example=5 * BATCH, state_dir=state, masked_lm_prob=0.2)
+  assert restores[-1] == (0, False)
   # A damaged state (garbage in the iterator's files, or a marker that is not JSON) is reported and replayed.
   for damaged in ("iterator", "COMPLETE"):
     copy = tmp_path / f"damaged_{damaged}"
     shutil.copytree(tmp_path / "state", copy)
-    for path in copy.iterdir():
+    for path in (copy / "reader_0").iterdir():
       if path.name.startswith(damaged):
         path.write_bytes(b"garbage")
-    other = sources.PipelineSource(_dataset(corpus), files, BATCH, 5 * BATCH, str(copy))
-    np.testing.assert_array_equal(next(other)["input_ids"], many[5]["input_ids"])
+    _assert_same(_batches(_source(corpus, data_config, start_example=5 * BATCH, state_dir=str(copy)), 1), many[5:6])
+    assert restores[-1] == (0, False)
 
 
 def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus, data_config):
@@ -257,7 +296,7 @@ def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp
   inputs = data_config(input_pattern=str(tmp_path / "doc-*.txt"), input_format="bert")
   manifest = prepare.prepare(inputs, dict(kind="wordpiece", path=tokenizer.path), str(tmp_path / "out"), 1)
   assert [s["documents"] for s in manifest["shards"]] == [1, 1, 1]
-  batch = _batches(_dataset((str(tmp_path / "out"), manifest, tokenizer)), 1)[0]
+  batch = _batches(_source((str(tmp_path / "out"), manifest, tokenizer), data_config, num_readers=1), 1)[0]
   assert (batch["next_sentence_labels"] == 1).sum() > 20
   for row in np.flatnonzero(batch["next_sentence_labels"] == 1):
     ids, segments = batch["input_ids"][row], batch["segment_ids"][row].copy()

@@ -61,7 +61,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   assert {"params", "optimizer", "data", "history", "config"} <= set(os.listdir(step_dir))
   assert "tokenizer" not in os.listdir(step_dir)  # Synthetic data: no tokenizer (test_main has one).
   saved_data = json.loads((step_dir / "data" / "metadata").read_text())
-  assert saved_data == {"examples": 6 * small_config.batch_size, "tokenizer": None, "step": 6, "hosts": 1}
+  assert saved_data == {"examples": 6 * small_config.batch_size, "tokenizer": None, "step": 6, "readers": 1, "hosts": 1}
   assert not (tmp_path / "LEASE").exists()  # Given back at the end.
   history = json.loads((step_dir / "history" / "metadata").read_text())
   assert history["examples_seen"] == 6 * small_config.batch_size

@@ -4,8 +4,8 @@
         --tokenizer_kind=wordpiece --tokenizer_path=../shared/data/vocab/bert-base-uncased-vocab.txt
 
 Prepares the input into a scratch directory with every core (reported as MB of text per second), then times
-the tf.data pipeline (NSP pairs, 80/10/10 masks, batching) from those shards at sequence 128 (20 predictions)
-and 512 (80 predictions), in sequences per second, on this host.
+the tf.data pipeline (NSP pairs, 80/10/10 masks, batching; one reader) from those shards at sequence 128
+(20 predictions) and 512 (80 predictions), in sequences per second, on this host.
 """
 
 import glob
@@ -15,7 +15,7 @@ import time
 
 from absl import app, flags
 
-from bert_jax.data import pipeline, prepare
+from bert_jax.data import prepare, sources
 from bert_jax.tokenizer import load_tokenizer
 from configs import default
 
@@ -45,24 +45,13 @@ def main(argv):
 
   tokenizer = load_tokenizer(**tokenizer_args)
   for seq, predictions in ((128, 20), (512, 80)):
-    dataset = pipeline.pretraining_dataset(
-      scratch,
-      manifest,
-      tokenizer,
-      seed=0,
-      batch_size=_BATCH.value,
-      max_seq_length=seq,
-      max_predictions_per_seq=predictions,
-      masked_lm_prob=0.15,
-      short_seq_prob=0.1,
-      whole_word_masking=False,
-    )
-    iterator = dataset.as_numpy_iterator()
+    data.update(max_seq_length=seq, max_predictions_per_seq=predictions, num_readers=1)
+    source = sources.pipeline_source(data, scratch, manifest, tokenizer, seed=0, batch_size=_BATCH.value)
     for _ in range(3):  # Warm up: graph building, first shuffle buffer fill.
-      next(iterator)
+      next(source)
     start, sequences = time.perf_counter(), 0
     while time.perf_counter() - start < _SECONDS.value:
-      sequences += len(next(iterator)["input_ids"])
+      sequences += len(next(source)["input_ids"])
     print(f"pipeline at {seq}: {sequences / (time.perf_counter() - start):,.0f} sequences/s", flush=True)
 
 

@@ -1,9 +1,11 @@
 """What a pretraining run reads: its tokenizer and prepared corpus (preparing the embedded one on first use), and
-the batch sources made from them (`sources.make_source`) for training and evaluation."""
+the batch sources made from them for training and evaluation: the tf.data pipeline's readers of this host
+(`sources.pipeline_source`), or the synthetic source."""
 
 import jax
 
 from bert_jax.data import prepare, sources
+from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model_config import BertConfig
 from bert_jax.tokenizer import load_tokenizer
 
@@ -41,15 +43,29 @@ class Corpus:
     host: tuple[int, int] | None = None,
   ):
     """This host's batches from `start_example` on; `host` = (index, count) stands in for another host's."""
+    config = self._config
     process_index, process_count = host or (jax.process_index(), jax.process_count())
-    return sources.make_source(
-      self._config,
-      seed=self._config.seed + int(evaluation),
+    seed = config.seed + int(evaluation)
+    if config.data.source == "synthetic":
+      return SyntheticSource(
+        seed=seed,
+        global_batch_size=config.batch_size,
+        max_seq_length=config.data.max_seq_length,
+        max_predictions_per_seq=config.data.max_predictions_per_seq,
+        vocab_size=self._model.vocab_size,
+        process_index=process_index,
+        process_count=process_count,
+        start_example=start_example,
+      )
+    corpus = self._eval if evaluation else self._train
+    return sources.pipeline_source(
+      config.data,
+      corpus["prepared_dir"],
+      corpus["manifest"],
+      self.tokenizer,
+      seed=seed,
+      batch_size=config.batch_size,
       start_example=start_example,
-      process_index=process_index,
-      process_count=process_count,
-      vocab_size=self._model.vocab_size,
-      tokenizer=self.tokenizer,
+      host=(process_index, process_count),
       state_dir=state_dir,
-      **(self._eval if evaluation else self._train),
     )

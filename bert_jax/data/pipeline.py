@@ -1,18 +1,29 @@
-"""The pretraining input pipeline: prepared shards -> NSP pairs -> 80/10/10 masks -> host batches, all in tf.data.
+"""The pretraining input pipeline: prepared shards -> NSP pairs -> 80/10/10 masks -> batches, all in tf.data.
 
-Per host: its own slice of the shard files (`files[process_index::process_count]`), in an order shuffled per
-epoch, read with a deterministic interleave. Each document becomes next-sentence-prediction instances exactly
-as `create_pretraining_data.py` of the original BERT builds them (see `document_instances`); instances are
-shuffled in a buffer, masked (`masking.py`) and batched. Every random choice is a stateless function of
-(seed, epoch, document) or of (seed, epoch, document, instance): the same document yields the same pairs and
-masks on any number of hosts and after any restart.
+The stream is defined over `data.num_readers` virtual readers, whatever the number of hosts: reader r reads
+its own units of the corpus (shards `r::num_readers`; with fewer shards than readers, each shard is split into
+interleaved stripes of documents), in an order shuffled per epoch, with a deterministic interleave, and makes
+batches of `batch_size / num_readers` examples. The global batch of a step is the readers' batches in reader
+order; hosts divide the readers among themselves (`host_readers`), so any host count that divides
+`num_readers` sees the same global stream, and a checkpoint resumes exactly on another host count.
+
+Each document becomes next-sentence-prediction instances exactly as `create_pretraining_data.py` of the
+original BERT builds them (see `document_instances`); instances are shuffled in a buffer, masked (`masking.py`)
+and batched. Every random choice is a stateless function of (seed, epoch, document) or of (seed, epoch,
+document, instance): the same document yields the same pairs and masks after any restart.
+
+Stages, in order: `reader_units` (what a reader reads) -> `_unit_documents` / `_epoch_documents` (documents with
+their random-next partners) -> `_instances_function` (NSP pairs) -> shuffle -> `_mask_function` -> batch;
+`reader_dataset` composes them.
 """
 
+import functools
 import os
 
 import tensorflow as tf
 
 from bert_jax.data.masking import mask_tokens
+from bert_jax.data.readers import reader_units
 
 # Salts that keep the random streams of different decisions apart.
 _SHARD_ORDER, _PARTNER, _DOCUMENT = 1, 2, 3
@@ -146,88 +157,62 @@ def _parse(record):
   )
 
 
-def host_files(prepared_dir: str, manifest: dict, process_index: int, process_count: int) -> list[tuple]:
-  """(global shard index, path, documents) of this host's shards."""
-  shards = [
-    (index, os.path.join(prepared_dir, s["file"]), s["documents"]) for index, s in enumerate(manifest["shards"])
-  ]
-  if len(shards) < process_count:
-    raise ValueError(
-      f"{prepared_dir} has {len(shards)} shard file(s) for {process_count} hosts; every host needs at "
-      f"least one: prepare the corpus into at least {process_count} shards."
-    )
-  return shards[process_index::process_count]
+# Units of one reader read at a time (a deterministic interleave, one document from each in turn).
+_CYCLE_LENGTH = 8
 
 
-def pretraining_dataset(
-  prepared_dir: str,
-  manifest: dict,
-  tokenizer,
-  *,
-  seed: int,
-  batch_size: int,
-  max_seq_length: int,
-  max_predictions_per_seq: int,
-  masked_lm_prob: float,
-  short_seq_prob: float,
-  whole_word_masking: bool,
-  next_sentence_prediction: bool = True,
-  process_index: int = 0,
-  process_count: int = 1,
-  shuffle_buffer: int = 10_000,
-  cycle_length: int = 8,
-) -> tf.data.Dataset:
-  """This host's infinite stream of pretraining batches (numpy-ready dicts with BERT's feature names).
+def _unit_documents(unit, epoch, *, paths, counts, seed):
+  """The documents of one unit in order, each with its partner (another shard's document, for random next
+  sentences): a dataset of (epoch, shard, index, (tokens, sentence lengths), partner)."""
+  shard, stripe, stripes = unit[0], unit[1], unit[2]
+  count = counts[shard]
+  all_shards = tf.range(tf.shape(counts, out_type=tf.int64)[0], dtype=tf.int64)
+  # Random next sentences come from a partner stream: the documents of another shard (chosen per shard and
+  # epoch) from a random document on; in a one-shard corpus, the same shard shifted by at least one.
+  others = tf.boolean_mask(all_shards, (counts > 0) & (all_shards != shard))
+  keys = tf.random.stateless_uniform([2], _seed(_PARTNER, seed, epoch, shard))
+  num_others = tf.shape(others, out_type=tf.int64)[0]
+  partner_shard = tf.cond(
+    num_others > 0,
+    lambda: others[tf.minimum(tf.cast(keys[0] * tf.cast(num_others, tf.float32), tf.int64), num_others - 1)],
+    lambda: shard,
+  )
+  partner_count = counts[partner_shard]
+  first = tf.cast(keys[1] * tf.cast(partner_count, tf.float32), tf.int64)
+  first = tf.where(partner_shard == shard, 1 + first % tf.maximum(partner_count - 1, 1), first % partner_count)
+  documents = tf.data.TFRecordDataset(paths[shard])
+  partners = tf.data.TFRecordDataset(paths[partner_shard]).repeat().skip(first)
+  # Every document of the shard takes the next partner, whichever stripe keeps it: a stripe's pairs are those
+  # of the whole shard.
+  return (
+    tf.data.Dataset.zip(tf.data.Dataset.range(count), documents, partners)
+    .filter(lambda index, document, partner: index % stripes == stripe)
+    .map(lambda index, document, partner: (epoch, shard, index, _parse(document), _parse(partner)))
+  )
 
-  `tokenizer` (bert_jax.tokenizer) gives the special ids, the word starts and the vocabulary size.
-  """
-  shards = host_files(prepared_dir, manifest, process_index, process_count)
-  indices = tf.constant([s[0] for s in shards], tf.int64)
-  special = (tokenizer.cls_id, tokenizer.sep_id)
-  # Every shard of the corpus, for partner documents (any host may read any shard).
-  all_paths = tf.constant([os.path.join(prepared_dir, s["file"]) for s in manifest["shards"]])
-  all_counts = tf.constant([s["documents"] for s in manifest["shards"]], tf.int64)
-  all_indices = tf.range(len(manifest["shards"]), dtype=tf.int64)
-  if not sum(s[2] for s in shards):
-    raise ValueError(f"Host {process_index}'s shards of {prepared_dir} hold no documents.")
-  if sum(s["documents"] for s in manifest["shards"]) < 2:
-    raise ValueError(f"{prepared_dir} holds fewer than 2 documents: next-sentence pairs need random documents.")
 
-  def shard_documents(epoch, position):
-    shard = indices[position]
-    count = all_counts[shard]
-    documents = tf.data.TFRecordDataset(all_paths[shard]).map(_parse)
-    # Random next sentences come from a partner stream: the documents of another shard (chosen per shard and
-    # epoch) from a random document on; in a one-shard corpus, the same shard shifted by at least one.
-    others = tf.boolean_mask(all_indices, (all_counts > 0) & (all_indices != shard))
-    keys = tf.random.stateless_uniform([2], _seed(_PARTNER, seed, epoch, shard))
-    num_others = tf.shape(others, out_type=tf.int64)[0]
-    partner_shard = tf.cond(
-      num_others > 0,
-      lambda: others[tf.minimum(tf.cast(keys[0] * tf.cast(num_others, tf.float32), tf.int64), num_others - 1)],
-      lambda: shard,
-    )
-    partner_count = all_counts[partner_shard]
-    first = tf.cast(keys[1] * tf.cast(partner_count, tf.float32), tf.int64)
-    first = tf.where(partner_shard == shard, 1 + first % tf.maximum(partner_count - 1, 1), first % partner_count)
-    partners = tf.data.TFRecordDataset(all_paths[partner_shard]).map(_parse).repeat().skip(first)
-    return tf.data.Dataset.zip(tf.data.Dataset.range(count), documents, partners).map(
-      lambda index, doc, partner: (epoch, shard, index, doc, partner)
-    )
+def _epoch_documents(epoch, *, units, paths, counts, seed):
+  """One epoch of a reader: its units in an order shuffled per epoch, interleaved document by document."""
+  order = tf.random.experimental.stateless_shuffle(
+    tf.range(tf.shape(units, out_type=tf.int64)[0]), _seed(_SHARD_ORDER, seed, epoch)
+  )
+  return tf.data.Dataset.from_tensor_slices(tf.gather(units, order)).interleave(
+    lambda unit: _unit_documents(unit, epoch, paths=paths, counts=counts, seed=seed),
+    cycle_length=min(_CYCLE_LENGTH, int(units.shape[0])),
+    block_length=1,
+    num_parallel_calls=tf.data.AUTOTUNE,
+    deterministic=True,
+  )
 
-  def epoch_documents(epoch):
-    order = tf.random.experimental.stateless_shuffle(
-      tf.range(len(shards), dtype=tf.int64), _seed(_SHARD_ORDER, seed, epoch)
-    )
-    return tf.data.Dataset.from_tensor_slices(order).interleave(
-      lambda position: shard_documents(epoch, position),
-      cycle_length=min(cycle_length, len(shards)),
-      block_length=1,
-      num_parallel_calls=tf.data.AUTOTUNE,
-      deterministic=True,
-    )
+
+@functools.cache
+def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, nsp: bool, special: tuple):
+  """A document's NSP instances (`document_instances`) with their masking seeds, for these settings, as one
+  tf.function: traced once, whatever the number of readers
+  (each reader's dataset calls the same graph)."""
 
   def instances(epoch, shard, index, document, partner):
+    """A document's NSP instances, each with its masking seed."""
     doc_seed = _seed(_DOCUMENT, seed, epoch, shard, index)
     out = document_instances(
       *document,
@@ -236,15 +221,23 @@ def pretraining_dataset(
       max_seq_length=max_seq_length,
       short_seq_prob=short_seq_prob,
       special=special,
-      next_sentence_prediction=next_sentence_prediction,
+      next_sentence_prediction=nsp,
     )
     # Instance k of the document masks with key (doc_seed[0], doc_seed[1] + k + 1): a distinct Philox key.
     k = tf.range(1, tf.shape(out["next_sentence_labels"])[0] + 1, dtype=tf.int64)
     out["mask_seed"] = tf.stack([tf.fill(tf.shape(k), doc_seed[0]), doc_seed[1] + k], axis=1)
     return out
 
-  def mask(example):
-    masked = mask_tokens(
+  return tf.function(instances, autograph=False)
+
+
+@functools.cache
+def _mask_function(tokenizer, masked_lm_prob: float, max_predictions_per_seq: int, whole_word: bool):
+  """BERT's masked-LM selection applied to an instance, as one tf.function (traced once for all readers): the
+  pretraining batch's features."""
+
+  def masked(example):
+    selected = mask_tokens(
       example["input_ids"],
       example["input_mask"],
       example["mask_seed"],
@@ -254,20 +247,55 @@ def pretraining_dataset(
       mask_id=tokenizer.mask_id,
       masked_lm_prob=masked_lm_prob,
       max_predictions_per_seq=max_predictions_per_seq,
-      whole_word=whole_word_masking,
+      whole_word=whole_word,
     )
     return dict(
       input_mask=example["input_mask"],
       segment_ids=example["segment_ids"],
       next_sentence_labels=example["next_sentence_labels"],
-      **masked,
+      **selected,
     )
 
+  return tf.function(masked, autograph=False)
+
+
+def reader_dataset(
+  prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int, reader: int, batch_size: int
+) -> tf.data.Dataset:
+  """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
+  with BERT's feature names).
+
+  `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
+  buffer, readers); `tokenizer` (bert_jax.tokenizer) gives the special ids, the word starts and the vocabulary
+  size; `batch_size` is the global batch.
+  """
+  num_readers = data.num_readers
+  if batch_size % num_readers:
+    raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
+  shards = manifest["shards"]
+  if sum(s["documents"] for s in shards) < 2:
+    raise ValueError(f"{prepared_dir} holds fewer than 2 documents: next-sentence pairs need random documents.")
+  units = reader_units(manifest, reader, num_readers)
+  if not sum(len(range(stripe, shards[shard]["documents"], stripes)) for shard, stripe, stripes in units):
+    raise ValueError(
+      f"Reader {reader} of {num_readers} gets no document of {prepared_dir} ({len(shards)} shard(s), "
+      f"{sum(s['documents'] for s in shards)} documents): use fewer data.num_readers or a larger corpus."
+    )
+  paths = tf.constant([os.path.join(prepared_dir, s["file"]) for s in shards])
+  counts = tf.constant([s["documents"] for s in shards], tf.int64)
+  corpus = dict(paths=paths, counts=counts, seed=seed)
+  epochs = functools.partial(_epoch_documents, units=tf.constant(units, tf.int64), **corpus)
+  special = (tokenizer.cls_id, tokenizer.sep_id)
+  nsp = data.next_sentence_prediction
+  instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, nsp, special)
   options = tf.data.Options()
   options.deterministic = True
-  dataset = tf.data.Dataset.range(2**62).flat_map(epoch_documents)  # Epochs 0, 1, 2, ...
+  dataset = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
   dataset = dataset.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
-  dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-  dataset = dataset.map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  dataset = dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+  masked = _mask_function(tokenizer, data.masked_lm_prob, data.max_predictions_per_seq, data.whole_word_masking)
+  dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.batch(
+    batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+  )
   return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)

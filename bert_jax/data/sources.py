@@ -1,99 +1,134 @@
-"""The batch sources training reads, chosen by `config.data.source`, each resumable from an example position.
+"""The prepared corpus as a batch source, resumable from an example position: this host's readers of the tf.data
+pipeline (`pipeline.py`), their saved states, and the replay when a state is missing.
 
-`pretraining`: the prepared corpus through the tf.data pipeline (`pipeline.py`); `synthetic`: random tokens in
-the real layout (`synthetic.py`), for benchmarks and smoke runs. Both yield this host's numpy batches and count
-`position`, the examples of the global stream consumed so far, which checkpoints save.
+Like the synthetic source (`synthetic.py`), it yields this host's numpy batches and counts `position`, the examples
+of the global stream consumed so far, which checkpoints save.
 """
 
 import hashlib
 import json
 import tempfile
 
+import ml_collections
+import numpy as np
 import tensorflow as tf
 from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import pipeline
-from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.data import pipeline, readers
 
-_COMPLETE = "COMPLETE"  # Written last (position, hosts, fingerprint): a state directory without it is never read.
+_COMPLETE = "COMPLETE"  # Written last (position, reader, fingerprint): a state directory without it is never read.
 
 
 class PipelineSource:
-  """Host batches from the tf.data pipeline; starts `start_example` examples into the stream.
+  """This host's batches from the tf.data pipeline: its rows of its readers' batches, concatenated in reader order;
+  starts `start_example` examples (of the global stream) in.
 
-  To resume, it restores the iterator state saved at that position (`save_state`: file positions, shuffle
-  buffer) when `state_dir` has it, else it replays the stream up to the position (the pipeline's randomness is
-  stateless, so it is the same stream, at the cost of recomputing it). A corrupt or truncated shard raises with
-  the file's name.
+  To resume, each reader restores the iterator state saved at that position (`save_state`: file positions,
+  shuffle buffer) in `<state_dir>/reader_<r>` when it is there and was saved by the same stream, whichever host
+  saved it (the host that keeps a reader's first row saves it); a reader without one replays its stream up to the
+  position (the pipeline's randomness is stateless, so it is the same stream, at the cost of recomputing it). A
+  corrupt or truncated shard raises with the file's name.
   """
 
   def __init__(
     self,
-    dataset: tf.data.Dataset,
+    readers: dict[int, tf.data.Dataset],
+    rows: dict[int, slice],
     files: list[str],
     global_batch_size: int,
     start_example: int,
     state_dir: str | None = None,
-    process_count: int = 1,
     fingerprint: str = "",
   ):
     if start_example % global_batch_size:
       raise ValueError(f"Data position {start_example} is not a whole number of batches of {global_batch_size}.")
-    self._files, self._global_batch = files, global_batch_size
-    self._iterator = iter(dataset)
-    self.position = 0
-    self._marker = lambda position: dict(position=position, hosts=process_count, fingerprint=fingerprint)
-    if start_example and state_dir and self._restore(dataset, state_dir, start_example):
-      self.position = start_example
-      logging.info("Restored the input pipeline's state at example %d from %s.", start_example, state_dir)
-    elif start_example:
-      logging.warning(
-        "No saved input-pipeline state for example %d: replaying the stream to it (%d batches).",
+    self._files, self._global_batch, self._fingerprint = files, global_batch_size, fingerprint
+    self._datasets, self._rows = readers, rows
+    self._iterators = {reader: iter(dataset) for reader, dataset in readers.items()}
+    self.position = start_example
+    replayed = [r for r in readers if start_example and not (state_dir and self._restore(r, state_dir))]
+    if start_example and len(replayed) < len(readers):
+      logging.info(
+        "Restored the input pipeline's state at example %d from %s (readers %s).",
         start_example,
-        start_example // global_batch_size,
+        state_dir,
+        _spans([r for r in readers if r not in replayed]),
       )
-      while self.position < start_example:
-        next(self)
+    if replayed:
+      batches = start_example // global_batch_size
+      logging.warning(
+        "No usable saved input-pipeline state for example %d of reader(s) %s: replaying their stream to it (%d "
+        "batches each).",
+        start_example,
+        _spans(replayed),
+        batches,
+      )
+      for reader in replayed:
+        for _ in range(batches):
+          self._next_of(reader)
 
-  def _restore(self, dataset: tf.data.Dataset, state_dir: str, start_example: int) -> bool:
-    """Whether the state saved in `state_dir` applies and was restored; a damaged one is reported and ignored (the
-    stream is then replayed from a fresh iterator)."""
+  def _marker(self, reader: int, position: int) -> dict:
+    return dict(position=position, reader=reader, fingerprint=self._fingerprint)
+
+  def _restore(self, reader: int, state_dir: str) -> bool:
+    """Whether `reader`'s state saved in `state_dir` applies and was restored; a damaged one is reported and
+    ignored (the reader then replays from a fresh iterator)."""
+    directory = reader_state_dir(state_dir, reader)
     try:
-      if _saved_marker(state_dir) != self._marker(start_example):
+      if _saved_marker(directory) != self._marker(reader, self.position):
         return False
-      with paths.local_copy(state_dir) as local:
-        tf.train.Checkpoint(iterator=self._iterator).read(f"{local}/iterator").assert_consumed()
+      with paths.local_copy(directory) as local:
+        tf.train.Checkpoint(iterator=self._iterators[reader]).read(f"{local}/iterator").assert_consumed()
       return True
     except Exception as error:  # noqa: BLE001 - any damage: the replay gives the same stream.
-      logging.warning("The saved input-pipeline state in %s cannot be read (%s); replaying instead.", state_dir, error)
-      self._iterator = iter(dataset)
+      logging.warning("The saved input-pipeline state in %s cannot be read (%s); replaying instead.", directory, error)
+      self._iterators[reader] = iter(self._datasets[reader])
       return False
 
   def save_state(self, state_dir: str) -> None:
-    """Writes the iterator's state (this host's) to `state_dir` (through a local directory when it is remote);
-    the completion marker goes last."""
-    with tempfile.TemporaryDirectory() as local:
-      tf.train.Checkpoint(iterator=self._iterator).write(f"{local}/iterator")
-      paths.copy_tree(local, state_dir)
-    (epath.Path(state_dir) / _COMPLETE).write_text(json.dumps(self._marker(self.position)))
+    """Writes each of this host's readers' iterator state to `<state_dir>/reader_<r>` (through a local directory
+    when it is remote); each reader's completion marker goes last. A reader that hosts share is saved by the one
+    that keeps its first row."""
+    for reader, iterator in self._iterators.items():
+      if self._rows[reader].start:
+        continue
+      directory = reader_state_dir(state_dir, reader)
+      with tempfile.TemporaryDirectory() as local:
+        tf.train.Checkpoint(iterator=iterator).write(f"{local}/iterator")
+        paths.copy_tree(local, directory)
+      (epath.Path(directory) / _COMPLETE).write_text(json.dumps(self._marker(reader, self.position)))
+
+  def _next_of(self, reader: int) -> dict:
+    try:
+      return next(self._iterators[reader])
+    except tf.errors.DataLossError as error:
+      raise ValueError(f"Corrupt or truncated shard {_find_corrupt(self._files)}: {error.message}") from None
 
   def __iter__(self):
     return self
 
   def __next__(self) -> dict:
-    try:
-      batch = {name: value.numpy() for name, value in next(self._iterator).items()}
-    except tf.errors.DataLossError as error:
-      raise ValueError(f"Corrupt or truncated shard {_find_corrupt(self._files)}: {error.message}") from None
+    parts = [(self._next_of(reader), self._rows[reader]) for reader in self._iterators]
     self.position += self._global_batch
-    return batch
+    if len(parts) == 1:
+      return {name: value.numpy()[parts[0][1]] for name, value in parts[0][0].items()}
+    return {name: np.concatenate([part[name].numpy()[rows] for part, rows in parts]) for name in parts[0][0]}
+
+
+def reader_state_dir(state_dir: str, reader: int) -> str:
+  return f"{state_dir}/reader_{reader}"
+
+
+def _spans(readers: list[int]) -> str:
+  """Reader numbers as a short text: "0-3", "5"."""
+  return f"{readers[0]}-{readers[-1]}" if len(readers) > 1 else str(readers[0])
 
 
 def _saved_marker(state_dir: str) -> dict | None:
-  """The completion marker of a saved state. The state applies only if it matches the run exactly: the same
-  position, host count (each host's shards) and pipeline fingerprint (corpus, tokenizer, data settings)."""
+  """The completion marker of a reader's saved state. The state applies only if it matches the run exactly: the
+  same position, reader and pipeline fingerprint (corpus, tokenizer, data settings, readers, batch)."""
   marker = epath.Path(state_dir) / _COMPLETE
   if not marker.exists():
     return None
@@ -117,7 +152,7 @@ _NOT_THE_STREAM = (
   "input_pattern",
   "tfds_data_dir",
   "verify_shard_hashes",
-  "restart_stream_on_host_change",
+  "restart_stream_on_reader_change",
 )
 
 
@@ -128,52 +163,33 @@ def _without_paths(value):
   return value
 
 
-def make_source(
-  config,
+def pipeline_source(
+  data,
+  prepared_dir: str,
+  manifest: dict,
+  tokenizer,
   *,
   seed: int,
-  start_example: int,
-  process_index: int,
-  process_count: int,
-  vocab_size: int,
-  tokenizer=None,
-  prepared_dir: str = "",
-  manifest: dict | None = None,
+  batch_size: int,
+  start_example: int = 0,
+  host: tuple[int, int] = (0, 1),
   state_dir: str | None = None,
-):
-  """The source `config.data.source` names, for this host; `state_dir` may hold its state at `start_example`."""
-  data = config.data
-  host_batch = config.batch_size // process_count
-  if data.source == "synthetic":
-    return SyntheticSource(
-      seed=seed,
-      global_batch_size=config.batch_size,
-      max_seq_length=data.max_seq_length,
-      max_predictions_per_seq=data.max_predictions_per_seq,
-      vocab_size=vocab_size,
-      process_index=process_index,
-      process_count=process_count,
-      start_example=start_example,
+) -> PipelineSource:
+  """Host `host` = (index, count)'s batches of the prepared corpus, by the settings of `data` (`config.data`; its
+  `num_readers` 0: one reader per host), from `start_example` on; `state_dir` may hold the readers' states at that
+  position."""
+  if not data.num_readers:
+    data = ml_collections.ConfigDict(dict(data.to_dict(), num_readers=host[1]))
+  mine = readers.host_readers(data.num_readers, batch_size, *host)
+  datasets = {
+    reader: pipeline.reader_dataset(
+      prepared_dir, manifest, tokenizer, data, seed=seed, reader=reader, batch_size=batch_size
     )
-  dataset = pipeline.pretraining_dataset(
-    prepared_dir,
-    manifest,
-    tokenizer,
-    seed=seed,
-    batch_size=host_batch,
-    max_seq_length=data.max_seq_length,
-    max_predictions_per_seq=data.max_predictions_per_seq,
-    masked_lm_prob=data.masked_lm_prob,
-    short_seq_prob=data.short_seq_prob,
-    whole_word_masking=data.whole_word_masking,
-    next_sentence_prediction=data.next_sentence_prediction,
-    process_index=process_index,
-    process_count=process_count,
-    shuffle_buffer=data.shuffle_buffer,
-  )
-  files = [path for _, path, _ in pipeline.host_files(prepared_dir, manifest, process_index, process_count)]
+    for reader in mine
+  }
+  files = readers.reader_files(prepared_dir, manifest, mine, data.num_readers)
   # What defines the stream; not where the files are (a moved corpus or workdir keeps its saved state).
   stream = {key: value for key, value in data.to_dict().items() if key not in _NOT_THE_STREAM}
-  settings = dict(stream, seed=seed, batch_size=config.batch_size, manifest=_without_paths(manifest))
+  settings = dict(stream, seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
   fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-  return PipelineSource(dataset, files, config.batch_size, start_example, state_dir, process_count, fingerprint)
+  return PipelineSource(datasets, mine, files, batch_size, start_example, state_dir, fingerprint)
