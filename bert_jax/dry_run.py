@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import flops, pretraining, sharding
-from bert_jax.pretraining_batch import pretraining_shapes
+from bert_jax.pretraining_batch import max_instances, pretraining_shapes
 
 _GIB = 1 << 30
 
@@ -42,7 +42,7 @@ def compile_train_step(config, devices=None) -> dict:
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   batch = {
     name: jax.ShapeDtypeStruct(shape, dtype, sharding=sharding.batch_sharding(mesh))
-    for name, (shape, dtype) in pretraining_shapes(config.batch_size, seq, preds).items()
+    for name, (shape, dtype) in pretraining_shapes(config.batch_size, seq, preds, max_instances(config.data)).items()
   }
   key = jax.ShapeDtypeStruct((), jax.eval_shape(jax.random.key, 0).dtype, sharding=sharding.replicated(mesh))
   start = time.perf_counter()

@@ -107,25 +107,32 @@ class Embeddings(nn.Module):
     self.layer_norm = _layer_norm(config, "layer_norm")
     self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-  def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool) -> Array:
-    # input_ids, segment_ids: [batch, seq] -> [batch, seq, hidden]
-    positions = jnp.arange(input_ids.shape[-1])
-    x = (
-      self.word_embeddings(input_ids)
-      + self.position_embeddings(positions)[None]
-      + self.token_type_embeddings(segment_ids)
-    )
+  def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool, position_ids=None) -> Array:
+    # input_ids, segment_ids, position_ids: [batch, seq] -> [batch, seq, hidden]; positions 0, 1, ... by default.
+    positions = jnp.arange(input_ids.shape[-1])[None] if position_ids is None else position_ids
+    x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(segment_ids)
     return _constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), _HIDDEN)
 
 
+def attention_mask(input_mask: Array) -> Array:
+  """Which keys each query attends to: [batch, seq] -> [batch, 1, q, k] bool.
+
+  `input_mask` is 0 for padding and otherwise the token's instance number: 1 everywhere in an unpacked row, 1..k in
+  a row that packs k instances. A token attends to the real tokens of its own instance (block-diagonal); a padding
+  query to every real token, as under BERT's key-only mask (its output is never read).
+  """
+  queries, keys = input_mask[:, :, None], input_mask[:, None, :]
+  return (((queries == keys) | (queries == 0)) & (keys > 0))[:, None]
+
+
 class SelfAttention(nn.Module):
-  """Multi-head self-attention over the tokens that `input_mask` marks as real."""
+  """Multi-head self-attention where `mask` allows it (see `attention_mask`)."""
 
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
-    # x: [batch, seq, hidden]; input_mask: [batch, seq], 1 for tokens, 0 for padding.
+  def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+    # x: [batch, seq, hidden]; mask: [batch, 1, q, k] bool.
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
@@ -135,7 +142,7 @@ class SelfAttention(nn.Module):
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
     scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
     # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.
-    scores = jnp.where(input_mask[:, None, None, :] > 0, scores, jnp.finfo(jnp.float32).min)
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1)
     self.sow("intermediates", "attention_probs", probs)  # Kept only when `intermediates` is mutable.
     probs = probs.astype(config.compute_dtype)
@@ -150,10 +157,10 @@ class TransformerLayer(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
     config = self.config
     dropout = nn.Dropout(config.hidden_dropout_prob)
-    attended = SelfAttention(config, name="attention")(x, input_mask, deterministic)
+    attended = SelfAttention(config, name="attention")(x, mask, deterministic)
     x = _layer_norm(config, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
     hidden = gelu(dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
     hidden = _constrain(hidden, ("act_batch", "act_length", "act_mlp"))
@@ -166,8 +173,8 @@ class TransformerLayer(nn.Module):
 class _ScannedLayer(TransformerLayer):
   """A TransformerLayer in `nn.scan`'s (carry, inputs) -> (carry, outputs) form."""
 
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> tuple[Array, None]:
-    return super().__call__(x, input_mask, deterministic), None
+  def __call__(self, x: Array, mask: Array, deterministic: bool) -> tuple[Array, None]:
+    return super().__call__(x, mask, deterministic), None
 
 
 _REMAT_POLICIES = {"full": None, "save_dots": jax.checkpoint_policies.checkpoint_dots}
@@ -197,6 +204,11 @@ def _scanned_layers(config: BertConfig) -> nn.Module:
 class BertModel(nn.Module):
   """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden].
 
+  Packed rows (several instances in one row): `input_mask` holds each token's instance number (see
+  `attention_mask`), `position_ids` [batch, seq] restart at each instance, and `cls_positions` [batch, instances]
+  name each instance's [CLS], whose pooled outputs are [batch, instances, hidden]. Without them a row is one
+  instance: positions 0, 1, ... and its [CLS] at 0.
+
   With `mutable=["intermediates"]` it also collects every layer's hidden states and attention probabilities
   (see `encoder_intermediates`); otherwise they cost nothing.
   """
@@ -214,16 +226,24 @@ class BertModel(nn.Module):
     self.pooler = dense(config, config.hidden_size, ("embed", "embed_out"), name="pooler")
 
   def __call__(
-    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True
+    self,
+    input_ids: Array,
+    input_mask: Array,
+    segment_ids: Array,
+    deterministic: bool = True,
+    position_ids: Array | None = None,
+    cls_positions: Array | None = None,
   ) -> tuple[Array, Array]:
-    x = self.embeddings(input_ids, segment_ids, deterministic)
+    x = self.embeddings(input_ids, segment_ids, deterministic, position_ids)
     self.sow("intermediates", "embedding_output", x)
+    mask = attention_mask(input_mask)
     if self.config.scan_layers:
-      x, _ = self.layers(x, input_mask, deterministic)
+      x, _ = self.layers(x, mask, deterministic)
     else:
       for layer in self.layers:
-        x = layer(x, input_mask, deterministic)
-    pooled = jnp.tanh(self.pooler(x[:, 0]))
+        x = layer(x, mask, deterministic)
+    cls = x[:, 0] if cls_positions is None else gather_positions(x, cls_positions)
+    pooled = jnp.tanh(self.pooler(cls))
     return x, pooled
 
   def dummy_inputs(self) -> tuple[Array, ...]:
@@ -254,7 +274,8 @@ class BertForPretraining(nn.Module):
   """BERT with the masked-LM and next-sentence heads.
 
   Returns a dict: `mlm_logits` [batch, max_predictions, vocab] (float32) at `masked_lm_positions` only,
-  `nsp_logits` [batch, 2] (float32), and the encoder's `sequence_output` and `pooled_output`.
+  `nsp_logits` [batch, 2] (float32; [batch, instances, 2] for packed rows, see `BertModel`), and the encoder's
+  `sequence_output` and `pooled_output`.
   """
 
   config: BertConfig
@@ -274,8 +295,12 @@ class BertForPretraining(nn.Module):
     segment_ids: Array,
     masked_lm_positions: Array,
     deterministic: bool = True,
+    position_ids: Array | None = None,
+    cls_positions: Array | None = None,
   ) -> dict[str, Array]:
-    sequence_output, pooled_output = self.bert(input_ids, input_mask, segment_ids, deterministic)
+    sequence_output, pooled_output = self.bert(
+      input_ids, input_mask, segment_ids, deterministic, position_ids, cls_positions
+    )
     # Only the masked positions reach the vocabulary-sized decoder: ~6x fewer FLOPs there at seq 128.
     hidden = gather_positions(sequence_output, masked_lm_positions)
     hidden = self.mlm_layer_norm(gelu(self.mlm_transform(hidden)))

@@ -18,15 +18,26 @@ from bert_jax.optim import make_optimizer
 from bert_jax.train_step import Loss
 
 
+def next_sentence_weights(batch: dict) -> jax.Array:
+  """1 for every instance's next-sentence label: one per row ([batch]), or per packed instance ([batch, instances],
+  0 where a row has fewer instances)."""
+  if "next_sentence_weights" in batch:
+    return batch["next_sentence_weights"]
+  return jnp.ones(batch["next_sentence_labels"].shape, jnp.float32)
+
+
 def loss_normalizers(batch: dict) -> tuple[jax.Array, jax.Array]:
   """What the MLM and NSP loss sums are divided by: real predictions (+1e-5, guarding a batch with none, as in
-  the original BERT) and sequences. From the whole batch, so microbatches add up to the full-batch loss."""
+  the original BERT) and instances (sequences). From the whole batch, so microbatches add up to the full-batch
+  loss."""
   mlm = jnp.sum(batch["masked_lm_weights"]) + 1e-5
-  return mlm, jnp.asarray(batch["next_sentence_labels"].shape[0], jnp.float32)
+  return mlm, jnp.maximum(jnp.sum(next_sentence_weights(batch)), 1.0)
 
 
-def model_inputs(batch: dict) -> tuple:
-  return (batch["input_ids"], batch["input_mask"], batch["segment_ids"], batch["masked_lm_positions"])
+def model_inputs(batch: dict) -> dict:
+  """The model's keyword inputs from a pretraining batch, packed (`position_ids`, `cls_positions`) or not."""
+  names = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "position_ids", "cls_positions")
+  return {name: batch[name] for name in names if name in batch}
 
 
 def pretraining_loss(
@@ -40,13 +51,13 @@ def pretraining_loss(
 ):
   """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + next-sentence cross-entropy (if enabled).
 
-  The MLM term is the mean over real predictions, the NSP term the mean over sequences; `normalizers` (from
+  The MLM term is the mean over real predictions, the NSP term the mean over instances; `normalizers` (from
   `loss_normalizers` of the whole batch) replace this batch's own counts when it is one microbatch of many.
   Returns (loss, metrics); metrics are sums with their counts.
   """
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
-  outputs = model.apply({"params": params}, *model_inputs(batch), deterministic=deterministic, rngs=rngs)
+  outputs = model.apply({"params": params}, **model_inputs(batch), deterministic=deterministic, rngs=rngs)
   mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]  # float32
 
   weights = batch["masked_lm_weights"]  # [batch, max_predictions]
@@ -55,10 +66,11 @@ def pretraining_loss(
   mlm_count = jnp.sum(weights)
   mlm_correct = jnp.sum((jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]) * weights)
 
-  labels = batch["next_sentence_labels"]  # [batch]
-  nsp_xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels)
-  nsp_count = jnp.asarray(labels.shape[0], jnp.float32)
-  nsp_correct = jnp.sum(jnp.argmax(nsp_logits, -1) == labels).astype(jnp.float32)
+  labels = batch["next_sentence_labels"]  # [batch], or [batch, instances] for packed rows
+  nsp_weights = next_sentence_weights(batch)
+  nsp_xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * nsp_weights
+  nsp_count = jnp.sum(nsp_weights)
+  nsp_correct = jnp.sum((jnp.argmax(nsp_logits, -1) == labels) * nsp_weights)
 
   mlm_normalizer, nsp_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
   loss = mlm_loss_sum / mlm_normalizer
@@ -71,6 +83,10 @@ def pretraining_loss(
     nsp_loss=jnp.sum(nsp_xent),
     nsp_accuracy=nsp_correct,
     nsp_count=nsp_count,
+    # Per row: the fraction of real (non-padding) tokens and the instances it holds (more than one when packed).
+    row_fill=jnp.sum(batch["input_mask"] > 0) / batch["input_mask"].shape[1],
+    row_instances=nsp_count,
+    row_count=jnp.asarray(batch["input_mask"].shape[0], jnp.float32),
   )
   return loss, metrics
 
@@ -91,6 +107,8 @@ RANGES = (
   ("data.short_seq_prob", run.Range(0, 1, high_open=False)),
   ("data.shuffle_buffer", run.AT_LEAST_ONE),
   ("data.num_readers", run.NON_NEGATIVE, "0: one per host of the first launch."),
+  ("data.max_instances_per_row", run.AT_LEAST_ONE),
+  ("data.packing_group", run.AT_LEAST_ONE),
   ("data.num_shards", run.AT_LEAST_ONE),
   ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
   ("eval_every_steps", run.AT_LEAST_ONE),

@@ -76,9 +76,10 @@ def summarize(metric_sums: dict, num_steps: int) -> dict:
 
 
 class Progress:
-  """Console lines: step, loss, the metrics named in `shown`, tokens/s, model FLOPs utilisation and ETA,
-  measured since the previous line. MFU needs the model FLOPs of a step and the peak FLOP/s of all devices
-  (see flops.py)."""
+  """Console lines: step, loss, the metrics named in `shown`, the rows' fill (and instances per row when `packed`),
+  tokens/s, model FLOPs utilisation and ETA, measured since the previous line. Tokens/s and MFU count real tokens
+  only: a step's tokens and model FLOPs are scaled by the fill of its rows (`row_fill` in the summary), so padding
+  earns nothing. MFU needs the model FLOPs of a full step and the peak FLOP/s of all devices (see flops.py)."""
 
   def __init__(
     self,
@@ -88,8 +89,9 @@ class Progress:
     flops_per_step: float | None = None,
     peak_flops: float | None = None,
     shown: tuple[str, ...] = ("mlm_loss", "mlm_accuracy", "nsp_accuracy"),
+    packed: bool = False,
   ):
-    self._shown = shown
+    self._shown, self._packed = shown, packed
     self._total, self._tokens_per_step = total_steps, tokens_per_step
     self._flops_per_step, self._peak_flops = flops_per_step, peak_flops
     self._last_step, self._last_time = first_step, time.perf_counter()
@@ -103,15 +105,20 @@ class Progress:
     now = time.perf_counter()
     seconds_per_step = (now - self._last_time) / max(step - self._last_step, 1)
     self._last_step, self._last_time = step, now
-    speed = {"tokens_per_sec": self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
+    fill = summary.get("row_fill", 1.0)
+    speed = {"tokens_per_sec": fill * self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
     mfu = ""
     if self._flops_per_step and self._peak_flops:
-      speed["mfu"] = self._flops_per_step / seconds_per_step / self._peak_flops
+      speed["mfu"] = fill * self._flops_per_step / seconds_per_step / self._peak_flops
       mfu = f" | MFU {100 * speed['mfu']:.1f}%"
     eta = int(seconds_per_step * (self._total - step))
     metrics = "".join(f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}" for name in self._shown)
     if summary.get("skipped_steps"):
       metrics += f" | skipped {summary['skipped_steps']:.0f}"
+    if "row_fill" in summary:
+      metrics += f" | fill {fill:.3f}"
+    if self._packed:
+      metrics += f" | {summary.get('row_instances', float('nan')):.2f} inst/row"
     logging.info(
       "step %d/%d | loss %.4f%s | %s tok/s%s | ETA %d:%02d:%02d",
       step,

@@ -21,7 +21,7 @@ from bert_jax import checkpoint, flops, guard, lease, pretrained, pretraining, p
 from bert_jax.data.corpus import Corpus
 from bert_jax.model_config import BertConfig
 from bert_jax.optim import make_schedule, schedule_end_step
-from bert_jax.pretraining_batch import check_pretraining_batch
+from bert_jax.pretraining_batch import check_pretraining_batch, max_instances
 
 
 def _device_batch(source, config, model: BertConfig, mesh) -> dict:
@@ -33,6 +33,7 @@ def _device_batch(source, config, model: BertConfig, mesh) -> dict:
     max_predictions_per_seq=config.data.max_predictions_per_seq,
     vocab_size=model.vocab_size,
     type_vocab_size=model.type_vocab_size,
+    max_instances=max_instances(config.data),
   )
   return sharding.global_batch(host_batch, mesh)
 
@@ -149,7 +150,12 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
       if ticker is None:  # Time from the end of the first (compiling) step.
         jax.block_until_ready(metrics)
         ticker = progress.Progress(
-          last_step, tokens_per_step, step, flops_per_step, peak * jax.device_count() if peak else None
+          last_step,
+          tokens_per_step,
+          step,
+          flops_per_step,
+          peak * jax.device_count() if peak else None,
+          packed=config.data.pack_instances,
         )
       stopping = stop.at(step)
       if step % config.log_every_steps == 0 or step == last_step or stopping:

@@ -91,9 +91,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.num_readers = 0
   # Instances shuffled in a buffer of this size (per reader).
   config.data.shuffle_buffer = 10_000
-  # Tokens per sequence, [CLS] and [SEP]s included.
+  # Pack several NSP instances into each row (bert_jax/data/packing.py): attention stays within an instance, each
+  # has its own positions, [CLS] and next-sentence label; far less padding on short documents and at 512 tokens.
+  config.data.pack_instances = False
+  # Packed rows: at most this many instances per row (next-sentence labels are [batch, max_instances_per_row]) ...
+  config.data.max_instances_per_row = 16
+  # ... packed first-fit decreasing in groups of this many consecutive instances.
+  config.data.packing_group = 256
+  # Tokens per sequence (per row when packing), [CLS] and [SEP]s included.
   config.data.max_seq_length = 128
-  # Masked-LM predictions per sequence (BERT: 20 at 128 tokens, 80 at 512).
+  # Masked-LM predictions per sequence (per row when packing; BERT: 20 at 128 tokens, 80 at 512).
   config.data.max_predictions_per_seq = 20
   # Opening the prepared corpus always checks every shard's size and record count against the manifest; this
   # also checks every shard's SHA-256 (reads the whole corpus once).

@@ -68,7 +68,7 @@ def data_config():
 @pytest.fixture(scope="session")
 def wordpiece_run(tmp_path_factory, data_config):
   """A 2-step pretraining run of a small BERT on a 101-piece WordPiece corpus (the embedding table has 104 rows, so
-  that it divides over the devices), its state sharded FSDP over the 8 devices.
+  that it divides over the devices), its state sharded FSDP over the 8 devices, on packed rows.
 
   Returns (workdir, config, final params as numpy). Tests that change the workdir work on a copy.
   """
@@ -97,6 +97,7 @@ def wordpiece_run(tmp_path_factory, data_config):
   config.tokenizer.update(kind="wordpiece", path=str(root / "vocab.txt"))
   config.data.update(embedded_corpus="", prepared_dir=str(root / "prepared"), max_seq_length=32)
   config.data.update(max_predictions_per_seq=5, shuffle_buffer=100)
+  config.data.update(pack_instances=True, max_instances_per_row=4, packing_group=32)  # The packed rows' path.
   config.mesh.update(data=1, fsdp=-1)
   config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
   config.update(eval_every_steps=2, eval_steps=1)

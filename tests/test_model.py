@@ -4,11 +4,12 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 import torch
 import transformers
 
-from bert_jax import param_layout
+from bert_jax import param_layout, pretraining
 from bert_jax.convert_hf import hf_config_dict, load_safetensors, params_from_hf
 from bert_jax.model import BertForPretraining
 
@@ -211,3 +212,64 @@ def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), results[remat][1], results["none"][1]
   )
+
+
+def test_packed_instances_give_the_losses_and_gradients_they_give_alone(small_model_config):
+  """Two instances, each alone in a row of 16 and packed into one row of 32 (instance numbers in `input_mask`,
+  positions restarting, a [CLS] position each): the same per-instance MLM and NSP losses and the same gradients of
+  the pretraining loss, within 1e-5 (float32)."""
+  config = small_model_config
+  model = BertForPretraining(config)
+  rng = np.random.default_rng(3)
+  lengths, seq, predictions = (11, 16), 16, 3
+  alone = dict(
+    input_ids=np.zeros((2, seq), np.int32),
+    input_mask=np.zeros((2, seq), np.int32),
+    segment_ids=np.zeros((2, seq), np.int32),
+    masked_lm_positions=np.zeros((2, predictions), np.int32),
+    masked_lm_ids=rng.integers(5, config.vocab_size, (2, predictions)).astype(np.int32),
+    masked_lm_weights=np.array([[1, 1, 0], [1, 1, 1]], np.float32),
+    next_sentence_labels=np.array([1, 0], np.int32),
+  )
+  for row, length in enumerate(lengths):
+    alone["input_ids"][row, :length] = rng.integers(5, config.vocab_size, length)
+    alone["input_mask"][row, :length] = 1
+    alone["segment_ids"][row, length // 2 : length] = 1
+    alone["masked_lm_positions"][row] = np.sort(rng.choice(np.arange(1, length), predictions, replace=False))
+  # Packed: instance 1 at 0..10, instance 2 at 11..26, padding after; predictions of both, shifted.
+  offset = lengths[0]
+  packed = dict(
+    input_ids=np.zeros((1, 2 * seq), np.int32),
+    input_mask=np.zeros((1, 2 * seq), np.int32),
+    segment_ids=np.zeros((1, 2 * seq), np.int32),
+    position_ids=np.zeros((1, 2 * seq), np.int32),
+    masked_lm_positions=np.concatenate([alone["masked_lm_positions"][0], alone["masked_lm_positions"][1] + offset])[
+      None
+    ],
+    masked_lm_ids=alone["masked_lm_ids"].reshape(1, -1),
+    masked_lm_weights=alone["masked_lm_weights"].reshape(1, -1),
+    next_sentence_labels=alone["next_sentence_labels"][None],
+    next_sentence_weights=np.ones((1, 2), np.float32),
+    cls_positions=np.array([[0, offset]], np.int32),
+  )
+  for index, (start, length) in enumerate(((0, lengths[0]), (offset, lengths[1]))):
+    for name in ("input_ids", "segment_ids"):
+      packed[name][0, start : start + length] = alone[name][index, :length]
+    packed["input_mask"][0, start : start + length] = index + 1
+    packed["position_ids"][0, start : start + length] = np.arange(length)
+  params = model.init(jax.random.key(0), *model.dummy_inputs())["params"]
+
+  def per_instance(batch):
+    outputs = model.apply({"params": params}, **pretraining.model_inputs(batch))
+    mlm = (
+      optax.softmax_cross_entropy_with_integer_labels(outputs["mlm_logits"], batch["masked_lm_ids"])
+      * batch["masked_lm_weights"]
+    )
+    nsp = optax.softmax_cross_entropy_with_integer_labels(outputs["nsp_logits"], batch["next_sentence_labels"])
+    return mlm.reshape(2, predictions), nsp.reshape(2)
+
+  for expected, actual in zip(per_instance(alone), per_instance(packed), strict=True):
+    np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
+  loss = pretraining.make_loss().value
+  grads = [jax.grad(lambda p, b=b: loss(p, b, model)[0])(params) for b in (alone, packed)]
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), *grads)

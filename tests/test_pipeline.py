@@ -304,3 +304,75 @@ def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp
     shard_a = set(((ids[(segments == 0) & (ids > 5)] - 6) // WORDS_PER_SHARD).tolist())
     shard_b = set(((ids[(segments == 1) & (ids > 5)] - 6) // WORDS_PER_SHARD).tolist())
     assert len(shard_a) == 1 and len(shard_b) == 1 and shard_a != shard_b, (shard_a, shard_b)
+
+
+def _unpack(rows: dict) -> list[tuple]:
+  """Every instance of packed rows as (tokens, segments, prediction positions, prediction ids, label)."""
+  instances = []
+  for r in range(len(rows["input_ids"])):
+    for slot in np.flatnonzero(rows["next_sentence_weights"][r]):
+      start = rows["cls_positions"][r, slot]
+      mine = rows["input_mask"][r] == slot + 1
+      length = int(mine.sum())
+      assert mine[start : start + length].all() and rows["input_ids"][r, start] == 2  # Contiguous, [CLS] first.
+      np.testing.assert_array_equal(rows["position_ids"][r, mine], np.arange(length))
+      real = rows["masked_lm_weights"][r] > 0
+      positions = rows["masked_lm_positions"][r, real]
+      ours = (positions >= start) & (positions < start + length)
+      instances.append(
+        (
+          tuple(rows["input_ids"][r, mine]),
+          tuple(rows["segment_ids"][r, mine]),
+          tuple(positions[ours] - start),
+          tuple(rows["masked_lm_ids"][r, real][ours]),
+          int(rows["next_sentence_labels"][r, slot]),
+        )
+      )
+  return instances
+
+
+def _instances(batch: dict) -> list[tuple]:
+  """The instances of unpacked rows, as `_unpack` gives them."""
+  instances = []
+  for r in range(len(batch["input_ids"])):
+    length = int(batch["input_mask"][r].sum())
+    real = batch["masked_lm_weights"][r] > 0
+    instances.append(
+      (
+        tuple(batch["input_ids"][r, :length]),
+        tuple(batch["segment_ids"][r, :length]),
+        tuple(batch["masked_lm_positions"][r, real]),
+        tuple(batch["masked_lm_ids"][r, real]),
+        int(batch["next_sentence_labels"][r]),
+      )
+    )
+  return instances
+
+
+def test_packed_rows_hold_the_same_instances_within_limits_and_resume_exactly(corpus, data_config, many, tmp_path):
+  """The packed stream is the unpacked stream's instances, group by group, each intact (own [CLS], positions from 0,
+  its predictions and label), in rows within the token, prediction and instance limits; fuller rows; the same
+  stream after a saved state is restored."""
+  packing = dict(pack_instances=True, packing_group=64, max_instances_per_row=4, num_readers=1)
+  source = _source(corpus, data_config, batch_size=8, **packing)
+  rows = _concat([next(source) for _ in range(12)])
+  assert rows["next_sentence_labels"].shape == (96, 4) and rows["cls_positions"].shape == (96, 4)
+  assert (rows["input_mask"].max(1) <= 4).all() and (rows["masked_lm_weights"].sum(1) <= PREDICTIONS).all()
+  instances = np.cumsum(rows["next_sentence_weights"].sum(1))
+  first_group = int(np.searchsorted(instances, 64)) + 1  # The rows of the first 64 instances.
+  assert instances[first_group - 1] == 64
+  unpacked = _instances({name: value[:64] for name, value in many[0].items()})
+  assert sorted(_unpack({name: value[:first_group] for name, value in rows.items()})) == sorted(unpacked)
+  fill = (rows["input_mask"] > 0).mean()
+  assert fill > (many[0]["input_mask"] > 0).mean() and fill > 0.95, fill
+
+  # A restart restores the packer's place in the stream (or replays it): the same rows follow.
+  saved = _source(corpus, data_config, batch_size=8, **packing)
+  for _ in range(5):
+    next(saved)
+  saved.save_state(str(tmp_path / "state"))
+  restored = _source(corpus, data_config, batch_size=8, start_example=40, state_dir=str(tmp_path / "state"), **packing)
+  replayed = _source(corpus, data_config, batch_size=8, start_example=40, **packing)
+  expected = {name: value[40:56] for name, value in rows.items()}
+  for resumed in (restored, replayed):
+    _assert_same([_concat([next(resumed), next(resumed)])], [expected])

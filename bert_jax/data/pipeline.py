@@ -13,8 +13,8 @@ and batched. Every random choice is a stateless function of (seed, epoch, docume
 document, instance): the same document yields the same pairs and masks after any restart.
 
 Stages, in order: `reader_units` (what a reader reads) -> `_unit_documents` / `_epoch_documents` (documents with
-their random-next partners) -> `_instances_function` (NSP pairs) -> shuffle -> `_mask_function` -> batch;
-`reader_dataset` composes them.
+their random-next partners) -> `_instances_function` (NSP pairs) -> shuffle -> `_mask_function` -> packing
+(`packing.py`, with `data.pack_instances`) -> batch; `reader_dataset` composes them.
 """
 
 import functools
@@ -22,6 +22,7 @@ import os
 
 import tensorflow as tf
 
+from bert_jax.data import packing
 from bert_jax.data.masking import mask_tokens
 from bert_jax.data.readers import reader_units
 
@@ -295,6 +296,8 @@ def reader_dataset(
   dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
   masked = _mask_function(tokenizer, data.masked_lm_prob, data.max_predictions_per_seq, data.whole_word_masking)
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if data.pack_instances:
+    dataset = packing.packed(dataset, data)
   dataset = dataset.batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )
