@@ -4,7 +4,8 @@ padding its own (on short documents most of a 512-token row is padding).
 Instances come in groups of `packing_group` (consecutive, after shuffling and masking); each group is packed by
 first-fit decreasing: longest first, each into the first row with room for its tokens, its masked-LM predictions
 (at most `max_predictions_per_seq` per row) and one more instance (at most `max_instances_per_row`). A row then
-holds its instances one after another, each with its own [CLS], and carries:
+holds its instances one after another, each with its own [CLS], and carries (rows leave a group in a random
+order, a stateless function of the seed and the group's place in the stream):
 
 * `input_mask`: 0 for padding, else the instance's number in the row (1, 2, ...): the model attends only within
   an instance (`model.attention_mask`);
@@ -98,18 +99,28 @@ def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, ma
   )
 
 
+_ROW_ORDER = 4  # A salt apart from the pipeline's own (pipeline.py): the order of a group's rows.
+
+
 @functools.cache
-def _pack_function(max_seq_length: int, max_predictions: int, max_instances: int):
-  """`pack_group` for these settings as one tf.function: traced once for all readers."""
-  pack = functools.partial(
-    pack_group, max_seq_length=max_seq_length, max_predictions=max_predictions, max_instances=max_instances
-  )
+def _pack_function(seed: int, max_seq_length: int, max_predictions: int, max_instances: int):
+  """`pack_group` for these settings as one tf.function (traced once for all readers), its rows in a random order:
+  first-fit decreasing fills them longest instances first, and a batch should not see only one end of a group."""
+
+  def pack(index, group):
+    rows = pack_group(
+      group, max_seq_length=max_seq_length, max_predictions=max_predictions, max_instances=max_instances
+    )
+    seed_of_group = tf.random.experimental.stateless_fold_in(tf.constant([seed, _ROW_ORDER], tf.int64), index)
+    order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(rows["input_ids"])[0]), seed_of_group)
+    return {name: tf.gather(value, order) for name, value in rows.items()}
+
   return tf.function(pack, autograph=False)
 
 
-def packed(dataset: tf.data.Dataset, data) -> tf.data.Dataset:
+def packed(dataset: tf.data.Dataset, data, seed: int) -> tf.data.Dataset:
   """Masked instances -> packed rows, by the settings of `data` (`config.data`): `packing_group`,
-  `max_instances_per_row`, `max_seq_length`, `max_predictions_per_seq`."""
-  pack = _pack_function(data.max_seq_length, data.max_predictions_per_seq, data.max_instances_per_row)
-  groups = dataset.batch(data.packing_group, drop_remainder=True)
+  `max_instances_per_row`, `max_seq_length`, `max_predictions_per_seq`; `seed` orders each group's rows."""
+  pack = _pack_function(seed, data.max_seq_length, data.max_predictions_per_seq, data.max_instances_per_row)
+  groups = dataset.batch(data.packing_group, drop_remainder=True).enumerate()
   return groups.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()

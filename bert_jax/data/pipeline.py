@@ -297,7 +297,7 @@ def reader_dataset(
   masked = _mask_function(tokenizer, data.masked_lm_prob, data.max_predictions_per_seq, data.whole_word_masking)
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if data.pack_instances:
-    dataset = packing.packed(dataset, data)
+    dataset = packing.packed(dataset, data, seed)
   dataset = dataset.batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )
