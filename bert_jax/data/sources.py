@@ -122,8 +122,10 @@ def reader_state_dir(state_dir: str, reader: int) -> str:
 
 
 def _spans(readers: list[int]) -> str:
-  """Reader numbers as a short text: "0-3", "5"."""
-  return f"{readers[0]}-{readers[-1]}" if len(readers) > 1 else str(readers[0])
+  """Reader numbers as a short text: "0-3", "5", "1, 4"."""
+  if len(readers) > 1 and readers == list(range(readers[0], readers[-1] + 1)):
+    return f"{readers[0]}-{readers[-1]}"
+  return ", ".join(map(str, readers))
 
 
 def _saved_marker(state_dir: str) -> dict | None:
