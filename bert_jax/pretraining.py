@@ -110,6 +110,8 @@ RANGES = (
   ("data.max_instances_per_row", run.AT_LEAST_ONE),
   ("data.packing_group", run.AT_LEAST_ONE),
   ("data.num_shards", run.AT_LEAST_ONE),
+  ("data.prepare_unit_bytes", run.Range(1024)),
+  ("data.max_document_bytes", run.Range(1024)),
   ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
   ("eval_every_steps", run.AT_LEAST_ONE),
   ("eval_steps", run.NON_NEGATIVE, "0 disables evaluation."),

@@ -74,8 +74,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.tfds_split = "train"
   config.data.tfds_feature = "text"
   config.data.tfds_data_dir = ""
-  # and the number of shards to cut its split into (files: one shard per input file).
+  # and the number of shards to cut its split into.
   config.data.num_shards = 256
+  # Files are cut into work units (one shard each) of this many bytes, at blank lines: one large file is prepared
+  # by every core. A line may have at most half as many bytes.
+  config.data.prepare_unit_bytes = 32 << 20
+  # A longer document is cut (at a line; a book in the document format at a paragraph): bounds a worker's memory.
+  config.data.max_document_bytes = 4 << 20
   # Fraction of tokens selected for masked-LM prediction.
   config.data.masked_lm_prob = 0.15
   # Probability of a shorter target length for a document's instances (BERT: 0.1).

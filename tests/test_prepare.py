@@ -80,6 +80,9 @@ def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(
   manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 1)
   assert shard.stat().st_mtime == 1  # Not rewritten.
   assert manifest["documents"] == 3
+  config.max_document_bytes = 2048  # Another cut: the same shard names, other shards; none is kept.
+  prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 1)
+  assert shard.stat().st_mtime != 1
 
 
 def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args, data_config):
@@ -184,3 +187,70 @@ def _cut_inside(tmp_path, path) -> str:
   data = path.read_bytes()
   inside.write_bytes(data[: len(data) - 3])
   return str(inside)
+
+
+def _sentences_and_documents(directory) -> tuple[list, list]:
+  """All shards in order: (every sentence's ids, every document's (ids, sentence lengths))."""
+  documents = [d for path in sorted(directory.glob("*.tfrecord")) for d in _records(str(path))]
+  sentences = []
+  for ids, lengths in documents:
+    sentences += np.split(np.array(ids), np.cumsum(lengths)[:-1])
+  return [s.tolist() for s in sentences], documents
+
+
+def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothing(
+  tmp_path, tokenizer_args, data_config, monkeypatch
+):
+  """A file cut into units of data.prepare_unit_bytes (at blank lines each unit's worker finds itself) gives the
+  same documents, in the same order, as the file in one unit; the document format the same sentences. Memory is
+  bounded: the tokenizer is called on about a megabyte at a time, and no document outgrows max_document_bytes, even
+  in a file with no blank line at all; a line longer than half a unit is refused, naming the file and offset."""
+  import random
+
+  rng = random.Random(0)
+  words = "the cat sat on a mat and it was warm . Café naïve über".split()
+  paragraphs = [
+    "\n".join(" ".join(rng.choices(words, k=rng.randint(1, 30))) for _ in range(rng.randint(1, 12))) for _ in range(400)
+  ]
+  (tmp_path / "big.txt").write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
+  calls = []
+  original = prepare.load_tokenizer
+
+  def spying_load(**args):
+    tokenizer = original(**args)
+    encode_batch = tokenizer.encode_batch
+    tokenizer.encode_batch = lambda texts: calls.append(sum(map(len, texts))) or encode_batch(texts)
+    return tokenizer
+
+  monkeypatch.setattr(prepare, "load_tokenizer", spying_load)
+  monkeypatch.setattr(prepare, "TOKENIZER_BATCH_BYTES", 4096)
+  size = (tmp_path / "big.txt").stat().st_size
+  for input_format in ("bert", "document"):
+    whole, parts = tmp_path / f"{input_format}_whole", tmp_path / f"{input_format}_parts"
+    config = dict(input_pattern=str(tmp_path / "big.txt"), input_format=input_format, max_document_bytes=3000)
+    one = prepare.prepare(data_config(**config, prepare_unit_bytes=1 << 30), tokenizer_args, str(whole), 1)
+    many = prepare.prepare(data_config(**config, prepare_unit_bytes=7001), tokenizer_args, str(parts), 2)
+    assert len(one["shards"]) == 1 and len(many["shards"]) == -(-size // 7001)
+    assert many["text_bytes"] == one["text_bytes"] == size
+    sentences_one, documents_one = _sentences_and_documents(whole)
+    sentences_many, documents_many = _sentences_and_documents(parts)
+    assert sentences_many == sentences_one and many["sentences"] == one["sentences"]
+    if input_format == "bert":  # Paragraphs are documents, all shorter than max_document_bytes: unchanged.
+      assert documents_many == documents_one and one["documents"] == len(paragraphs)
+  # In-process calls only (the two-worker runs spy nothing): a batch ends after 4096 bytes, with at most one more
+  # document, itself ended after max_document_bytes (3000) with at most one more paragraph.
+  assert calls and max(calls) < 4096 + 2 * 3000
+
+  # No blank line in 60 kB: documents are cut at max_document_bytes (at a line), units still split the file.
+  (tmp_path / "flat.txt").write_text("\n".join(paragraphs).replace("\n\n", "\n") + "\n", encoding="utf-8")
+  config = data_config(input_pattern=str(tmp_path / "flat.txt"), prepare_unit_bytes=20_000, max_document_bytes=2000)
+  manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "flat"), 1)
+  assert len(manifest["shards"]) > 1 and manifest["documents"] > 20
+  tokenizer = original(**tokenizer_args)
+  longest = max(len(tokenizer.decode(ids)) for ids, _ in _sentences_and_documents(tmp_path / "flat")[1])
+  assert longest < 2000 + 400  # max_document_bytes and one line (of at most 30 words), of a 60 kB file.
+
+  (tmp_path / "long_line.txt").write_text("word " * 3000, encoding="utf-8")
+  config = data_config(input_pattern=str(tmp_path / "long_line.txt"), prepare_unit_bytes=8192)
+  with pytest.raises(ValueError, match=r"long_line.txt has a line of more than 4096 bytes \(read from byte \d+\)"):
+    prepare.prepare(config, tokenizer_args, str(tmp_path / "long"), 1)

@@ -27,6 +27,19 @@ TEXT = [
   "E-mail: someone@example.com; URL: https://example.org/path?q=1&r=2#frag; C++/C# ~ `code` ^ | \\ .",
 ]
 
+# Where TensorFlow Text's own normaliser and byte-counted word limit differ from Google's tokenization.py; the
+# compiled WordPiece (encode_batch) must still give the reference's ids.
+COMPILED_EDGE_CASES = [
+  "Full-width Ａｂｃ ＡＢＣ， ligatures ﬁne ﬂow, ß straße, İstanbul, ΟΔΟΣ ΟΔΟΣ. ǅ Ⅻ… ½ ™",
+  "é" * 60 + " is 60 characters and 120 bytes; " + "é" * 101 + " is 101 characters.",
+  "x\u0300" * 60 + " counts its combining marks as characters (cased).",
+  "한" * 40 + " becomes 80 jamo uncased; " + "한국어" * 12 + " becomes 108.",
+  "日本語" * 40 + " are CJK words of one character each; " + "a" * 100 + "!" + "b" * 101,
+  "\u2028line\u2029para\u00a0nbsp\u3000ideographic \x1c\x1f\x85\x0b\x0c controls 😀 🇫🇷 a\u0301b\u0301",
+  "",
+  "   ",
+]
+
 
 def _write_vocab(path, lower_case: bool) -> None:
   """A small vocabulary from the text itself: whole words for some, characters and ## pieces for the rest."""
@@ -54,6 +67,21 @@ def test_wordpiece_ids_equal_transformers_bert_tokenizer(tmp_path, lower_case):
   assert ours.word_start[ours.encode("the")[0]] and not ours.word_start[ours.pieces.index("##s")]
 
 
+@pytest.mark.parametrize("lower_case", [True, False])
+def test_compiled_wordpiece_gives_the_reference_ids(tmp_path, lower_case):
+  """encode_batch (TensorFlow Text's FastBertTokenizer, with Google's text cleanup) == encode (wordpiece.py, the
+  reference), text by text, on the edge cases and on the edge cases of the compiled path."""
+  vocab = tmp_path / "vocab.txt"
+  _write_vocab(vocab, lower_case)
+  tokenizer = load_tokenizer("wordpiece", str(vocab), lower_case=lower_case)
+  texts = TEXT + COMPILED_EDGE_CASES
+  ids, lengths = tokenizer.encode_batch(texts)
+  assert ids.dtype == lengths.dtype == np.int64 and len(lengths) == len(texts)
+  for text, row in zip(texts, np.split(ids, np.cumsum(lengths)[:-1]), strict=True):
+    assert row.tolist() == tokenizer.encode(text), (text, [tokenizer.pieces[i] for i in row], tokenizer.tokenize(text))
+  assert tokenizer.encode_batch([])[1].shape == (0,)
+
+
 def test_wordpiece_uncased_strips_accents_and_splits_cjk(tmp_path):
   vocab = tmp_path / "vocab.txt"
   _write_vocab(vocab, True)
@@ -79,6 +107,9 @@ def test_sentencepiece_trains_with_bert_special_ids_and_round_trips(tmp_path):
   assert tokenizer.word_start[ids[0]]
   identity = tokenizer.identity()
   assert identity["kind"] == "sentencepiece" and len(identity["sha256"]) == 64
+  ids, lengths = tokenizer.encode_batch(TEXT)
+  assert ids.tolist() == [i for text in TEXT for i in tokenizer.encode(text)]
+  assert lengths.tolist() == [len(tokenizer.encode(text)) for text in TEXT]
 
 
 def test_a_vocabulary_without_bert_special_tokens_is_refused(tmp_path):

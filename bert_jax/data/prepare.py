@@ -2,10 +2,15 @@
 
 Inputs are text files by glob (local or `gs://`), either in BERT's format (one sentence per line, a blank line
 between documents) or one document per file (paragraphs split on blank lines, sentences by punctuation), or a
-TFDS text dataset (name, split, feature; one example per document). Each input file (or each of `num_shards`
-even slices of a TFDS split) becomes one output shard, written by a worker process, streamed line by line:
-memory stays bounded whatever the corpus size, and the output depends only on the input. A shard is written to
-a temporary name and renamed when whole, with its statistics beside it, so a re-run skips finished shards.
+TFDS text dataset (name, split, feature; one example per document). Work is split by bytes: each file is cut into
+units of `data.prepare_unit_bytes`, each unit starting at a blank line its worker finds near its offset
+(`unit_start`), so one large file is prepared by every core; each unit (or each of `num_shards` slices of a TFDS
+split) becomes one shard. A worker streams its unit line by line and tokenizes about a megabyte of sentences per
+call (`Tokenizer.encode_batch`: WordPiece compiled, through TensorFlow Text): memory stays bounded whatever the
+file size, because no document outgrows `data.max_document_bytes` (a longer one is cut at a line, a long book in
+the document format at a paragraph) and no line may exceed half a unit. The output depends only on the input and
+those two sizes. A shard is written to a temporary name and renamed when whole, with its statistics and input
+beside it, so a re-run skips finished shards.
 
 Each record is a `tf.train.Example` with `token_ids` (the document's tokens, flattened) and
 `sentence_lengths` (tokens per sentence). Undecodable bytes are replaced and counted; empty documents are
@@ -14,6 +19,7 @@ dropped and counted; the counts are in `manifest.json` with the tokenizer's iden
 
 import dataclasses
 import hashlib
+import io
 import json
 import multiprocessing
 import os
@@ -23,6 +29,7 @@ import time
 from collections.abc import Iterator
 
 import ml_collections
+import numpy as np
 import tensorflow as tf
 from absl import logging
 from etils import epath
@@ -34,6 +41,11 @@ MANIFEST = "manifest.json"
 SHARD_KEYS = ("file", "documents", "sentences", "tokens", "bytes", "records", "sha256")
 INPUT_FORMATS = ("bert", "document")
 # Sentence ends: ., ! or ? (with closing quotes/brackets), then whitespace and an upper-case letter, digit or quote.
+# Text tokenized per tokenizer call: large enough to amortise the call, small enough to bound a worker's memory.
+TOKENIZER_BATCH_BYTES = 1 << 20
+_LOG_EVERY_SECONDS = 10.0
+# Text per worker process when the count is not given (each imports TensorFlow: seconds before its first shard).
+WORKER_BYTES = 32 << 20
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
 
@@ -62,27 +74,90 @@ def _decode(line: bytes, stats: ShardStats) -> str:
     return text
 
 
-def _lines(path: str, stats: ShardStats) -> Iterator[str]:
-  with epath.Path(path).open("rb") as f:
-    for line in f:
+def _read_line(f, path: str, position: int, limit: int) -> bytes:
+  line = f.readline(limit + 1)
+  if len(line) > limit:
+    raise ValueError(
+      f"{path} has a line of more than {limit} bytes (read from byte {position}): not text with lines. A line may "
+      f"have at most half of data.prepare_unit_bytes={2 * limit} bytes."
+    )
+  return line
+
+
+def _is_blank(line: bytes) -> bool:
+  return not line.decode("utf-8", errors="replace").strip()
+
+
+def unit_start(f, path: str, size: int, offset: int, unit_bytes: int, max_document_bytes: int) -> int:
+  """Where the work unit that begins near byte `offset` of a file begins: at the first line starting at or after
+  `offset` that is blank (a document or paragraph boundary), or, with none in the next min(max_document_bytes,
+  unit_bytes / 2) bytes, at the first line starting after that. A function of the file alone: each worker finds
+  its unit's start and end (the next unit's start) itself, so units tile the file with nothing read twice. A line
+  has at most unit_bytes / 2 bytes, so a unit ends before the next one's offset plus that."""
+  if offset <= 0 or offset >= size:
+    return min(max(offset, 0), size)
+  limit, window = unit_bytes // 2, min(max_document_bytes, unit_bytes // 2)
+  f.seek(offset - 1)
+  position = offset
+  if f.read(1) != b"\n":  # Inside a line that started before `offset`: it belongs to the unit before.
+    position += len(_read_line(f, path, position, limit))
+  while position < size:
+    line = _read_line(f, path, position, limit)
+    if _is_blank(line) or position >= offset + window:
+      return position
+    position += len(line)
+  return size
+
+
+def _unit_lines(unit: dict, stats: ShardStats) -> Iterator[str]:
+  """The lines of a file's work unit (bytes [start, end), found by `unit_start`), read as a stream."""
+  path, unit_bytes, limit = unit["path"], unit["unit_bytes"], unit["unit_bytes"] // 2
+  # A buffered reader: line reads with a size limit, on local and gs:// files alike.
+  with epath.Path(path).open("rb") as raw, io.BufferedReader(raw, 1 << 20) as f:
+    size = f.seek(0, os.SEEK_END)
+    start, end = (
+      unit_start(f, path, size, index * unit_bytes, unit_bytes, unit["max_document_bytes"])
+      for index in (unit["index"], unit["index"] + 1)
+    )
+    f.seek(start)
+    position = start
+    while position < end:
+      line = _read_line(f, path, position, limit)
+      position += len(line)
       yield _decode(line, stats).rstrip("\r\n")
 
 
-def bert_format_documents(lines: Iterator[str]) -> Iterator[list[str]]:
-  """One sentence per line, blank lines between documents."""
-  document = []
+def _blocks(lines: Iterator[str], max_bytes: int) -> Iterator[list[str]]:
+  """Runs of non-blank lines (stripped), ended by blank lines (a run of them is one boundary) or after `max_bytes`."""
+  block, size = [], 0
   for line in lines:
     if line.strip():
-      document.append(line.strip())
-    elif document:  # A run of blank lines is one boundary.
-      yield document
-      document = []
-  if document:
-    yield document
+      block.append(line.strip())
+      size += len(line)
+      if size >= max_bytes:
+        yield block
+        block, size = [], 0
+    elif block:
+      yield block
+      block, size = [], 0
+  if block:
+    yield block
+
+
+def bert_format_documents(lines: Iterator[str], max_bytes: int) -> Iterator[list[str]]:
+  """One sentence per line, blank lines between documents; a document is cut after `max_bytes`."""
+  yield from _blocks(lines, max_bytes)
+
+
+def paragraph_documents(lines: Iterator[str], max_bytes: int) -> Iterator[list[str]]:
+  """Text in paragraphs (blank lines between them) -> sentences; consecutive paragraphs make one document, cut at
+  the first paragraph end after `max_bytes` (a file smaller than that is one document)."""
+  for paragraphs in _groups(_blocks(lines, max_bytes), max_bytes):
+    yield [sentence for paragraph in paragraphs for sentence in split_sentences(" ".join(paragraph))]
 
 
 def text_documents(texts: Iterator[str]) -> Iterator[list[str]]:
-  """Each text is one document: paragraphs on blank lines, then sentences."""
+  """Each text (held in memory: a TFDS example) is one document: paragraphs on blank lines, then sentences."""
   for text in texts:
     paragraphs = re.split(r"\n\s*\n", text)
     yield [sentence for paragraph in paragraphs for sentence in split_sentences(paragraph)]
@@ -90,9 +165,15 @@ def text_documents(texts: Iterator[str]) -> Iterator[list[str]]:
 
 def _documents(unit: dict, stats: ShardStats) -> Iterator[list[str]]:
   if unit["source"] == "files" and unit["input_format"] == "bert":
-    yield from bert_format_documents(_lines(unit["path"], stats))
+    yield from bert_format_documents(_unit_lines(unit, stats), unit["max_document_bytes"])
   elif unit["source"] == "files":
-    yield from text_documents(["\n".join(_lines(unit["path"], stats))])
+    documents = paragraph_documents(_unit_lines(unit, stats), unit["max_document_bytes"])
+    first = next(documents, None)
+    if first is None and unit["units_of_file"] == 1:
+      yield []  # A file without text is an empty document (counted, not written).
+    elif first is not None:
+      yield first
+      yield from documents
   else:
     import tensorflow_datasets as tfds
 
@@ -105,11 +186,23 @@ def _documents(unit: dict, stats: ShardStats) -> Iterator[list[str]]:
     yield from text_documents(texts())
 
 
-def _example(sentences: list[list[int]]) -> bytes:
-  flat = [token for sentence in sentences for token in sentence]
+def _groups(items: Iterator[list[str]], max_bytes: int) -> Iterator[list[list[str]]]:
+  """Consecutive items (lists of strings) in groups, each ended once its text reaches `max_bytes`."""
+  group, size = [], 0
+  for item in items:
+    group.append(item)
+    size += sum(map(len, item))
+    if size >= max_bytes:
+      yield group
+      group, size = [], 0
+  if group:
+    yield group
+
+
+def _example(token_ids: np.ndarray, sentence_lengths: np.ndarray) -> bytes:
   feature = {
-    "token_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=flat)),
-    "sentence_lengths": tf.train.Feature(int64_list=tf.train.Int64List(value=[len(s) for s in sentences])),
+    "token_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=token_ids.tolist())),
+    "sentence_lengths": tf.train.Feature(int64_list=tf.train.Int64List(value=sentence_lengths.tolist())),
   }
   # Deterministic: map fields in a fixed order, so a shard's bytes depend only on its input.
   return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
@@ -118,8 +211,11 @@ def _example(sentences: list[list[int]]) -> bytes:
 _tokenizer = None
 
 
-def _init_worker(tokenizer_args: dict) -> None:
+def _init_worker(tokenizer_args: dict, pooled: bool = False) -> None:
   global _tokenizer
+  if pooled:  # One worker per core: TensorFlow's ops in each run on one thread.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
   _tokenizer = load_tokenizer(**tokenizer_args)
 
 
@@ -149,33 +245,43 @@ def count_records(path: str) -> int:
   return count
 
 
+def _unit_input(unit: dict) -> dict:
+  """What a shard was made from (recorded beside it): a re-run keeps the shard only if this is unchanged."""
+  return json.loads(json.dumps({key: value for key, value in unit.items() if key != "output"}, default=str))
+
+
 def _write_shard(unit: dict) -> dict:
-  """Tokenizes one work unit into its shard; returns its statistics. Skips a shard already written."""
+  """Tokenizes one work unit into its shard; returns its statistics. Skips a shard already written from the same
+  input (file, unit and sizes; or TFDS slice)."""
   final, stats_path = unit["output"], unit["output"] + ".stats.json"
   if epath.Path(final).exists() and epath.Path(stats_path).exists():
     stats = json.loads(epath.Path(stats_path).read_text())
-    if "sha256" not in stats:  # Written by an older bert_jax: record what checks the shard now.
-      stats |= _file_integrity(final)
-      paths.write_text(stats_path, json.dumps(stats))
-    return stats | {"skipped": True}
+    if stats.get("input") == _unit_input(unit):
+      return stats | {"skipped": True}
   stats = ShardStats()
   with paths.staged_file(final) as temporary, tf.io.TFRecordWriter(temporary) as writer:
-    for document in _documents(unit, stats):
-      sentences = [ids for ids in (_tokenizer.encode(s) for s in document) if ids]
-      if not sentences:
-        stats.empty_documents += 1
-        continue
-      writer.write(_example(sentences))
-      stats.documents += 1
-      stats.sentences += len(sentences)
-      stats.tokens += sum(len(s) for s in sentences)
-  result = dataclasses.asdict(stats) | {"file": os.path.basename(final)} | _file_integrity(final)
+    for documents in _groups(_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
+      ids, lengths = _tokenizer.encode_batch([sentence for document in documents for sentence in document])
+      sentence_ends = np.cumsum([len(document) for document in documents])
+      token_ends = np.concatenate([[0], np.cumsum(lengths)])
+      for end, count in zip(sentence_ends, map(len, documents), strict=True):
+        document_lengths = lengths[end - count : end]
+        if not document_lengths.any():
+          stats.empty_documents += 1
+          continue
+        writer.write(_example(ids[token_ends[end - count] : token_ends[end]], document_lengths[document_lengths > 0]))
+        stats.documents += 1
+        stats.sentences += int(np.count_nonzero(document_lengths))
+        stats.tokens += int(document_lengths.sum())
+  result = dataclasses.asdict(stats) | {"file": os.path.basename(final), "input": _unit_input(unit)}
+  result |= _file_integrity(final)
   paths.write_text(stats_path, json.dumps(result))
   return result
 
 
 def work_units(data_config, output_dir: str) -> list[dict]:
-  """The shards to write: one per input file, or `num_shards` even slices of a TFDS split."""
+  """The shards to write: each input file cut into units of `data.prepare_unit_bytes` (at document or paragraph
+  boundaries, found by each unit's worker), or `num_shards` even slices of a TFDS split."""
   if data_config.tfds_name:
     import tensorflow_datasets as tfds
 
@@ -196,7 +302,24 @@ def work_units(data_config, output_dir: str) -> list[dict]:
     inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
     if not inputs:
       raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
-    units = [dict(source="files", path=p, input_format=data_config.input_format) for p in inputs]
+    unit_bytes = data_config.prepare_unit_bytes
+    units = []
+    for path in inputs:
+      size = epath.Path(path).stat().length
+      count = max(1, -(-size // unit_bytes))
+      units += [
+        dict(
+          source="files",
+          path=path,
+          file_bytes=size,
+          input_format=data_config.input_format,
+          index=index,
+          units_of_file=count,
+          unit_bytes=unit_bytes,
+          max_document_bytes=data_config.max_document_bytes,
+        )
+        for index in range(count)
+      ]
   for index, unit in enumerate(units):
     unit["output"] = os.path.join(output_dir, f"documents-{index:05d}-of-{len(units):05d}.tfrecord")
   return units
@@ -207,21 +330,27 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   tokenizer = load_tokenizer(**tokenizer_args)
   units = work_units(data_config, output_dir)
   epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
-  num_workers = min(num_workers or os.cpu_count() or 1, len(units))
+  if not num_workers:  # A core each, but no more than one per WORKER_BYTES of text: a worker takes seconds to start.
+    text_bytes = sum(unit["file_bytes"] for unit in units if unit.get("index") == 0)  # 0 for TFDS.
+    num_workers = min(os.cpu_count() or 1, max(1, round(text_bytes / WORKER_BYTES)) if text_bytes else len(units))
+  num_workers = min(num_workers, len(units))
   logging.info("Preparing %d shard(s) into %s with %d worker(s).", len(units), output_dir, num_workers)
   start, done, results = time.perf_counter(), 0, []
   if num_workers == 1:
     _init_worker(tokenizer_args)
     iterator = map(_write_shard, units)
   else:
-    pool = multiprocessing.get_context("spawn").Pool(num_workers, _init_worker, (tokenizer_args,))
+    pool = multiprocessing.get_context("spawn").Pool(num_workers, _init_worker, (tokenizer_args, True))
     iterator = pool.imap(_write_shard, units)
-  text_bytes = 0
+  text_bytes, logged = 0, 0.0
   for result in iterator:
     results.append(result)
     done += 1
     text_bytes += 0 if result.get("skipped") else result["text_bytes"]
     elapsed = time.perf_counter() - start
+    if done < len(units) and elapsed - logged < _LOG_EVERY_SECONDS:
+      continue
+    logged = elapsed
     logging.info(
       "shard %d/%d %s: %d documents, %d tokens | %.2f MB/s | ETA %.0f s",
       done,
@@ -244,10 +373,11 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   )
   paths.write_text(os.path.join(output_dir, MANIFEST), json.dumps(manifest, indent=1))
   logging.info(
-    "Prepared %d documents, %d sentences, %d tokens (%d empty documents dropped, %d bytes replaced).",
+    "Prepared %d documents, %d sentences, %d tokens in %.1f s (%d empty documents dropped, %d bytes replaced).",
     totals["documents"],
     totals["sentences"],
     totals["tokens"],
+    time.perf_counter() - start,
     totals["empty_documents"],
     totals["replaced_bytes"],
   )
