@@ -8,10 +8,17 @@ with BERT's decay mask, warmup and clipping), the same synthetic batches and the
 steps are jitted with the state donated. The reference computes MLM logits at every position (as its
 `FlaxBertForPreTraining` does) and the loss gathers the masked positions; bert_jax gathers first. Rounds
 alternate between the two so that machine noise hits both alike. Reports tokens/s, the ratio, and model
-FLOP/s (analytic count of the useful work, and XLA's own count of the compiled step).
+FLOP/s (analytic count of the useful work, and XLA's own count of the compiled step) beside the FLOP/s of a plain
+XLA matmul of the encoder's two shapes measured in the same run: how close each step gets to the matmul ceiling.
 """
 
+import collections
 import functools
+import glob
+import gzip
+import json
+import os
+import re
 import time
 
 import jax
@@ -35,6 +42,11 @@ _DTYPES = flags.DEFINE_list("dtypes", ["float32", "bfloat16"], "Compute dtypes, 
 _PEAK_TFLOPS = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s of the device for MFU (0: from flops.py).")
 _STEPS = flags.DEFINE_integer("steps", 3, "Timed steps per round.")
 _ROUNDS = flags.DEFINE_integer("rounds", 3, "Alternating rounds (the best round of each side counts).")
+_PROFILE = flags.DEFINE_string(
+  "profile_dir",
+  "",
+  "Also trace two steps of each contestant here (jax.profiler) and print where each step's time goes.",
+)
 
 
 def _hf_loss(outputs, batch):
@@ -45,6 +57,46 @@ def _hf_loss(outputs, batch):
     outputs.seq_relationship_logits.astype(jnp.float32), batch["next_sentence_labels"]
   )
   return jnp.sum(mlm * weights) / (jnp.sum(weights) + 1e-5) + jnp.mean(nsp)
+
+
+def _matmul_flops_per_second(m: int, k: int, n: int, dtype: str, repeats: int = 20) -> float:
+  """FLOP/s of one jitted XLA matmul [m, k] x [k, n] on the first device: the ceiling the model's own matmuls have."""
+  a, b = (jnp.ones(shape, dtype) for shape in ((m, k), (k, n)))
+  matmul = jax.jit(jnp.matmul)
+  jax.block_until_ready(matmul(a, b))
+  best = float("inf")
+  for _ in range(3):
+    start = time.perf_counter()
+    for _ in range(repeats):
+      out = matmul(a, b)
+    jax.block_until_ready(out)
+    best = min(best, (time.perf_counter() - start) / repeats)
+  return 2 * m * k * n / best
+
+
+def _profile(name: str, step, state, batches, dropout_key, directory: str) -> None:
+  """Traces two steps and prints the time per step of each part of the model: XLA's operations, by the JAX
+  operation (layer numbers merged) that each one's metadata names."""
+  hlo = step.lower(state, batches[0], dropout_key).compile().as_text()
+  op_names = dict(re.findall(r"^\s*(?:ROOT )?%?([\w.\-]+) = [^\n]*?op_name=\"([^\"]*)\"", hlo, re.M))
+  directory = os.path.join(directory, name.replace(" ", "_"))
+  with jax.profiler.trace(directory, create_perfetto_trace=True):
+    jax.block_until_ready(_time_round(step, state, batches, dropout_key, 2)[0])
+  (path,) = glob.glob(os.path.join(directory, "**", "*.trace.json.gz"), recursive=True)
+  trace = json.load(gzip.open(path))
+  parts, kinds = collections.Counter(), collections.defaultdict(collections.Counter)
+  for event in trace["traceEvents"] if isinstance(trace, dict) else trace:
+    if event.get("ph") != "X" or event["name"].startswith(("ThunkExecutor", "$", "Slinky", "PjitFunction")):
+      continue
+    part = re.sub(r"layer([_/])\d+", r"layer\1N", op_names.get(event["name"], "(no metadata)"))
+    part = re.sub(r"\(jvp\((\w+)\)\)", r"(\1)", re.sub(r"^jit\((wrapped|hf_train_step)\)/", "", part))
+    parts[part] += event.get("dur", 0) / 2e6
+    kinds[part][re.sub(r"[._]\d+$", "", event["name"])] += 1
+  total = sum(parts.values())
+  print(f"\n{name}: {total:.3f} s per step in XLA operations (trace in {directory})")
+  for part, seconds in parts.most_common(30):
+    kind = ", ".join(kinds[part])
+    print(f"  {seconds * 1000:7.1f} ms {100 * seconds / total:5.1f}%  {part[:100]}  [{kind[:40]}]")
 
 
 def _time_round(step, state, batches, dropout_key, steps):
@@ -123,12 +175,27 @@ def main(argv):
       print(f"round {round_index}: {name:22s} {seconds / _STEPS.value:.3f} s/step  loss {loss:.3f}", flush=True)
 
   tokens = batch * seq
+  # The encoder's two matmul shapes: the feed-forward layer (most of the FLOPs) and the attention projections.
+  hidden, intermediate = model_cfg.hidden_size, model_cfg.intermediate_size
+  matmuls = {
+    dtype: {
+      shape: _matmul_flops_per_second(tokens, *shape, dtype) for shape in ((hidden, intermediate), (hidden, hidden))
+    }
+    for dtype in _DTYPES.value
+  }
   print(
     f"\n{jax.devices()[0].device_kind} x1, {jax.__version__=}; {_PRESET.value}, batch {batch}, seq {seq}, "
     f"{predictions} predictions"
   )
+  for dtype, rates in matmuls.items():
+    print(
+      f"XLA {dtype} matmul, measured in this run: "
+      + ", ".join(f"[{tokens}x{k}]x[{k}x{n}] {rate / 1e9:.1f} GFLOP/s" for (k, n), rate in rates.items())
+    )
   for name in best:
     mfu = f"  MFU {100 * flops / best[name] / peak:5.1f}%" if peak else ""
+    ceiling = matmuls[name.split()[-1]][(hidden, intermediate)]
+    mfu += f"  {100 * flops / best[name] / ceiling:5.1f}% of the feed-forward matmul's FLOP/s"
     print(
       f"{name:22s} {tokens / best[name]:10,.0f} tokens/s  {best[name]:.3f} s/step  "
       f"model {flops / best[name] / 1e9:8.1f} GFLOP/s{mfu}  XLA-counted {compiled[name]['xla_flops'] / 1e9:8.1f} "
@@ -138,6 +205,9 @@ def main(argv):
   for dtype in _DTYPES.value:
     ratio = best[f"transformers {dtype}"] / best[f"bert_jax {dtype}"]
     print(f"speedup bert_jax / transformers, {dtype}: {ratio:.3f}x")
+  if _PROFILE.value:
+    for name, (step, _, _) in contestants.items():
+      _profile(name, step, compiled[name]["state"], batches, dropout_key, _PROFILE.value)
 
 
 if __name__ == "__main__":
