@@ -114,6 +114,8 @@ RANGES = (
   ("data.max_document_bytes", run.Range(1024)),
   ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
   ("eval_every_steps", run.AT_LEAST_ONE),
+  ("profile.start_step", run.NON_NEGATIVE, "0: no profile."),
+  ("profile.num_steps", run.AT_LEAST_ONE),
   ("eval_steps", run.NON_NEGATIVE, "0 disables evaluation."),
 )
 

@@ -132,3 +132,46 @@ class Progress:
       eta % 60,
     )
     return speed
+
+
+class ProfileWindow:
+  """A `jax.profiler` trace of steps [start_step, start_step + num_steps) into `<workdir>/tensorboard` (process 0
+  only), where TensorBoard's profile plugin finds it (`plugins/profile/<time>/`). `start_step` 0: no trace. A run
+  that resumes past `start_step` traces nothing. A remote workdir (gs://) gets the trace through a local directory,
+  copied when the trace ends."""
+
+  def __init__(self, workdir: str, start_step: int, num_steps: int):
+    self._start, self._end = start_step, start_step + num_steps - 1
+    self._enabled = start_step > 0 and jax.process_index() == 0
+    self._target = f"{workdir}/tensorboard"
+    self._local, self._tracing = None, False
+
+  def before(self, step: int) -> None:
+    """Before running `step`: starts the trace at `start_step`."""
+    if not self._enabled or step != self._start:
+      return
+    if not paths.is_local(self._target):
+      self._local = tempfile.TemporaryDirectory()
+    jax.profiler.start_trace(self._local.name if self._local else self._target)
+    self._tracing = True
+
+  def after(self, step: int, outputs) -> float:
+    """After dispatching `step` (its `outputs`): ends the trace after the last step of the window, once the step has
+    run. Returns the seconds that took (to leave out of the speed)."""
+    if not self._tracing or step < self._end:
+      return 0.0
+    start = time.perf_counter()
+    jax.block_until_ready(outputs)
+    self.close()
+    logging.info("Profile of steps %d-%d written to %s (TensorBoard's Profile tab).", self._start, step, self._target)
+    return time.perf_counter() - start
+
+  def close(self) -> None:
+    """Ends a trace still running (a run stopped inside the window)."""
+    if not self._tracing:
+      return
+    jax.profiler.stop_trace()
+    self._tracing = False
+    if self._local:
+      paths.copy_tree(self._local.name, self._target)
+      self._local.cleanup()

@@ -107,6 +107,7 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
   stop = StopRequest()
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
+  profile = progress.ProfileWindow(workdir, config.profile.start_step, config.profile.num_steps)
   saving = None  # The step of the newest save started.
   try:
     seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
@@ -140,7 +141,11 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
     ticker, sums, steps_in_sums = None, None, 0
     monitor = guard.Monitor(config)
     for step in range(int(state.step) + 1, last_step + 1):
+      profile.before(step)
       state, metrics = run.train_step(state, _device_batch(source, config, model_cfg, run.mesh), dropout_key)
+      profiled = profile.after(step, metrics)
+      if ticker:
+        ticker.exclude(profiled)
       monitor.observe(step, metrics)
       checkpoint.check_saves(manager, saving)
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
@@ -200,6 +205,7 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
   else:
     checkpoint.finish(manager, saving)
   finally:
+    profile.close()
     train_writer.close()
     eval_writer.close()
     stop.close()

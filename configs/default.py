@@ -245,6 +245,12 @@ def get_config() -> ml_collections.ConfigDict:
   # kind (TPU v4/v5e/v5p/v6e, H100, A100; table in bert_jax/flops.py and the README); unknown kinds log no MFU.
   config.peak_tflops_per_device = 0.0
 
+  config.profile = ml_collections.ConfigDict()
+  # A jax.profiler trace of steps [start_step, start_step + num_steps) into <workdir>/tensorboard on process 0,
+  # for TensorBoard's Profile tab; 0: no trace. Start after the first (compiling) step.
+  config.profile.start_step = 0
+  config.profile.num_steps = 3
+
   # Multi-host: `jax.distributed.initialize`. On TPU VMs leave these empty: JAX finds the slice itself.
   # Elsewhere give the coordinator (host:port of process 0) and, unless the cluster (SLURM, ...) tells JAX,
   # the process count and this process's id. JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID in

@@ -64,6 +64,8 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
   second = subprocess.Popen(_command(whole), cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
   interrupted = f"{gcs_bucket}/interrupted"
   command = _command(interrupted) + [
+    "--config.profile.start_step=3",  # A trace of steps 3-4, in the first launch only.
+    "--config.profile.num_steps=2",
     "--config.data.embedded_corpus=",
     f"--config.tokenizer.path={whole / 'tokenizer' / 'spm.model'}",
     f"--config.data.prepared_dir={whole / 'prepared'}",
@@ -91,6 +93,7 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
   return dict(
     whole=whole,
     log=log,
+    interrupted_log="".join(lines),
     interrupted=interrupted,
     stopped_step=stopped_step,
     checkpoints=checkpoints,
@@ -160,6 +163,21 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
   interrupted = epath.Path(runs["interrupted"])
   assert list((interrupted / "tensorboard" / "train").iterdir())  # Event files reach gs:// too.
   jax.tree.map(np.testing.assert_array_equal, _final_params(interrupted, 40), _final_params(runs["whole"], 40))
+
+
+def test_a_profile_of_the_asked_steps_lands_in_the_tensorboard_directory_on_gcs(runs):
+  """--config.profile.start_step/num_steps: one jax.profiler trace (XSpace, what TensorBoard's Profile tab reads)
+  under <workdir>/tensorboard/plugins/profile/, copied to gs:// from a local directory; it holds the train step's
+  XLA operations. The resumed launch, past step 3, traces nothing."""
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+  traces = list((epath.Path(runs["interrupted"]) / "tensorboard" / "plugins" / "profile").glob("*/*.xplane.pb"))
+  assert len(traces) == 1, traces
+  space = xplane_pb2.XSpace.FromString(traces[0].read_bytes())
+  names = {event.name for plane in space.planes for event in plane.event_metadata.values()}
+  assert any(name.startswith("PjitFunction") for name in names) and any("fusion" in name for name in names), names
+  assert "Profile of steps 3-4 written to " in runs["interrupted_log"]
+  assert "Profile of steps" not in runs["resumed"].stderr
 
 
 def test_a_run_on_gcs_exports_a_bundle_and_hugging_face_files_to_gcs_that_load_back(runs, gcs_bucket):
