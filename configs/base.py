@@ -9,6 +9,11 @@ then pretrain on every worker:
     python -m bert_jax.main --config=configs/base.py --workdir=gs://BUCKET/bert-base \\
         --config.tokenizer.path=gs://BUCKET/vocab/uncased_vocab.txt --config.data.prepared_dir=gs://BUCKET/wiki_uncased
 
+Preparation downloads and builds the TFDS dataset once, in its own process, before the workers read their slices;
+a TFDS data directory built elsewhere (e.g. on gs://) is read where it is with
+`--config.data.tfds_data_dir=gs://BUCKET/tensorflow_datasets` (TFDS reads gs:// through TensorFlow's file system,
+so the machine needs Google Cloud credentials).
+
 Your own text instead: `--config.data.input_pattern='gs://BUCKET/text/*.txt'` (BERT format: a sentence per line,
 a blank line between documents; or `--config.data.input_format=document` for one document per file).
 """

@@ -100,10 +100,16 @@ def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args,
   assert manifest["sentences"] == 5
 
 
-def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, data_config):
+def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, data_config, monkeypatch):
+  """A TFDS source is built once, before the workers, which only read (download=False)."""
   config = data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text", num_shards=3)
+  built, loads = [], []
   with tfds.testing.mock_data(num_examples=9):
+    load = tfds.load
+    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, **kw: built.append(self.name))
+    monkeypatch.setattr(tfds, "load", lambda *args, **kwargs: loads.append(kwargs["download"]) or load(*args, **kwargs))
     manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
+  assert built == ["imdb_reviews"] and loads == [False, False, False]
   assert len(manifest["shards"]) == 3
   # The mock serves num_examples to every load, whatever the slice: 3 slices, 9 documents each.
   assert manifest["documents"] + manifest["empty_documents"] == 3 * 9

@@ -177,7 +177,8 @@ def _documents(unit: dict, stats: ShardStats) -> Iterator[list[str]]:
   else:
     import tensorflow_datasets as tfds
 
-    dataset = tfds.load(unit["name"], split=unit["split"], data_dir=unit["data_dir"] or None)
+    # Built once, by `prepare`, before any worker started: a worker only reads.
+    dataset = tfds.load(unit["name"], split=unit["split"], data_dir=unit["data_dir"] or None, download=False)
 
     def texts():
       for example in tfds.as_numpy(dataset):
@@ -279,6 +280,17 @@ def _write_shard(unit: dict) -> dict:
   return result
 
 
+def prepare_tfds(name: str, data_dir: str) -> None:
+  """Downloads and builds a TFDS dataset once, in this process, before the workers read their slices of it (each
+  would otherwise download and build it at the same time). Nothing is done when `data_dir` already holds it: a
+  directory on gs:// built elsewhere is read where it is."""
+  import tensorflow_datasets as tfds
+
+  builder = tfds.builder(name, data_dir=data_dir or None)
+  logging.info("TFDS %s in %s: downloading and building it if needed (once).", name, builder.data_dir)
+  builder.download_and_prepare()
+
+
 def work_units(data_config, output_dir: str) -> list[dict]:
   """The shards to write: each input file cut into units of `data.prepare_unit_bytes` (at document or paragraph
   boundaries, found by each unit's worker), or `num_shards` even slices of a TFDS split."""
@@ -330,6 +342,8 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   tokenizer = load_tokenizer(**tokenizer_args)
   units = work_units(data_config, output_dir)
   epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
+  if data_config.tfds_name:
+    prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir)
   if not num_workers:  # A core each, but no more than one per WORKER_BYTES of text: a worker takes seconds to start.
     text_bytes = sum(unit["file_bytes"] for unit in units if unit.get("index") == 0)  # 0 for TFDS.
     num_workers = min(os.cpu_count() or 1, max(1, round(text_bytes / WORKER_BYTES)) if text_bytes else len(units))
