@@ -39,7 +39,8 @@ def main(argv):
   seconds = time.perf_counter() - start
   print(
     f"prepare: {text_mb:.1f} MB of text, {manifest['documents']} documents, {manifest['tokens']:,} tokens in "
-    f"{seconds:.1f} s = {text_mb / seconds:.2f} MB/s with {os.cpu_count()} cores ({_KIND.value})",
+    f"{seconds:.1f} s = {text_mb / seconds:.2f} MB/s on a {os.cpu_count()}-core machine, worker count chosen by "
+    f"prepare (see benchmarks/prepare.py for its speed) ({_KIND.value})",
     flush=True,
   )
 
