@@ -112,6 +112,8 @@ RANGES = (
   ("data.num_shards", run.AT_LEAST_ONE),
   ("data.prepare_unit_bytes", run.Range(1024)),
   ("data.max_document_bytes", run.Range(1024)),
+  ("data.eval_fraction", run.Range(0, 0.5, high_open=False)),
+  ("data.eval_min_documents", run.NON_NEGATIVE),
   ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
   ("eval_every_steps", run.AT_LEAST_ONE),
   ("profile.start_step", run.NON_NEGATIVE, "0: no profile."),

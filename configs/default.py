@@ -61,7 +61,8 @@ def get_config() -> ml_collections.ConfigDict:
   # The prepared corpus (manifest.json + shards), local or gs://; --mode=prepare writes it.
   # Empty with data.embedded_corpus: <workdir>/prepared.
   config.data.prepared_dir = ""
-  # A prepared held-out corpus for evaluation; empty: a fixed sample (another seed) of the training corpus.
+  # A prepared corpus for evaluation; empty: the evaluation split that preparation set aside (below), or, for a
+  # corpus prepared without one, a fixed sample (another seed) of the training corpus.
   config.data.eval_prepared_dir = ""
   # Text that ships with Python, prepared on the fly when missing ("python_docs"); empty for real runs.
   config.data.embedded_corpus = ""
@@ -81,6 +82,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.prepare_unit_bytes = 32 << 20
   # A longer document is cut (at a line; a book in the document format at a paragraph): bounds a worker's memory.
   config.data.max_document_bytes = 4 << 20
+  # Preparation sets this fraction of documents aside for evaluation (chosen by a hash of their tokens), ...
+  config.data.eval_fraction = 0.01
+  # ... and at least this many (the documents with the lowest hashes), but never more than a tenth of the corpus.
+  config.data.eval_min_documents = 16
   # Fraction of tokens selected for masked-LM prediction.
   config.data.masked_lm_prob = 0.15
   # Probability of a shorter target length for a document's instances (BERT: 0.1).

@@ -376,3 +376,48 @@ def test_packed_rows_hold_the_same_instances_within_limits_and_resume_exactly(co
   expected = {name: value[40:56] for name, value in rows.items()}
   for resumed in (restored, replayed):
     _assert_same([_concat([next(resumed), next(resumed)])], [expected])
+
+
+def test_evaluation_reads_only_the_held_out_documents_and_training_never_sees_them(tmp_path, data_config):
+  """Preparation sets documents aside by a hash of their tokens (data.eval_fraction, at least
+  data.eval_min_documents); the training stream, partners for random next sentences included, never holds one, and
+  evaluation reads only those."""
+  from bert_jax.data.corpus import Corpus
+  from bert_jax.model_config import BertConfig
+  from configs import tiny
+
+  marks = [f"d{i}" for i in range(60)]
+  words = [f"w{i}" for i in range(40)]
+  (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *marks, *words]) + "\n")
+  rng = np.random.default_rng(0)
+  documents = [  # Every sentence of document i carries its mark d<i>.
+    "\n".join(f"{mark} " + " ".join(rng.choice(words, rng.integers(3, 8))) for _ in range(rng.integers(4, 10)))
+    for mark in marks
+  ]
+  (tmp_path / "corpus.txt").write_text("\n\n".join(documents) + "\n")
+  inputs = data_config(input_pattern=str(tmp_path / "corpus.txt"), eval_fraction=0.05, eval_min_documents=8)
+  manifest = prepare.prepare(inputs, dict(kind="wordpiece", path=str(tmp_path / "vocab.txt")), str(tmp_path / "p"))
+  assert manifest["documents"] + manifest["eval_documents"] == 60 and manifest["eval_documents"] >= 6  # 60 // 10.
+
+  config = tiny.get_config()
+  config.tokenizer.update(kind="wordpiece", path=str(tmp_path / "vocab.txt"))
+  config.data.update(embedded_corpus="", prepared_dir=str(tmp_path / "p"), max_seq_length=32)
+  config.data.update(max_predictions_per_seq=5, shuffle_buffer=50, num_readers=1)
+  config.update(batch_size=8)
+  data = Corpus(config, str(tmp_path / "run"), BertConfig(vocab_size=105, max_position_embeddings=32))
+
+  def marks_seen(source, batches):
+    seen = set()
+    for _ in range(batches):
+      batch = next(source)
+      tokens = batch["input_ids"].copy()
+      rows = np.arange(len(tokens))[:, None].repeat(batch["masked_lm_positions"].shape[1], 1)
+      weighted = batch["masked_lm_weights"] > 0
+      tokens[rows[weighted], batch["masked_lm_positions"][weighted]] = batch["masked_lm_ids"][weighted]
+      seen |= {int(t) - 5 for t in tokens.ravel() if 5 <= t < 65}  # Mark d<i> has id 5 + i.
+    return seen
+
+  evaluation = marks_seen(data.source(0, evaluation=True), 20)
+  training = marks_seen(data.source(0), 80)  # About 3 epochs of the training documents.
+  assert len(evaluation) == manifest["eval_documents"]
+  assert len(training) == manifest["documents"] and not training & evaluation

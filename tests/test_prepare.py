@@ -112,7 +112,7 @@ def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, d
   assert built == ["imdb_reviews"] and loads == [False, False, False]
   assert len(manifest["shards"]) == 3
   # The mock serves num_examples to every load, whatever the slice: 3 slices, 9 documents each.
-  assert manifest["documents"] + manifest["empty_documents"] == 3 * 9
+  assert manifest["documents"] + manifest["eval_documents"] + manifest["empty_documents"] == 3 * 9
 
 
 def test_bad_inputs_are_named(tmp_path, tokenizer_args, data_config):
@@ -234,6 +234,7 @@ def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothin
   for input_format in ("bert", "document"):
     whole, parts = tmp_path / f"{input_format}_whole", tmp_path / f"{input_format}_parts"
     config = dict(input_pattern=str(tmp_path / "big.txt"), input_format=input_format, max_document_bytes=3000)
+    config.update(eval_fraction=0.0, eval_min_documents=0)  # Every document in the training shards.
     one = prepare.prepare(data_config(**config, prepare_unit_bytes=1 << 30), tokenizer_args, str(whole), 1)
     many = prepare.prepare(data_config(**config, prepare_unit_bytes=7001), tokenizer_args, str(parts), 2)
     assert len(one["shards"]) == 1 and len(many["shards"]) == -(-size // 7001)

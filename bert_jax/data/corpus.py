@@ -3,6 +3,7 @@ the batch sources made from them for training and evaluation: the tf.data pipeli
 (`sources.pipeline_source`), or the synthetic source."""
 
 import jax
+from absl import logging
 
 from bert_jax.data import prepare, sources
 from bert_jax.data.synthetic import SyntheticSource
@@ -25,14 +26,22 @@ class Corpus:
     if self.tokenizer.vocab_size > model.vocab_size:
       raise ValueError(f"The tokenizer has {self.tokenizer.vocab_size} ids but model.vocab_size={model.vocab_size}.")
     self.identity = self.tokenizer.identity()
-    self._train = dict(prepared_dir=prepared_dir, manifest=prepare.read_manifest(prepared_dir, self.tokenizer))
+    manifest = prepare.read_manifest(prepared_dir, self.tokenizer)
+    self._train = dict(prepared_dir=prepared_dir, manifest=manifest)
     eval_dir = config.data.eval_prepared_dir
-    self._eval = (
-      self._train
-      if not eval_dir
-      else dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
-    )
-    for corpus in (self._train, self._eval) if eval_dir else (self._train,):
+    if eval_dir:
+      self._eval = dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
+    elif manifest.get("eval_documents", 0) >= 2:  # The split preparation set aside (two: a document and a partner).
+      self._eval = dict(prepared_dir=prepared_dir, manifest=dict(manifest, shards=manifest["eval_shards"]))
+    else:
+      logging.warning(
+        "%s has no evaluation split of at least 2 documents (%d): evaluation reads a sample of the training "
+        "documents. Prepare it again (data.eval_fraction, data.eval_min_documents) or set data.eval_prepared_dir.",
+        prepared_dir,
+        manifest.get("eval_documents", 0),
+      )
+      self._eval = self._train
+    for corpus in (self._train, self._eval) if self._eval is not self._train else (self._train,):
       prepare.check_shards(corpus["prepared_dir"], corpus["manifest"], config.data.verify_shard_hashes)
 
   def source(

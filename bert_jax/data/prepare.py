@@ -19,6 +19,7 @@ dropped and counted; the counts are in `manifest.json` with the tokenizer's iden
 
 import dataclasses
 import hashlib
+import heapq
 import io
 import json
 import multiprocessing
@@ -251,16 +252,60 @@ def _unit_input(unit: dict) -> dict:
   return json.loads(json.dumps({key: value for key, value in unit.items() if key != "output"}, default=str))
 
 
+def document_place(token_ids: np.ndarray) -> float:
+  """A document's place in [0, 1), from its tokens alone: the evaluation split holds the documents whose place is
+  below a threshold (`data.eval_fraction`), wherever and however the corpus is cut into units."""
+  digest = hashlib.sha256(np.asarray(token_ids, "<i8").tobytes()).digest()
+  return int.from_bytes(digest[:8], "little") / 2**64
+
+
+class _Split:
+  """One shard being written: its writer and counts; the training shard also keeps the lowest places of its
+  documents (the candidates for the evaluation split's minimum)."""
+
+  def __init__(self, writer, candidates: int = 0):
+    self.writer, self.documents, self.sentences, self.tokens = writer, 0, 0, 0
+    self._candidates, self._lowest = candidates, []  # A max-heap (negated) of the lowest places.
+
+  def write(self, token_ids: np.ndarray, sentence_lengths: np.ndarray, place: float) -> None:
+    self.writer.write(_example(token_ids, sentence_lengths))
+    self.documents += 1
+    self.sentences += len(sentence_lengths)
+    self.tokens += len(token_ids)
+    if self._candidates:
+      heapq.heappush(self._lowest, -place)
+      if len(self._lowest) > self._candidates:
+        heapq.heappop(self._lowest)
+
+  def counts(self) -> dict:
+    return dict(documents=self.documents, sentences=self.sentences, tokens=self.tokens)
+
+  def lowest(self) -> list[float]:
+    return sorted(-place for place in self._lowest)
+
+
+def _eval_output(unit: dict) -> str:
+  directory, name = os.path.split(unit["output"])
+  return os.path.join(directory, "eval-" + name)
+
+
 def _write_shard(unit: dict) -> dict:
-  """Tokenizes one work unit into its shard; returns its statistics. Skips a shard already written from the same
-  input (file, unit and sizes; or TFDS slice)."""
-  final, stats_path = unit["output"], unit["output"] + ".stats.json"
-  if epath.Path(final).exists() and epath.Path(stats_path).exists():
+  """Tokenizes one work unit into its training shard and its evaluation shard (the documents whose place is below
+  `eval_fraction`); returns their statistics. Skips shards already written from the same input (file, unit, sizes
+  and fraction; or TFDS slice)."""
+  final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", _eval_output(unit)
+  if all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
     stats = json.loads(epath.Path(stats_path).read_text())
     if stats.get("input") == _unit_input(unit):
       return stats | {"skipped": True}
   stats = ShardStats()
-  with paths.staged_file(final) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+  with (
+    paths.staged_file(final) as temporary,
+    tf.io.TFRecordWriter(temporary) as writer,
+    paths.staged_file(eval_final) as eval_temporary,
+    tf.io.TFRecordWriter(eval_temporary) as eval_writer,
+  ):
+    train, held_out = _Split(writer, unit["eval_min_documents"]), _Split(eval_writer)
     for documents in _groups(_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
       ids, lengths = _tokenizer.encode_batch([sentence for document in documents for sentence in document])
       sentence_ends = np.cumsum([len(document) for document in documents])
@@ -270,14 +315,61 @@ def _write_shard(unit: dict) -> dict:
         if not document_lengths.any():
           stats.empty_documents += 1
           continue
-        writer.write(_example(ids[token_ends[end - count] : token_ends[end]], document_lengths[document_lengths > 0]))
-        stats.documents += 1
-        stats.sentences += int(np.count_nonzero(document_lengths))
-        stats.tokens += int(document_lengths.sum())
-  result = dataclasses.asdict(stats) | {"file": os.path.basename(final), "input": _unit_input(unit)}
-  result |= _file_integrity(final)
+        token_ids = ids[token_ends[end - count] : token_ends[end]]
+        place = document_place(token_ids)
+        split = held_out if place < unit["eval_fraction"] else train
+        split.write(token_ids, document_lengths[document_lengths > 0], place)
+  result = dataclasses.asdict(stats) | train.counts() | {"file": os.path.basename(final), "input": _unit_input(unit)}
+  result |= _file_integrity(final) | {"lowest_places": train.lowest()}
+  result["eval"] = held_out.counts() | {"file": os.path.basename(eval_final)} | _file_integrity(eval_final)
   paths.write_text(stats_path, json.dumps(result))
   return result
+
+
+def _move_to_eval(result: dict, output_dir: str, threshold: float) -> None:
+  """Moves the documents of a written training shard whose place is at most `threshold` to its evaluation shard
+  (both rewritten whole, each through a temporary name); updates `result` and its statistics file."""
+  train_path, eval_path = (os.path.join(output_dir, part["file"]) for part in (result, result["eval"]))
+  kept, moved = [], []
+  for record in tf.data.TFRecordDataset(train_path).as_numpy_iterator():
+    features = tf.train.Example.FromString(record).features.feature
+    token_ids = np.array(features["token_ids"].int64_list.value, np.int64)
+    lengths = np.array(features["sentence_lengths"].int64_list.value, np.int64)
+    (moved if document_place(token_ids) <= threshold else kept).append((token_ids, lengths))
+  held = [
+    (np.array(f["token_ids"].int64_list.value, np.int64), np.array(f["sentence_lengths"].int64_list.value, np.int64))
+    for f in (
+      tf.train.Example.FromString(r).features.feature for r in tf.data.TFRecordDataset(eval_path).as_numpy_iterator()
+    )
+  ]
+  for path, part, documents in ((train_path, result, kept), (eval_path, result["eval"], held + moved)):
+    with paths.staged_file(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+      for token_ids, lengths in documents:
+        writer.write(_example(token_ids, lengths))
+    part.update(
+      documents=len(documents),
+      sentences=sum(len(lengths) for _, lengths in documents),
+      tokens=sum(len(token_ids) for token_ids, _ in documents),
+    )
+    part.update(_file_integrity(path))
+  result["lowest_places"] = [place for place in result["lowest_places"] if place > threshold]
+  stats = {key: value for key, value in result.items() if key != "skipped"}
+  paths.write_text(os.path.join(output_dir, result["file"] + ".stats.json"), json.dumps(stats))
+
+
+def _hold_out_minimum(results: list[dict], output_dir: str, minimum: int) -> None:
+  """The evaluation split holds at least `minimum` documents but never more than a tenth of the corpus: when the
+  places below the fraction gave fewer, the training documents with the lowest places join it."""
+  held = sum(r["eval"]["documents"] for r in results)
+  total = held + sum(r["documents"] for r in results)
+  need = min(minimum, total // 10) - held
+  if need <= 0:
+    return
+  threshold = sorted(place for r in results for place in r["lowest_places"])[need - 1]
+  logging.info("Holding out %d more document(s) for evaluation (data.eval_min_documents=%d).", need, minimum)
+  for result in results:
+    if result["lowest_places"] and result["lowest_places"][0] <= threshold:
+      _move_to_eval(result, output_dir, threshold)
 
 
 def prepare_tfds(name: str, data_dir: str) -> None:
@@ -333,6 +425,7 @@ def work_units(data_config, output_dir: str) -> list[dict]:
         for index in range(count)
       ]
   for index, unit in enumerate(units):
+    unit.update(eval_fraction=data_config.eval_fraction, eval_min_documents=data_config.eval_min_documents)
     unit["output"] = os.path.join(output_dir, f"documents-{index:05d}-of-{len(units):05d}.tfrecord")
   return units
 
@@ -378,19 +471,30 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   if num_workers > 1:
     pool.close()
     pool.join()
+  _hold_out_minimum(results, output_dir, data_config.eval_min_documents)
   totals = {key: sum(r[key] for r in results) for key in dataclasses.asdict(ShardStats())}
+  held_out = [r["eval"] for r in results if r["eval"]["documents"]]
   manifest = dict(
     tokenizer=tokenizer.identity(),
     vocab_size=tokenizer.vocab_size,
     **totals,
     shards=[{k: r[k] for k in SHARD_KEYS} for r in results],
+    # The evaluation split: documents no training shard holds (see `document_place`); empty shards not listed.
+    eval_fraction=data_config.eval_fraction,
+    eval_min_documents=data_config.eval_min_documents,
+    eval_documents=sum(part["documents"] for part in held_out),
+    eval_tokens=sum(part["tokens"] for part in held_out),
+    eval_shards=[{k: part[k] for k in SHARD_KEYS} for part in held_out],
   )
   paths.write_text(os.path.join(output_dir, MANIFEST), json.dumps(manifest, indent=1))
   logging.info(
-    "Prepared %d documents, %d sentences, %d tokens in %.1f s (%d empty documents dropped, %d bytes replaced).",
+    "Prepared %d documents, %d sentences, %d tokens and %d held-out documents (%d tokens) for evaluation in %.1f s "
+    "(%d empty documents dropped, %d bytes replaced).",
     totals["documents"],
     totals["sentences"],
     totals["tokens"],
+    manifest["eval_documents"],
+    manifest["eval_tokens"],
     time.perf_counter() - start,
     totals["empty_documents"],
     totals["replaced_bytes"],

@@ -148,9 +148,13 @@ def _find_corrupt(files: list[str]) -> str:
   return f"(one of {files})"
 
 
-_NOT_THE_STREAM = (
+_NOT_THE_STREAM = (  # The manifest says what preparation made; its own settings do not define the stream.
   "prepared_dir",
   "eval_prepared_dir",
+  "prepare_unit_bytes",
+  "max_document_bytes",
+  "eval_fraction",
+  "eval_min_documents",
   "input_pattern",
   "tfds_data_dir",
   "verify_shard_hashes",
