@@ -76,7 +76,8 @@ def summarize(metric_sums: dict, num_steps: int) -> dict:
 
 
 class Progress:
-  """Console lines: step, loss, the metrics named in `shown`, the rows' fill (and instances per row when `packed`),
+  """Console lines: step, loss, the metrics named in `shown` (beside each, in brackets, its value in `baseline`:
+  the unigram model's, see `prepare.unigram_baseline`), the rows' fill (and instances per row when `packed`),
   tokens/s, model FLOPs utilisation and ETA, measured since the previous line. Tokens/s and MFU count real tokens
   only: a step's tokens and model FLOPs are scaled by the fill of its rows (`row_fill` in the summary), so padding
   earns nothing. MFU needs the model FLOPs of a full step and the peak FLOP/s of all devices (see flops.py)."""
@@ -90,8 +91,9 @@ class Progress:
     peak_flops: float | None = None,
     shown: tuple[str, ...] = ("mlm_loss", "mlm_accuracy", "nsp_accuracy"),
     packed: bool = False,
+    baseline: dict | None = None,
   ):
-    self._shown, self._packed = shown, packed
+    self._shown, self._packed, self._baseline = shown, packed, baseline or {}
     self._total, self._tokens_per_step = total_steps, tokens_per_step
     self._flops_per_step, self._peak_flops = flops_per_step, peak_flops
     self._last_step, self._last_time = first_step, time.perf_counter()
@@ -112,7 +114,11 @@ class Progress:
       speed["mfu"] = fill * self._flops_per_step / seconds_per_step / self._peak_flops
       mfu = f" | MFU {100 * speed['mfu']:.1f}%"
     eta = int(seconds_per_step * (self._total - step))
-    metrics = "".join(f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}" for name in self._shown)
+    metrics = "".join(
+      f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}"
+      + (f" (unigram {self._baseline[name]:.4f})" if name in self._baseline else "")
+      for name in self._shown
+    )
     if summary.get("skipped_steps"):
       metrics += f" | skipped {summary['skipped_steps']:.0f}"
     if "row_fill" in summary:

@@ -136,6 +136,14 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
     elif schedule_end_step(config) > last_step:
       logging.info("Stopping at step %d of a schedule that ends at %d.", last_step, schedule_end_step(config))
 
+    if data.unigram:
+      logging.info(
+        "Unigram baseline (the training documents' token frequencies, predicted at every masked position of the "
+        "held-out documents): MLM loss %.4f, MLM accuracy %.4f. The model has learned more than frequencies where "
+        "its MLM loss is below and its accuracy above these.",
+        data.unigram["mlm_loss"],
+        data.unigram["mlm_accuracy"],
+      )
     history = resume.history(manager if resumed else None, first_step, init_source)
     tokenizer_item = checkpoint.tokenizer_item(data.tokenizer) if data.tokenizer else None
     ticker, sums, steps_in_sums = None, None, 0
@@ -161,6 +169,7 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
           flops_per_step,
           peak * jax.device_count() if peak else None,
           packed=config.data.pack_instances,
+          baseline=data.unigram,
         )
       stopping = stop.at(step)
       if step % config.log_every_steps == 0 or step == last_step or stopping:
@@ -173,7 +182,8 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
         eval_start = time.perf_counter()
         eval_summary = evaluate(run.eval_step, state.params, config, model_cfg, run.mesh, data)
         ticker.exclude(time.perf_counter() - eval_start)
-        logging.info("eval at step %d: %s", step, {k: round(v, 4) for k, v in eval_summary.items()})
+        unigram = f" (unigram: { ({k: round(v, 4) for k, v in data.unigram.items()}) })" if data.unigram else ""
+        logging.info("eval at step %d: %s%s", step, {k: round(v, 4) for k, v in eval_summary.items()}, unigram)
         eval_writer.write(step, eval_summary)
         history["eval"] = dict(eval_summary, step=step)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:

@@ -152,6 +152,8 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
   mlm_loss = [float(fields[2].split()[1]) for fields in steps]
   mlm_accuracy = [float(fields[3].split()[1]) for fields in steps]
   assert mlm_loss[-1] < mlm_loss[0] - 0.5 and mlm_accuracy[-1] > mlm_accuracy[0], (mlm_loss, mlm_accuracy)
+  # The unigram baseline of the held-out split, logged once and beside the MLM metrics of every line.
+  assert log.count("Unigram baseline (") == 1 and all(" (unigram " in "|".join(fields) for fields in steps)
   assert os.listdir(runs["whole"] / "tensorboard" / "train")
 
   stopped_step = runs["stopped_step"]

@@ -398,6 +398,21 @@ def test_evaluation_reads_only_the_held_out_documents_and_training_never_sees_th
   inputs = data_config(input_pattern=str(tmp_path / "corpus.txt"), eval_fraction=0.05, eval_min_documents=8)
   manifest = prepare.prepare(inputs, dict(kind="wordpiece", path=str(tmp_path / "vocab.txt")), str(tmp_path / "p"))
   assert manifest["documents"] + manifest["eval_documents"] == 60 and manifest["eval_documents"] >= 6  # 60 // 10.
+  # The unigram baseline: the training shards' token frequencies (add-one) scored on the evaluation shards' tokens.
+  counts = {}
+  for split in ("shards", "eval_shards"):
+    ids = [
+      token
+      for shard in manifest[split]
+      for record in tf.data.TFRecordDataset(str(tmp_path / "p" / shard["file"])).as_numpy_iterator()
+      for token in tf.train.Example.FromString(record).features.feature["token_ids"].int64_list.value
+    ]
+    counts[split] = np.bincount(ids, minlength=105)
+  probabilities = (counts["shards"] + 1) / (counts["shards"].sum() + 105)
+  expected_loss = -np.sum(counts["eval_shards"] * np.log(probabilities)) / counts["eval_shards"].sum()
+  assert manifest["unigram"]["mlm_loss"] == pytest.approx(expected_loss, rel=1e-9)
+  expected_accuracy = counts["eval_shards"][counts["shards"].argmax()] / counts["eval_shards"].sum()
+  assert manifest["unigram"]["mlm_accuracy"] == pytest.approx(expected_accuracy, rel=1e-9)
 
   config = tiny.get_config()
   config.tokenizer.update(kind="wordpiece", path=str(tmp_path / "vocab.txt"))

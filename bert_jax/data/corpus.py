@@ -16,7 +16,7 @@ class Corpus:
 
   def __init__(self, config, workdir: str, model: BertConfig):
     self._config, self._model = config, model
-    self.tokenizer, self.identity, self._train, self._eval = None, None, {}, {}
+    self.tokenizer, self.identity, self._train, self._eval, self.unigram = None, None, {}, {}, None
     if config.data.source == "synthetic":
       return
     tokenizer_path, prepared_dir = prepare.paths_for_run(config, workdir)
@@ -33,6 +33,8 @@ class Corpus:
       self._eval = dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
     elif manifest.get("eval_documents", 0) >= 2:  # The split preparation set aside (two: a document and a partner).
       self._eval = dict(prepared_dir=prepared_dir, manifest=dict(manifest, shards=manifest["eval_shards"]))
+      # What plain token frequencies score on that split: the mark the model's MLM metrics must clear.
+      self.unigram = manifest.get("unigram")
     else:
       logging.warning(
         "%s has no evaluation split of at least 2 documents (%d): evaluation reads a sample of the training "

@@ -263,8 +263,10 @@ class _Split:
   """One shard being written: its writer and counts; the training shard also keeps the lowest places of its
   documents (the candidates for the evaluation split's minimum)."""
 
-  def __init__(self, writer, candidates: int = 0):
+  def __init__(self, writer, vocab_size: int, candidates: int = 0):
     self.writer, self.documents, self.sentences, self.tokens = writer, 0, 0, 0
+    self.token_counts = np.zeros(vocab_size, np.int64)  # For the unigram baseline.
+    self._uncounted = []  # Documents written since the last `count` (counted a batch at a time).
     self._candidates, self._lowest = candidates, []  # A max-heap (negated) of the lowest places.
 
   def write(self, token_ids: np.ndarray, sentence_lengths: np.ndarray, place: float) -> None:
@@ -272,13 +274,25 @@ class _Split:
     self.documents += 1
     self.sentences += len(sentence_lengths)
     self.tokens += len(token_ids)
+    self._uncounted.append(token_ids)
     if self._candidates:
       heapq.heappush(self._lowest, -place)
       if len(self._lowest) > self._candidates:
         heapq.heappop(self._lowest)
 
+  def count(self) -> None:
+    if self._uncounted:
+      self.token_counts += np.bincount(np.concatenate(self._uncounted), minlength=len(self.token_counts))
+      self._uncounted = []
+
   def counts(self) -> dict:
-    return dict(documents=self.documents, sentences=self.sentences, tokens=self.tokens)
+    self.count()
+    return dict(
+      documents=self.documents,
+      sentences=self.sentences,
+      tokens=self.tokens,
+      token_counts=self.token_counts.tolist(),
+    )
 
   def lowest(self) -> list[float]:
     return sorted(-place for place in self._lowest)
@@ -305,7 +319,8 @@ def _write_shard(unit: dict) -> dict:
     paths.staged_file(eval_final) as eval_temporary,
     tf.io.TFRecordWriter(eval_temporary) as eval_writer,
   ):
-    train, held_out = _Split(writer, unit["eval_min_documents"]), _Split(eval_writer)
+    vocab_size = _tokenizer.vocab_size
+    train, held_out = _Split(writer, vocab_size, unit["eval_min_documents"]), _Split(eval_writer, vocab_size)
     for documents in _groups(_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
       ids, lengths = _tokenizer.encode_batch([sentence for document in documents for sentence in document])
       sentence_ends = np.cumsum([len(document) for document in documents])
@@ -319,6 +334,8 @@ def _write_shard(unit: dict) -> dict:
         place = document_place(token_ids)
         split = held_out if place < unit["eval_fraction"] else train
         split.write(token_ids, document_lengths[document_lengths > 0], place)
+      train.count()
+      held_out.count()
   result = dataclasses.asdict(stats) | train.counts() | {"file": os.path.basename(final), "input": _unit_input(unit)}
   result |= _file_integrity(final) | {"lowest_places": train.lowest()}
   result["eval"] = held_out.counts() | {"file": os.path.basename(eval_final)} | _file_integrity(eval_final)
@@ -350,11 +367,24 @@ def _move_to_eval(result: dict, output_dir: str, threshold: float) -> None:
       documents=len(documents),
       sentences=sum(len(lengths) for _, lengths in documents),
       tokens=sum(len(token_ids) for token_ids, _ in documents),
+      token_counts=np.bincount(
+        np.concatenate([token_ids for token_ids, _ in documents] or [np.zeros(0, np.int64)]),
+        minlength=len(part["token_counts"]),
+      ).tolist(),
     )
     part.update(_file_integrity(path))
   result["lowest_places"] = [place for place in result["lowest_places"] if place > threshold]
   stats = {key: value for key, value in result.items() if key != "skipped"}
   paths.write_text(os.path.join(output_dir, result["file"] + ".stats.json"), json.dumps(stats))
+
+
+def unigram_baseline(train_counts: np.ndarray, eval_counts: np.ndarray) -> dict:
+  """What predicting the training documents' token frequencies (add-one smoothed) at every masked position scores
+  on the held-out documents: the MLM loss (cross-entropy, nats) and accuracy (always the most frequent token) a
+  model must beat to have learned more than frequencies. Masked positions are a uniform sample of the tokens."""
+  probabilities = (train_counts + 1) / (train_counts.sum() + len(train_counts))
+  share = eval_counts / max(eval_counts.sum(), 1)
+  return dict(mlm_loss=float(-(share * np.log(probabilities)).sum()), mlm_accuracy=float(share[train_counts.argmax()]))
 
 
 def _hold_out_minimum(results: list[dict], output_dir: str, minimum: int) -> None:
@@ -474,6 +504,9 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   _hold_out_minimum(results, output_dir, data_config.eval_min_documents)
   totals = {key: sum(r[key] for r in results) for key in dataclasses.asdict(ShardStats())}
   held_out = [r["eval"] for r in results if r["eval"]["documents"]]
+  train_counts, eval_counts = (
+    np.sum([part["token_counts"] for part in parts], axis=0) for parts in (results, [r["eval"] for r in results])
+  )
   manifest = dict(
     tokenizer=tokenizer.identity(),
     vocab_size=tokenizer.vocab_size,
@@ -485,6 +518,8 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
     eval_documents=sum(part["documents"] for part in held_out),
     eval_tokens=sum(part["tokens"] for part in held_out),
     eval_shards=[{k: part[k] for k in SHARD_KEYS} for part in held_out],
+    # The score of plain token frequencies on the evaluation split (none without one).
+    unigram=unigram_baseline(train_counts, eval_counts) if held_out else None,
   )
   paths.write_text(os.path.join(output_dir, MANIFEST), json.dumps(manifest, indent=1))
   logging.info(
