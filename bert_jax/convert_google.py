@@ -76,7 +76,7 @@ def is_google_dir(directory: epath.Path) -> bool:
 def read_checkpoint(directory) -> dict[str, np.ndarray]:
   """The model variables of the TF1 checkpoint in `directory` (local or gs://), as Hugging Face-named float32
   numpy tensors (optimizer slots and counters left out)."""
-  import tensorflow as tf  # Deferred: TensorFlow's checkpoint reader is only needed for this format.
+  from bert_jax.tensorflow_cpu import tf  # Deferred: TensorFlow's checkpoint reader is only needed for this format.
 
   prefix = checkpoint_prefix(epath.Path(directory))
   with paths.local_copy(directory) as local:
@@ -95,7 +95,7 @@ def write_checkpoint(tensors: Mapping[str, np.ndarray], directory) -> None:
   """Writes Hugging Face-named tensors as `<directory>/bert_model.ckpt.{index,data-00000-of-00001}`, with the
   original BERT's variable names (TensorFlow's `SaveV2`: what `tf.train.load_checkpoint` and
   `transformers`' `load_tf_weights_in_bert` read)."""
-  import tensorflow as tf
+  from bert_jax.tensorflow_cpu import tf
 
   names, values = [], []
   for hf, value in tensors.items():

@@ -7,10 +7,13 @@ per-token vectors of text lines (extract_features.py); the default mode trains: 
 `finetune.task` is set (configs/glue.py, squad.py, ner.py, swag.py), fine-tunes (finetune/job.py).
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
-is an error.
+is an error. `--verbose` shows what the libraries underneath print (see console.py); `--log_dir=DIR` keeps
+absl's full log in a file there.
+
+bert_jax's other modules are imported once the flags are parsed and the console is set up: importing TensorFlow
+is where its native start-up lines are printed, or left out.
 """
 
-import logging as std_logging
 import math
 import os
 import sys
@@ -19,9 +22,7 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import checkpoint, distributed, dry_run, export, extract_features, guard, lease, train
-from bert_jax.data import prepare
-from bert_jax.finetune import job
+from bert_jax import console
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoard logs go (a path or gs://).")
@@ -37,6 +38,13 @@ _MODE = flags.DEFINE_enum(
   "as export.format (bundle, huggingface, google). features: per-token vectors of features.input_pattern's lines "
   "into features.output_dir (.npz).",
 )
+_VERBOSE = flags.DEFINE_bool(
+  "verbose",
+  False,
+  "Show everything the libraries underneath print (TensorFlow's and XLA's start-up lines, JAX's backend probes, "
+  "per-checkpoint INFO lines), in absl's log format. Without it the console shows bert_jax's lines and every "
+  "warning and error.",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -51,17 +59,6 @@ def _parse_flags(argv: list[str]) -> list[str]:
     )
   except flags.Error as error:
     sys.exit(f"{error}\nUsage: python -m bert_jax.main --config=configs/tiny.py --workdir=DIR [--config.key=value ...]")
-
-
-def _quiet_library_info(record) -> bool:
-  # Orbax logs several INFO lines per checkpoint; keep its warnings, and keep our own progress readable. Its errors
-  # stay, without their tracebacks: a failed save is reported once, by the loop, with its step, path and cause.
-  if "/orbax/" not in record.pathname:
-    return True
-  if record.levelno >= std_logging.ERROR:
-    record.exc_info, record.exc_text = None, None
-    record.msg = str(record.msg).split("\n")[0]
-  return record.levelno > std_logging.INFO
 
 
 def _quiet_closed_loop_callbacks(unraisable) -> None:
@@ -82,8 +79,11 @@ def _fake_cpu_devices_for_dry_run(config) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  logging.get_absl_logger().addFilter(_quiet_library_info)
+  console.configure(_VERBOSE.value, flags.FLAGS.log_dir)
   sys.unraisablehook = _quiet_closed_loop_callbacks
+  from bert_jax import distributed, dry_run, export, extract_features  # After the console (see the docstring).
+  from bert_jax.data import prepare
+
   config = _CONFIG.value
   if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
@@ -91,6 +91,7 @@ def main(argv):
     _fake_cpu_devices_for_dry_run(config)
   elif _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
     distributed.initialize(config.distributed)  # Before anything touches a device.
+  console.name_process(jax.process_index(), jax.process_count())
   if jax.process_index() != 0:  # Progress and evaluation lines come from process 0; others log warnings.
     logging.set_verbosity(logging.WARNING)
   logging.info(
@@ -119,6 +120,9 @@ def main(argv):
 def _train(config, workdir: str) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
   save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
+  from bert_jax import checkpoint, guard, lease, train
+  from bert_jax.finetune import job
+
   try:
     if config.finetune.task:
       job.finetune(config, workdir)

@@ -23,7 +23,9 @@ class MetricWriter:
   def __init__(self, workdir: str, name: str, copy_every_seconds: float = 60.0):
     self._writer, self._local = None, None
     if jax.process_index() == 0:
-      import tensorflow as tf  # Deferred: importing TensorFlow costs seconds; only a running job needs it.
+      from bert_jax.tensorflow_cpu import (
+        tf,
+      )  # Deferred: importing TensorFlow costs seconds; only a running job needs it.
 
       self._tf = tf
       self._target = f"{workdir}/tensorboard/{name}"
@@ -75,6 +77,23 @@ def summarize(metric_sums: dict, num_steps: int) -> dict:
   return {name: float(value) for name, value in summary.items()}
 
 
+def format_metrics(summary: dict, shown: tuple[str, ...], baseline: dict | None = None) -> str:
+  """` | name value` for each of `shown` in `summary` (accuracy shortened to acc), with `baseline`'s value beside
+  it in brackets where it has one (the unigram model's, see `prepare.unigram_baseline`)."""
+  baseline = baseline or {}
+  return "".join(
+    f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}"
+    + (f" (unigram {baseline[name]:.4f})" if name in baseline else "")
+    for name in shown
+    if name in summary
+  )
+
+
+def duration(seconds: float) -> str:
+  seconds = int(seconds)
+  return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 class Progress:
   """Console lines: step, loss, the metrics named in `shown` (beside each, in brackets, its value in `baseline`:
   the unigram model's, see `prepare.unigram_baseline`), the rows' fill (and instances per row when `packed`),
@@ -97,6 +116,8 @@ class Progress:
     self._total, self._tokens_per_step = total_steps, tokens_per_step
     self._flops_per_step, self._peak_flops = flops_per_step, peak_flops
     self._last_step, self._last_time = first_step, time.perf_counter()
+    # What the lines measured, for the run's summary: steps timed, their seconds and real tokens.
+    self.timed_steps, self.timed_seconds, self.real_tokens = 0, 0.0, 0.0
 
   def exclude(self, seconds: float) -> None:
     """Leaves time spent outside training steps (evaluation, checkpoints) out of the speed."""
@@ -105,20 +126,19 @@ class Progress:
   def report(self, step: int, summary: dict) -> dict:
     """Logs one line for `step`; returns the speed figures it measured."""
     now = time.perf_counter()
-    seconds_per_step = (now - self._last_time) / max(step - self._last_step, 1)
-    self._last_step, self._last_time = step, now
+    steps = max(step - self._last_step, 1)
+    seconds_per_step = (now - self._last_time) / steps
     fill = summary.get("row_fill", 1.0)
+    self.timed_steps += steps
+    self.timed_seconds += now - self._last_time
+    self.real_tokens += steps * fill * self._tokens_per_step
+    self._last_step, self._last_time = step, now
     speed = {"tokens_per_sec": fill * self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
     mfu = ""
     if self._flops_per_step and self._peak_flops:
       speed["mfu"] = fill * self._flops_per_step / seconds_per_step / self._peak_flops
       mfu = f" | MFU {100 * speed['mfu']:.1f}%"
-    eta = int(seconds_per_step * (self._total - step))
-    metrics = "".join(
-      f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}"
-      + (f" (unigram {self._baseline[name]:.4f})" if name in self._baseline else "")
-      for name in self._shown
-    )
+    metrics = format_metrics(summary, self._shown, self._baseline)
     if summary.get("skipped_steps"):
       metrics += f" | skipped {summary['skipped_steps']:.0f}"
     if "row_fill" in summary:
@@ -126,16 +146,14 @@ class Progress:
     if self._packed:
       metrics += f" | {summary.get('row_instances', float('nan')):.2f} inst/row"
     logging.info(
-      "step %d/%d | loss %.4f%s | %s tok/s%s | ETA %d:%02d:%02d",
+      "step %d/%d | loss %.4f%s | %s tok/s%s | ETA %s",
       step,
       self._total,
       summary.get("loss", float("nan")),
       metrics,
       f"{speed['tokens_per_sec']:,.0f}",
       mfu,
-      eta // 3600,
-      eta // 60 % 60,
-      eta % 60,
+      duration(seconds_per_step * (self._total - step)),
     )
     return speed
 

@@ -178,8 +178,9 @@ def start_state(
   init_source: pretrained.Source | None,
   init_params: dict | None,
 ):
-  """(state, data position, resumed), in the order of this module's docstring. `init_params` are `init_source`'s
-  weights when it is not a workdir (read before anything was written)."""
+  """(state, data position, resumed, where it started: a line for the run's header), in the order of this module's
+  docstring. `init_params` are `init_source`'s weights when it is not a workdir (read before anything was
+  written)."""
   restore = functools.partial(_restore, run=run, model_cfg=model_cfg)
   restored, resumed = _restore_newest(config, manager, restore), True
   if restored is None and init_source is not None and init_source.format == "workdir":
@@ -188,30 +189,26 @@ def start_state(
   elif restored is None and init_source is not None:
     state = run.init_state(config.seed, init_params)
     fresh = train_step.overwrite_params(run.abstract.params, init_params)[1]
-    logging.info(
-      "Initialised from the %s weights in %s (heads initialised from seed %d: %s); a fresh optimizer at step 0.",
-      init_source.format,
-      config.init_from,
-      config.seed,
-      fresh or "none",
+    started = (
+      f"step 0: initialised from the {init_source.format} weights in {config.init_from} (heads initialised from "
+      f"seed {config.seed}: {fresh or 'none'}); a fresh optimizer"
     )
-    return state, {"examples": 0}, False
+    return state, {"examples": 0}, False, started
   if restored is None:
-    logging.info("No checkpoint in the workdir: initialising from seed %d.", config.seed)
-    return run.init_state(config.seed), {"examples": 0}, False
+    return run.init_state(config.seed), {"examples": 0}, False, f"step 0: a new run from seed {config.seed}"
   state, data_position = restored
   if not resumed:
-    logging.info("Initialised from %s at step %d; the data stream starts afresh.", config.init_from, int(state.step))
-    return state, {"examples": 0}, False
+    started = f"step {int(state.step)}: initialised from {config.init_from}; the data stream starts afresh"
+    return state, {"examples": 0}, False, started
   if not same_tokenizer(data_position.get("tokenizer"), identity):
     raise ValueError(
       f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
       "Use the same tokenizer, or a new workdir."
     )
-  logging.info("Resumed from step %d (%d examples consumed).", int(state.step), data_position["examples"])
+  started = f"Resumed from step {int(state.step)} ({data_position['examples']:,} examples consumed)"
   if _other_stream(config, data_position):  # Allowed by check_start.
-    return state, dict(data_position, examples=0), True
-  return state, data_position, True
+    return state, dict(data_position, examples=0), True, started
+  return state, data_position, True, started
 
 
 def _restore_newest(config, manager, restore):

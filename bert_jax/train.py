@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, flops, guard, lease, pretrained, pretraining, progress, resume, sharding
+from bert_jax import checkpoint, console, flops, guard, lease, pretrained, pretraining, progress, resume, sharding
 from bert_jax.data.corpus import Corpus
 from bert_jax.model_config import BertConfig
 from bert_jax.optim import make_schedule, schedule_end_step
@@ -88,6 +88,7 @@ def train_and_evaluate(config, workdir: str):
 
   On SIGTERM it saves a checkpoint at the current step and returns; the same command resumes.
   """
+  started_at = time.perf_counter()
   model_cfg = pretraining.check_config(config)
   run = pretraining.make_run(config)
   config, init_source = resume.check_start(config, workdir, model_cfg)
@@ -97,10 +98,80 @@ def train_and_evaluate(config, workdir: str):
       config.init_from, scan_layers=model_cfg.scan_layers, mesh=run.mesh, rules=run.rules
     ).params
   with lease.claim(workdir, config.lease_timeout_seconds, [checkpoint.checkpoint_dir(workdir)]) as held:
-    return _train(config, workdir, run, model_cfg, init_source, init_params, held)
+    return _train(config, workdir, run, model_cfg, init_source, init_params, held, started_at)
 
 
-def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_params, held: lease.Holder):
+EVAL_SHOWN = ("mlm_loss", "mlm_accuracy", "nsp_accuracy", "nsp_loss")
+
+
+def _header(config, workdir: str, run, model: BertConfig, data: Corpus, started: str) -> str:
+  """The run's header (process 0's console): model, devices and mesh, data, batch and schedule, workdir, where it
+  starts, and the mark the MLM metrics must clear."""
+  device = jax.devices()[0]
+  kind = device.platform if device.device_kind == device.platform else f"{device.device_kind} ({device.platform})"
+  mesh = " x ".join(f"{name} {size}" for name, size in run.mesh.shape.items())
+  packed = f", up to {config.data.max_instances_per_row} instances packed per row" if config.data.pack_instances else ""
+  rows = [
+    (
+      "model",
+      f"BERT L{model.num_layers} H{model.hidden_size} A{model.num_heads} (feed-forward {model.intermediate_size}), "
+      f"vocabulary {model.vocab_size:,}, {model.dtype}: {run.num_params:,} parameters",
+    ),
+    (
+      "devices",
+      f"{jax.device_count()} x {kind} in {jax.process_count()} process(es); mesh {mesh}",
+    ),
+    ("data", data.describe()),
+    (
+      "batch",
+      f"{config.batch_size} sequences x {config.data.max_seq_length} tokens, {config.data.max_predictions_per_seq} "
+      f"masked positions each{packed}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
+      f"({config.warmup_steps} warmup)",
+    ),
+    ("workdir", workdir),
+    ("start", started),
+  ]
+  if data.unigram:
+    rows.append(
+      (
+        "baseline",
+        f"unigram MLM loss {data.unigram['mlm_loss']:.4f}, accuracy {data.unigram['mlm_accuracy']:.4f} (the "
+        "training documents' token frequencies at the held-out masked positions: what the model must beat)",
+      )
+    )
+  return console.block("Pretraining", rows)
+
+
+def _summary(
+  title: str, workdir: str, ticker, first_step: int, step: int, history: dict, baseline, saved, wall: float
+) -> str:
+  """The run's end (process 0's console): steps, time and tokens of this launch, the last train and eval metrics,
+  where the checkpoint and TensorBoard logs are."""
+  speed = ""
+  if ticker and ticker.timed_seconds:
+    speed = (
+      f", {ticker.real_tokens:,.0f} real tokens in {ticker.timed_steps} timed steps: "
+      f"{ticker.real_tokens / ticker.timed_seconds:,.0f} tokens/s"
+    )
+  rows = [
+    ("steps", f"{step - first_step} this launch (from step {first_step}){speed}; {progress.duration(wall)} in all")
+  ]
+  train_shown = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy")
+  if "train" in history:
+    rows.append(("train", f"step {history['train']['step']}" + progress.format_metrics(history["train"], train_shown)))
+  if "eval" in history:
+    eval_summary = history["eval"]
+    metrics = progress.format_metrics(eval_summary, EVAL_SHOWN, baseline)
+    rows.append(("eval", f"step {eval_summary['step']}{metrics}"))
+  if saved is not None:
+    rows.append(("checkpoint", f"{checkpoint.checkpoint_dir(workdir)}/{saved}"))
+  rows.append(("tensorboard", f"tensorboard --logdir {workdir}/tensorboard"))
+  return console.block(title, rows)
+
+
+def _train(
+  config, workdir: str, run, model_cfg: BertConfig, init_source, init_params, held: lease.Holder, started_at: float
+):
   """The loop of `train_and_evaluate`, once the run holds the workdir's lease (`held`)."""
   data = Corpus(config, workdir, model_cfg)
   manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
@@ -111,17 +182,10 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
   saving = None  # The step of the newest save started.
   try:
     seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-    logging.info(
-      "%s parameters on mesh %s; global batch %d x %d tokens; %d steps.",
-      f"{run.num_params:,}",
-      dict(run.mesh.shape),
-      config.batch_size,
-      seq,
-      config.num_train_steps,
-    )
-    state, data_position, resumed = resume.start_state(
+    state, data_position, resumed, started = resume.start_state(
       config, run, model_cfg, manager, data.identity, init_source, init_params
     )
+    logging.info("%s", _header(config, workdir, run, model_cfg, data, started))
     first_step = int(state.step)
     state_dir = checkpoint.data_state_dir(workdir, first_step) if resumed else None
     source = data.source(data_position["examples"], state_dir=state_dir)
@@ -135,15 +199,6 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
       logging.info("Step %d is already at num_train_steps=%d: nothing to train.", first_step, last_step)
     elif schedule_end_step(config) > last_step:
       logging.info("Stopping at step %d of a schedule that ends at %d.", last_step, schedule_end_step(config))
-
-    if data.unigram:
-      logging.info(
-        "Unigram baseline (the training documents' token frequencies, predicted at every masked position of the "
-        "held-out documents): MLM loss %.4f, MLM accuracy %.4f. The model has learned more than frequencies where "
-        "its MLM loss is below and its accuracy above these.",
-        data.unigram["mlm_loss"],
-        data.unigram["mlm_accuracy"],
-      )
     history = resume.history(manager if resumed else None, first_step, init_source)
     tokenizer_item = checkpoint.tokenizer_item(data.tokenizer) if data.tokenizer else None
     ticker, sums, steps_in_sums = None, None, 0
@@ -182,8 +237,8 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
         eval_start = time.perf_counter()
         eval_summary = evaluate(run.eval_step, state.params, config, model_cfg, run.mesh, data)
         ticker.exclude(time.perf_counter() - eval_start)
-        unigram = f" (unigram: { ({k: round(v, 4) for k, v in data.unigram.items()}) })" if data.unigram else ""
-        logging.info("eval at step %d: %s%s", step, {k: round(v, 4) for k, v in eval_summary.items()}, unigram)
+        metrics = progress.format_metrics(eval_summary, EVAL_SHOWN, data.unigram)
+        logging.info("eval at step %d%s", step, metrics)
         eval_writer.write(step, eval_summary)
         history["eval"] = dict(eval_summary, step=step)
       if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
@@ -208,12 +263,18 @@ def _train(config, workdir: str, run, model_cfg: BertConfig, init_source, init_p
         break
     else:
       monitor.flush()
-      logging.info("Training finished at step %d.", last_step)
   except BaseException:
     checkpoint.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
     raise
   else:
     checkpoint.finish(manager, saving)
+    step = int(state.step)
+    title = "Training finished" if step >= last_step else "Stopped"
+    wall = time.perf_counter() - started_at
+    summary = _summary(
+      f"{title} at step {step}", workdir, ticker, first_step, step, history, data.unigram, saving, wall
+    )
+    logging.info("%s", summary)
   finally:
     profile.close()
     train_writer.close()

@@ -1,7 +1,9 @@
 """End to end: `python -m bert_jax.main` as a user runs it, stopped by SIGTERM and resumed by the same command."""
 
+import itertools
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -14,7 +16,7 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
-from bert_jax import checkpoint, export, pretrained
+from bert_jax import checkpoint, console, export, pretrained
 from bert_jax.tokenizer import file_sha256
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -24,6 +26,7 @@ SHRINK = [
   "--config.checkpoint_every_steps=1000",
   "--config.eval_every_steps=1000",
   "--config.eval_steps=1",
+  "--config.warmup_steps=4",
 ]
 
 
@@ -88,7 +91,11 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
   assert stopped, "".join(lines)[-3000:]
   stopped_step = int(stopped[0].split("Stopped at step ")[1].split()[0])
   checkpoints = sorted(p.name for p in (epath.Path(interrupted) / "checkpoints").iterdir())
-  resumed = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+  # Resumed with everything the libraries print, and absl's full log in files.
+  log_dir = tmp_path_factory.mktemp("logs")
+  resumed = subprocess.run(
+    command + ["--verbose", f"--log_dir={log_dir}"], cwd=ROOT, env=_env(), capture_output=True, text=True
+  )
   assert resumed.returncode == 0, resumed.stderr[-3000:]
   return dict(
     whole=whole,
@@ -98,6 +105,7 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
     stopped_step=stopped_step,
     checkpoints=checkpoints,
     resumed=resumed,
+    log_dir=log_dir,
     second=(second.returncode, second_log, whole_process.pid),
   )
 
@@ -148,12 +156,12 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
   assert "step 40/40 | loss" in log and "tok/s" in log and "ETA" in log
   assert "eval at step 40" in log
   # Real text through the real pipeline: the model learns.
-  steps = [line.split("| ") for line in log.splitlines() if "| mlm_loss" in line]
+  steps = [line.split("| ") for line in log.splitlines() if "/40 | loss" in line]  # The progress lines.
   mlm_loss = [float(fields[2].split()[1]) for fields in steps]
   mlm_accuracy = [float(fields[3].split()[1]) for fields in steps]
   assert mlm_loss[-1] < mlm_loss[0] - 0.5 and mlm_accuracy[-1] > mlm_accuracy[0], (mlm_loss, mlm_accuracy)
-  # The unigram baseline of the held-out split, logged once and beside the MLM metrics of every line.
-  assert log.count("Unigram baseline (") == 1 and all(" (unigram " in "|".join(fields) for fields in steps)
+  # The unigram baseline of the held-out split, in the header and beside the MLM metrics of every line.
+  assert log.count("  baseline  unigram MLM loss ") == 1 and all(" (unigram " in "|".join(fields) for fields in steps)
   assert os.listdir(runs["whole"] / "tensorboard" / "train")
 
   stopped_step = runs["stopped_step"]
@@ -165,6 +173,49 @@ def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
   interrupted = epath.Path(runs["interrupted"])
   assert list((interrupted / "tensorboard" / "train").iterdir())  # Event files reach gs:// too.
   jax.tree.map(np.testing.assert_array_equal, _final_params(interrupted, 40), _final_params(runs["whole"], 40))
+
+
+def _block(log: str, title: str) -> str:
+  """The rows of the block `title` (the indented lines after its timed line)."""
+  after = log.split(f" {title}\n", 1)[1].splitlines()
+  return "\n".join(itertools.takewhile(lambda line: line.startswith("  "), after))
+
+
+def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_library_noise_out(runs):
+  """The quick start's console as a user sees it: bert_jax's own lines (time, message), a header before the first
+  step and a summary after the last, and none of the known start-up and per-checkpoint lines of TensorFlow, XLA,
+  JAX and Orbax. `--verbose` shows those again, and `--log_dir` keeps absl's full log in a file."""
+  log, whole = runs["log"], runs["whole"]
+  lines = log.splitlines()
+  assert all(re.match(r"\d\d:\d\d:\d\d \S", line) or line.startswith("         ") for line in lines), log
+  assert not any(console.native_noise(line) for line in lines), log
+  for noise in ("Sharding callback duration", "Unable to initialize backend", "Orbax", "absl::InitializeLog"):
+    assert noise not in log, noise
+  header = _block(log, "Pretraining")
+  for row in (
+    "model     BERT L2 H128 A2",
+    "devices   1 x cpu",
+    "data      python_docs (embedded), ",
+    f"workdir   {whole}",
+    "start     step 0: a new run from seed 0",
+  ):
+    assert row in header, (row, header)
+  assert log.index(" Pretraining\n") < log.index(" step 5/40 | ")
+  summary = _block(log, "Training finished at step 40")
+  assert f"checkpoint   {whole / 'checkpoints' / '40'}" in summary and f"--logdir {whole / 'tensorboard'}" in summary
+  assert re.search(r"steps +40 this launch \(from step 0\), [\d,]+ real tokens in 39 timed steps", summary), summary
+  assert re.search(r"eval +step 40 \| mlm_loss [\d.]+ \(unigram [\d.]+\) \| mlm_acc", summary), summary
+  # The stopped launch ends with its own summary; the verbose resumed one shows the libraries' lines again.
+  assert f" Stopped at step {runs['stopped_step']}\n" in runs["interrupted_log"]
+  verbose = runs["resumed"].stderr
+  assert "Sharding callback duration" in verbose and any(map(console.native_noise, verbose.splitlines()))
+  assert re.search(r"^I\d{4} [\d:.]+ +\d+ train.py:\d+\] Pretraining$", verbose, re.M), verbose[-3000:]
+  (log_file,) = runs["log_dir"].iterdir()
+  assert re.search(
+    rf"^I\d{{4}} .*\] Pretraining\n.*start +Resumed from step {runs['stopped_step']} ",
+    log_file.read_text(),
+    re.M | re.S,
+  )
 
 
 def test_a_profile_of_the_asked_steps_lands_in_the_tensorboard_directory_on_gcs(runs):

@@ -46,6 +46,21 @@ class Corpus:
     for corpus in (self._train, self._eval) if self._eval is not self._train else (self._train,):
       prepare.check_shards(corpus["prepared_dir"], corpus["manifest"], config.data.verify_shard_hashes)
 
+  def describe(self) -> str:
+    """One line for the run's header: what it trains on and what it evaluates on."""
+    data = self._config.data
+    if data.source == "synthetic":
+      return "synthetic batches (random tokens, for speed and smoke tests)"
+    train = self._train["manifest"]
+    name = f"{data.embedded_corpus} (embedded), " if data.embedded_corpus else ""
+    line = f"{name}{train['documents']:,} documents, {train['tokens']:,} tokens in {self._train['prepared_dir']}"
+    if self._eval is self._train:
+      return f"{line}; evaluation: a sample of these documents"
+    if data.eval_prepared_dir:
+      held = self._eval["manifest"]
+      return f"{line}; evaluation: {held['documents']:,} documents in {data.eval_prepared_dir}"
+    return f"{line}; evaluation: {train['eval_documents']:,} held-out documents, {train['eval_tokens']:,} tokens"
+
   def source(
     self,
     start_example: int,

@@ -32,8 +32,9 @@ class FastWordPiece:
   """`texts -> (ids, lengths)`: every text's ids, concatenated (int64), and how many each text has."""
 
   def __init__(self, pieces: list[str], lower_case: bool, reference: Callable[[str], list[int]]):
-    import tensorflow as tf
-    import tensorflow_text as tf_text
+    from bert_jax.tensorflow_cpu import text, tf
+
+    tf_text = text()
 
     self._lower_case, self._reference = lower_case, reference
     self._tokenizer = tf_text.FastBertTokenizer(
@@ -45,8 +46,9 @@ class FastWordPiece:
     )
 
   def _clean(self, texts):
-    import tensorflow as tf
-    import tensorflow_text as tf_text
+    from bert_jax.tensorflow_cpu import text, tf
+
+    tf_text = text()
 
     cleaned = tf.strings.regex_replace(texts, r"[\t\n\r]", " ")
     cleaned = tf.strings.regex_replace(cleaned, r"[\x00\x{FFFD}\p{Cc}\p{Cf}]", "")
@@ -58,8 +60,9 @@ class FastWordPiece:
 
   def _long_word_rows(self, cleaned) -> np.ndarray:
     """The rows with a word of more than 100 characters."""
-    import tensorflow as tf
-    import tensorflow_text as tf_text
+    from bert_jax.tensorflow_cpu import text, tf
+
+    tf_text = text()
 
     strings = cleaned.numpy().tolist()
     lengths = np.fromiter(map(len, strings), np.int64, len(strings))
@@ -76,7 +79,7 @@ class FastWordPiece:
     return candidates[too_long.numpy()]
 
   def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    import tensorflow as tf
+    from bert_jax.tensorflow_cpu import tf
 
     if not texts:
       return np.zeros(0, np.int64), np.zeros(0, np.int64)

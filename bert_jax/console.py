@@ -1,0 +1,166 @@
+"""What a person sees in the terminal: one short line format (`HH:MM:SS message`, `WARNING`/`ERROR` named), and
+the known noise of the libraries under bert_jax left out, so the progress lines stand alone.
+
+Left out unless verbose: TensorFlow's and XLA's native start-up lines (written to file descriptor 2 by their C++
+logging while TensorFlow is imported and its GPUs are hidden: the oneDNN notice, "Could not find cuda drivers",
+"failed call to cuInit" on a machine without a GPU, CPU-feature notices, absl's "before InitializeLog" banner);
+JAX's INFO probes of platforms the machine lacks ("Unable to initialize backend 'tpu'"); TensorFlow's INFO timing
+of each input-pipeline save ("Sharding callback duration"); Orbax's INFO lines of each checkpoint. Everything
+else, every warning and error included, is shown. Verbose (`main.py --verbose`, or `BERT_JAX_VERBOSE=1` in the
+environment, which worker processes inherit) shows everything in absl's own format; `--log_dir` keeps absl's full
+log in a file whatever the console shows.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import socket
+import sys
+import tempfile
+import time
+
+from absl import flags
+from absl import logging as absl_logging
+
+VERBOSE_ENV = "BERT_JAX_VERBOSE"
+
+# Whole lines the native libraries print at start-up that say nothing about the run.
+_NATIVE_NOISE = re.compile(
+  "|".join(
+    [
+      r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
+      r"\] oneDNN custom operations are on\.",
+      r"\] Could not find cuda drivers on your machine, GPU will not be used\.",
+      r"\] failed call to cuInit: .*\(303\)$",  # CUDA_ERROR_NO_DEVICE's neighbour: no driver, on a CPU machine.
+      r"cpu_feature_guard\.cc:\d+\] ",  # "This TensorFlow binary is optimized to use available CPU instructions..."
+      r"\] Unable to register cu(DNN|FFT|BLAS) factory: ",  # TensorFlow and JAX both loading CUDA plug-ins.
+      r"^E0000 .*\] computation placer already registered\.",
+    ]
+  )
+)
+
+# (where the record comes from, the start of its message) of third-party INFO records; "" matches any message.
+_LIBRARY_NOISE = (
+  ("/jax/_src/xla_bridge.py", "Unable to initialize backend"),
+  ("/tensorflow/python/checkpoint/functional_saver.py", "Sharding callback duration"),
+  ("/orbax/", ""),
+)
+
+
+def native_noise(line: str) -> bool:
+  """Whether `line` is one of the known native start-up lines."""
+  return bool(_NATIVE_NOISE.search(line.rstrip("\n")))
+
+
+def verbose() -> bool:
+  return os.environ.get(VERBOSE_ENV, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def native_noise_left_out():
+  """Runs the block with file descriptor 2 (where native libraries log) going to a temporary file, then writes
+  every line of it that is not known start-up noise to stderr. Verbose: the block runs as it is."""
+  if verbose():
+    yield
+    return
+  sys.stderr.flush()
+  try:
+    saved = os.dup(2)
+  except OSError:  # No descriptor 2 to redirect.
+    yield
+    return
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+      captured.seek(0)
+      lines = captured.read().decode("utf-8", errors="replace").splitlines(keepends=True)
+      kept = "".join(line for line in lines if not native_noise(line))
+      if kept:
+        sys.stderr.write(kept)
+        sys.stderr.flush()
+
+
+def is_library_noise(record: logging.LogRecord) -> bool:
+  if record.levelno > logging.INFO:
+    return False
+  pathname = record.pathname.replace(os.sep, "/")
+  message = str(record.msg)
+  return any(place in pathname and message.startswith(start) for place, start in _LIBRARY_NOISE)
+
+
+def _one_line_storage_errors(record: logging.LogRecord) -> bool:
+  # Orbax logs a failed background save with its traceback; the loop reports it once, with its step, path and
+  # cause, as the run's last line (see main.py), so Orbax's own error keeps its first line only.
+  if "/orbax/" in record.pathname and record.levelno >= logging.ERROR:
+    record.exc_info, record.exc_text = None, None
+    record.msg = str(record.msg).split("\n")[0]
+  return True
+
+
+def _left_in(record: logging.LogRecord) -> bool:
+  return not is_library_noise(record)
+
+
+class ConsoleFormatter(logging.Formatter):
+  """`HH:MM:SS message`; warnings and errors name their level; a process other than 0 of several names itself;
+  the lines after a message's first are indented under it."""
+
+  def __init__(self):
+    super().__init__()
+    self.process = ""
+
+  def format(self, record: logging.LogRecord) -> str:
+    level = "" if record.levelno < logging.WARNING else f"{logging.getLevelName(record.levelno)} "
+    prefix = f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {self.process}{level}"
+    text = record.getMessage()
+    if record.exc_info and not record.exc_text:
+      record.exc_text = self.formatException(record.exc_info)
+    if record.exc_text:
+      text = f"{text}\n{record.exc_text}"
+    first, *rest = text.split("\n")
+    return "\n".join([prefix + first, *(" " * len(prefix) + line for line in rest)])
+
+
+_FORMATTER = ConsoleFormatter()
+
+
+def configure(verbose_flag: bool = False, log_dir: str = "") -> None:
+  """Sets up the console on absl's handler (main.py: once flags are parsed and before TensorFlow is imported, the
+  import being where native noise is left out; a notebook: before training). `log_dir`: also absl's full log, in
+  absl's format, in `<log_dir>/bert_jax.<host>.<pid>.log`. Call once per process."""
+  if verbose_flag:
+    os.environ[VERBOSE_ENV] = "1"
+  if not flags.FLAGS.is_parsed():  # A notebook, or a script without absl's app.run: set up as app.run does.
+    flags.FLAGS.mark_as_parsed()
+    absl_logging.use_absl_handler()  # In place of the stderr handler absl's first log line added (basicConfig).
+    absl_logging.set_verbosity(absl_logging.INFO)
+  handler = absl_logging.get_absl_handler()
+  handler.addFilter(_one_line_storage_errors)
+  if not verbose():
+    handler.setFormatter(_FORMATTER)
+    handler.addFilter(_left_in)
+  if log_dir:
+    if "://" in log_dir:
+      raise ValueError(f"--log_dir={log_dir!r}: log files go to a local directory (a remote path is not supported).")
+    os.makedirs(log_dir, exist_ok=True)
+    file_handler = logging.FileHandler(os.path.join(log_dir, f"bert_jax.{socket.gethostname()}.{os.getpid()}.log"))
+    file_handler.setFormatter(absl_logging.PythonFormatter())
+    file_handler.addFilter(_one_line_storage_errors)
+    logging.getLogger().addHandler(file_handler)
+
+
+def name_process(index: int, count: int) -> None:
+  """Lines of a process other than 0 of several start with `[process i/n]`."""
+  _FORMATTER.process = f"[process {index}/{count}] " if count > 1 and index else ""
+
+
+def block(title: str, rows: list[tuple[str, str]]) -> str:
+  """A titled block of `name  value` rows, for one log record (the run's header and summary)."""
+  width = max(len(name) for name, _ in rows)
+  return "\n".join([title, *(f"  {name:<{width}}  {value}" for name, value in rows)])

@@ -1,0 +1,62 @@
+"""The console: native libraries' known start-up lines left out (everything else kept), the line format."""
+
+import logging
+import os
+import subprocess
+import sys
+
+from bert_jax import console
+
+NATIVE = """\
+WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1795526440.757038    2432 port.cc:153] oneDNN custom operations are on. You may see slightly different numerical results due to floating-point round-off errors from different computation orders. To turn them off, set the environment variable `TF_ENABLE_ONEDNN_OPTS=0`.
+I0000 00:00:1795526440.758121    2432 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.
+E0000 00:00:1795526442.868292    2432 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error: Failed call to cuInit: UNKNOWN ERROR (303)
+E0000 00:00:1795526442.868292    2432 some_kernel.cc:52] A real error from a native library.
+"""  # noqa: E501 - as TensorFlow 2.21 prints them on a machine without a GPU, plus one line that is not noise.
+
+
+def _run(code: str, **env) -> str:
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+  return result.stderr
+
+
+def test_known_native_start_up_lines_are_left_out_and_the_rest_is_kept():
+  # Written to file descriptor 2 directly, as C++ logging does, inside and outside the window.
+  code = (
+    "import os, sys; from bert_jax import console\n"
+    "with console.native_noise_left_out():\n"
+    f"  os.write(2, {NATIVE.encode()!r}); print('python line', file=sys.stderr)\n"
+    "os.write(2, b'after the window\\n')\n"
+  )
+  quiet = _run(code, **os.environ)
+  assert (
+    quiet == "E0000 00:00:1795526442.868292    2432 some_kernel.cc:52] A real error from a native library.\n"
+    "python line\nafter the window\n"
+  ), quiet
+  verbose = _run(code, **dict(os.environ, BERT_JAX_VERBOSE="1"))
+  assert verbose == NATIVE + "python line\nafter the window\n"
+  assert sum(map(console.native_noise, NATIVE.splitlines())) == 4
+
+
+def test_the_console_format_names_warnings_and_indents_a_block():
+  formatter = console.ConsoleFormatter()
+  record = logging.LogRecord(
+    "absl", logging.INFO, "x.py", 1, "%s", (console.block("Title", [("a", "1"), ("bb", "2")]),), None
+  )
+  record.created = 0.0
+  lines = formatter.format(record).splitlines()
+  assert lines[0].endswith(" Title") and lines[1:] == [" " * 9 + "  a   1", " " * 9 + "  bb  2"], lines
+  warning = logging.LogRecord("absl", logging.WARNING, "x.py", 1, "disk %s", ("full",), None)
+  assert formatter.format(warning)[8:] == " WARNING disk full"
+  console.name_process(3, 4)  # Names the process in the console's formatter.
+  try:
+    assert console._FORMATTER.format(warning)[8:] == " [process 3/4] WARNING disk full"
+  finally:
+    console.name_process(0, 1)
+  jax_probe = logging.LogRecord(
+    "jax", logging.INFO, "/x/jax/_src/xla_bridge.py", 1, "Unable to initialize backend 'tpu'", (), None
+  )
+  assert console.is_library_noise(jax_probe)
+  jax_probe.levelno = logging.WARNING
+  assert not console.is_library_noise(jax_probe)  # Warnings are never noise.
