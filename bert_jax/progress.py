@@ -77,6 +77,22 @@ def summarize(metric_sums: dict, num_steps: int) -> dict:
   return {name: float(value) for name, value in summary.items()}
 
 
+def model_row(model, num_params: int) -> str:
+  """A run header's model row (`model`: a BertConfig)."""
+  return (
+    f"BERT L{model.num_layers} H{model.hidden_size} A{model.num_heads} (feed-forward {model.intermediate_size}), "
+    f"vocabulary {model.vocab_size:,}, {model.dtype}: {num_params:,} parameters"
+  )
+
+
+def devices_row(mesh) -> str:
+  """A run header's devices row: how many of which kind, in how many processes, and the mesh over them."""
+  device = jax.devices()[0]
+  kind = device.platform if device.device_kind == device.platform else f"{device.device_kind} ({device.platform})"
+  axes = " x ".join(f"{name} {size}" for name, size in mesh.shape.items())
+  return f"{jax.device_count()} x {kind} in {jax.process_count()} process(es); mesh {axes}"
+
+
 def format_metrics(summary: dict, shown: tuple[str, ...], baseline: dict | None = None) -> str:
   """` | name value` for each of `shown` in `summary` (accuracy shortened to acc), with `baseline`'s value beside
   it in brackets where it has one (the unigram model's, see `prepare.unigram_baseline`)."""
@@ -156,6 +172,18 @@ class Progress:
       duration(seconds_per_step * (self._total - step)),
     )
     return speed
+
+
+def launch_row(ticker: Progress | None, first_step: int, step: int, seconds: float) -> str:
+  """A run summary's steps row: this launch's steps, the tokens of its timed steps (real ones only, where the
+  summaries carry the rows' fill) and their speed, and the launch's time in all."""
+  speed = ""
+  if ticker and ticker.timed_seconds:
+    speed = (
+      f", {ticker.real_tokens:,.0f} tokens in {ticker.timed_steps} timed steps: "
+      f"{ticker.real_tokens / ticker.timed_seconds:,.0f} tokens/s"
+    )
+  return f"{step - first_step} this launch (from step {first_step}){speed}; {duration(seconds)} in all"
 
 
 class ProfileWindow:

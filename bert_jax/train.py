@@ -107,20 +107,10 @@ EVAL_SHOWN = ("mlm_loss", "mlm_accuracy", "nsp_accuracy", "nsp_loss")
 def _header(config, workdir: str, run, model: BertConfig, data: Corpus, started: str) -> str:
   """The run's header (process 0's console): model, devices and mesh, data, batch and schedule, workdir, where it
   starts, and the mark the MLM metrics must clear."""
-  device = jax.devices()[0]
-  kind = device.platform if device.device_kind == device.platform else f"{device.device_kind} ({device.platform})"
-  mesh = " x ".join(f"{name} {size}" for name, size in run.mesh.shape.items())
   packed = f", up to {config.data.max_instances_per_row} instances packed per row" if config.data.pack_instances else ""
   rows = [
-    (
-      "model",
-      f"BERT L{model.num_layers} H{model.hidden_size} A{model.num_heads} (feed-forward {model.intermediate_size}), "
-      f"vocabulary {model.vocab_size:,}, {model.dtype}: {run.num_params:,} parameters",
-    ),
-    (
-      "devices",
-      f"{jax.device_count()} x {kind} in {jax.process_count()} process(es); mesh {mesh}",
-    ),
+    ("model", progress.model_row(model, run.num_params)),
+    ("devices", progress.devices_row(run.mesh)),
     ("data", data.describe()),
     (
       "batch",
@@ -147,15 +137,7 @@ def _summary(
 ) -> str:
   """The run's end (process 0's console): steps, time and tokens of this launch, the last train and eval metrics,
   where the checkpoint and TensorBoard logs are."""
-  speed = ""
-  if ticker and ticker.timed_seconds:
-    speed = (
-      f", {ticker.real_tokens:,.0f} real tokens in {ticker.timed_steps} timed steps: "
-      f"{ticker.real_tokens / ticker.timed_seconds:,.0f} tokens/s"
-    )
-  rows = [
-    ("steps", f"{step - first_step} this launch (from step {first_step}){speed}; {progress.duration(wall)} in all")
-  ]
+  rows = [("steps", progress.launch_row(ticker, first_step, step, wall))]
   train_shown = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy")
   if "train" in history:
     rows.append(("train", f"step {history['train']['step']}" + progress.format_metrics(history["train"], train_shown)))

@@ -5,6 +5,7 @@ resumes to the same parameters; the workdir holds the best checkpoint, metrics.j
 import dataclasses
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -68,12 +69,15 @@ def _params(workdir: str, name: str = checkpoint.CHECKPOINTS):
 @pytest.fixture(scope="module")
 def sweep_run(finetune_config, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("sweep") / "run")
-  summary = job.finetune(finetune_config(learning_rates=",".join(map(str, RATES)), seeds=2), workdir)
-  return workdir, summary
+  lines = []
+  with pytest.MonkeyPatch.context() as patch:  # The console lines, as logged (absl's records evade caplog).
+    patch.setattr(job.logging, "info", lambda message, *args, **_: lines.append(str(message) % args))
+    summary = job.finetune(finetune_config(learning_rates=",".join(map(str, RATES)), seeds=2), workdir)
+  return workdir, summary, lines
 
 
 def test_a_sweep_trains_every_member_and_reports_each_learning_rate(sweep_run):
-  workdir, summary = sweep_run
+  workdir, summary, lines = sweep_run
   assert [(m["learning_rate"], m["seed"]) for m in summary["members"]] == [(r, s) for r in RATES for s in (0, 1)]
   assert set(summary["sweep"]) == {f"{r:g}" for r in RATES}
   for row in summary["sweep"].values():
@@ -92,6 +96,13 @@ def test_a_sweep_trains_every_member_and_reports_each_learning_rate(sweep_run):
   assert _params(workdir, checkpoint.BEST)["classifier"]["kernel"].shape == kernel.shape[1:]
   predictions = open(os.path.join(workdir, "predictions", "SST-2.tsv")).read().splitlines()
   assert predictions[0] == "index\tprediction" and len(predictions) == 6
+  # The console: a header before the first step, a summary after the predictions.
+  (header,) = [line for line in lines if line.startswith("Fine-tuning\n")]
+  assert "sst2 (classification head): " in header and "4 member(s) (learning rate, seed): " in header, header
+  assert "  start    step 0: " in header and f"  workdir  {workdir}" in header, header
+  (end,) = [line for line in lines if line.startswith("Fine-tuning finished at step ")]
+  assert os.path.join(workdir, job.METRICS_FILE) in end and re.search(rf"\n  best +{best['value']:.4f} ", end), end
+  assert lines.index(header) < lines.index(end)
 
 
 def test_the_fine_tuned_model_loads_and_exports_with_its_head(sweep_run, tmp_path):
@@ -99,7 +110,7 @@ def test_the_fine_tuned_model_loads_and_exports_with_its_head(sweep_run, tmp_pat
 
 
 def test_a_sweep_member_equals_the_run_trained_alone(sweep_run, finetune_config, tmp_path, monkeypatch):
-  workdir, summary = sweep_run
+  workdir, summary, _ = sweep_run
   alone = str(tmp_path / "alone")
   real = run.make_run
   calls = []

@@ -203,7 +203,7 @@ def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_libr
   assert log.index(" Pretraining\n") < log.index(" step 5/40 | ")
   summary = _block(log, "Training finished at step 40")
   assert f"checkpoint   {whole / 'checkpoints' / '40'}" in summary and f"--logdir {whole / 'tensorboard'}" in summary
-  assert re.search(r"steps +40 this launch \(from step 0\), [\d,]+ real tokens in 39 timed steps", summary), summary
+  assert re.search(r"steps +40 this launch \(from step 0\), [\d,]+ tokens in 39 timed steps", summary), summary
   assert re.search(r"eval +step 40 \| mlm_loss [\d.]+ \(unigram [\d.]+\) \| mlm_acc", summary), summary
   # The stopped launch ends with its own summary; the verbose resumed one shows the libraries' lines again.
   assert f" Stopped at step {runs['stopped_step']}\n" in runs["interrupted_log"]

@@ -30,7 +30,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, guard, lease, paths, pretrained, progress, run, sharding, train_step
+from bert_jax import checkpoint, console, guard, lease, paths, pretrained, progress, run, sharding, train_step
 from bert_jax.finetune import glue, losses, tasks
 from bert_jax.finetune.task import Encoded, Task
 from bert_jax.heads import task_model
@@ -252,19 +252,24 @@ def finetune(config, workdir: str) -> dict:
     scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
   )
   predict_fn = _make_predict(the_run)
-  logging.info(
-    "Fine-tuning %s (%s head) from %s: %s parameters, %d member(s) %s, %d rows, batch %d, %d steps (%g epochs).",
-    task.name,
-    task.head,
-    config.init_from or "a random initialisation",
-    f"{the_run.num_params:,}",
-    len(members),
-    [(m.learning_rate, m.seed) for m in members],
-    num_rows,
-    config.batch_size,
-    total_steps,
-    config.finetune.num_epochs,
-  )
+  started_at = time.perf_counter()
+  header = [
+    (
+      "task",
+      f"{task.name} ({task.head} head): {num_rows:,} training rows; evaluated on "
+      f"{', '.join(splits.evaluation)} ({task.main_metric})",
+    ),
+    ("from", config.init_from or "a random initialisation"),
+    ("model", progress.model_row(model_cfg, the_run.num_params)),
+    ("devices", progress.devices_row(the_run.mesh)),
+    (
+      "batch",
+      f"{config.batch_size} rows x {config.finetune.max_seq_length} tokens; {total_steps} steps "
+      f"({config.finetune.num_epochs:g} epochs); {len(members)} member(s) (learning rate, seed): "
+      f"{', '.join(f'({m.learning_rate:g}, {m.seed})' for m in members)}",
+    ),
+    ("workdir", workdir),
+  ]
 
   with lease.claim(workdir, config.lease_timeout_seconds, [checkpoint.checkpoint_dir(workdir)]) as held:
     manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
@@ -278,7 +283,7 @@ def finetune(config, workdir: str) -> dict:
       if latest is not None:
         state, _ = checkpoint.restore(manager, latest, the_run.abstract, the_run.shardings)
         record = checkpoint.read_history(manager, latest)
-        logging.info("Resumed fine-tuning at step %d.", latest)
+        started = f"Resumed fine-tuning at step {latest}"
       else:
         # The encoder only: every member's head starts from its own seed, even from a fine-tuned source.
         encoder = None if source is None else {"bert": source.params["bert"]}
@@ -287,6 +292,8 @@ def finetune(config, workdir: str) -> dict:
         state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
         state = jax.device_put(state, the_run.shardings)  # The rates too: else step 2 compiles the step again.
         record = {"evaluations": [], "best": None}
+        started = "step 0: the encoder as `from` says, each member's head from its own seed"
+      logging.info("%s", console.block("Fine-tuning", [*header, ("start", started)]))
       dropout_keys = jnp.stack([train_dropout_key(m.seed) for m in members])
       first = int(jax.device_get(state.step)[0])
       tokens_per_step = config.batch_size * config.finetune.max_seq_length
@@ -398,4 +405,18 @@ def finetune(config, workdir: str) -> dict:
     if jax.process_index() == 0:
       paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(summary, indent=1))
     multihost_utils.sync_global_devices("finetune metrics written")
+    rows = [
+      ("steps", progress.launch_row(ticker, first, total_steps, time.perf_counter() - started_at)),
+      (
+        "eval",
+        f"{main_split} {task.main_metric} per member at step {record['evaluations'][-1]['step']}: "
+        f"{[round(v, 4) for v in finals]}",
+      ),
+      ("best", f"{record['best']['value']:.4f} (member {record['best']['member']}, step {record['best']['step']})"),
+      ("predictions", f"{epath.Path(workdir) / 'predictions'} (member {chosen})"),
+      ("metrics", str(epath.Path(workdir) / METRICS_FILE)),
+      ("checkpoints", f"{checkpoint.checkpoint_dir(workdir)}, best: {epath.Path(workdir) / checkpoint.BEST}"),
+      ("tensorboard", f"tensorboard --logdir {workdir}/tensorboard"),
+    ]
+    logging.info("%s", console.block(f"Fine-tuning finished at step {total_steps}", rows))
     return summary
