@@ -16,8 +16,8 @@ import logging
 import os
 import re
 import socket
+import subprocess
 import sys
-import tempfile
 import time
 
 from absl import flags
@@ -25,27 +25,45 @@ from absl import logging as absl_logging
 
 VERBOSE_ENV = "BERT_JAX_VERBOSE"
 
-# Whole lines the native libraries print at start-up that say nothing about the run.
+# Whole lines the native libraries print at start-up that say nothing about the run (INFO-level ones are matched
+# with their level, so an error or fatal line from the same place is kept).
 _NATIVE_NOISE = re.compile(
   "|".join(
     [
       r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
-      r"\] oneDNN custom operations are on\.",
-      r"\] Could not find cuda drivers on your machine, GPU will not be used\.",
-      r"\] failed call to cuInit: .*\(303\)$",  # CUDA_ERROR_NO_DEVICE's neighbour: no driver, on a CPU machine.
-      r"cpu_feature_guard\.cc:\d+\] ",  # "This TensorFlow binary is optimized to use available CPU instructions..."
-      r"\] Unable to register cu(DNN|FFT|BLAS) factory: ",  # TensorFlow and JAX both loading CUDA plug-ins.
-      r"^E0000 .*\] computation placer already registered\.",
+      r"^I\d{4} [\d:. ]+\d+ port\.cc:\d+\] oneDNN custom operations are on\.",
+      r"^I\d{4} [\d:. ]+\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine, GPU will not be used\.",
+      # No CUDA driver at all on a CPU machine (303); any other cuInit failure is shown.
+      r"^E\d{4} [\d:. ]+\d+ cuda_platform\.cc:\d+\] failed call to cuInit: .*\(303\)$",
+      # "This TensorFlow binary is optimized to use available CPU instructions ..." and its second line.
+      r"^I\d{4} [\d:. ]+\d+ cpu_feature_guard\.cc:\d+\] ",
+      r"^To enable the following instructions: .*, in other operations, rebuild TensorFlow with the appropriate "
+      r"compiler flags\.$",
+      r"^E\d{4} [\d:. ]+\d+ \S+\] Unable to register cu(DNN|FFT|BLAS) factory: ",  # TensorFlow and JAX, both.
+      r"^E\d{4} [\d:. ]+\d+ \S+\] computation placer already registered\.",
     ]
   )
 )
 
 # (where the record comes from, the start of its message) of third-party INFO records; "" matches any message.
 _LIBRARY_NOISE = (
-  ("/jax/_src/xla_bridge.py", "Unable to initialize backend"),
+  # JAX probing for libtpu on a machine without it; a TPU that is there but fails says why in another message.
+  ("/jax/_src/xla_bridge.py", "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so"),
   ("/tensorflow/python/checkpoint/functional_saver.py", "Sharding callback duration"),
   ("/orbax/", ""),
 )
+
+# The filter between file descriptor 2 and the console while native noise is left out: a process of its own, so
+# that what a crashing import prints (an abort message, a fatal log line, a faulthandler traceback) still reaches
+# the console after the process is gone.
+_FILTER = """
+import re, sys
+noise = re.compile(sys.argv[1])
+for line in sys.stdin.buffer:
+  if not noise.search(line.decode("utf-8", "replace").rstrip("\\n")):
+    sys.stdout.buffer.write(line)
+    sys.stdout.buffer.flush()
+"""
 
 
 def native_noise(line: str) -> bool:
@@ -59,39 +77,41 @@ def verbose() -> bool:
 
 @contextlib.contextmanager
 def native_noise_left_out():
-  """Runs the block with file descriptor 2 (where native libraries log) going to a temporary file, then writes
-  every line of it that is not known start-up noise to stderr. Verbose: the block runs as it is."""
-  if verbose():
+  """Runs the block with file descriptor 2 (where native libraries log) going through a filter process that
+  writes every line that is not known start-up noise to the console, as it comes. Verbose, or without a
+  descriptor 2 or a filter process: the block runs as it is."""
+  if verbose() or sys.stderr is None:
     yield
     return
-  sys.stderr.flush()
   try:
+    sys.stderr.flush()
     saved = os.dup(2)
-  except OSError:  # No descriptor 2 to redirect.
+  except (OSError, ValueError):  # No descriptor 2 (or a closed sys.stderr): nothing to filter.
     yield
     return
-  with tempfile.TemporaryFile() as captured:
-    os.dup2(captured.fileno(), 2)
-    try:
-      yield
-    finally:
-      sys.stderr.flush()
-      os.dup2(saved, 2)
-      os.close(saved)
-      captured.seek(0)
-      lines = captured.read().decode("utf-8", errors="replace").splitlines(keepends=True)
-      kept = "".join(line for line in lines if not native_noise(line))
-      if kept:
-        sys.stderr.write(kept)
-        sys.stderr.flush()
+  try:
+    command = [sys.executable, "-I", "-S", "-c", _FILTER, _NATIVE_NOISE.pattern]
+    filter_process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=saved, stderr=saved)
+  except OSError:
+    os.close(saved)
+    yield
+    return
+  os.dup2(filter_process.stdin.fileno(), 2)
+  try:
+    yield
+  finally:
+    sys.stderr.flush()
+    os.dup2(saved, 2)
+    os.close(saved)
+    filter_process.stdin.close()  # Its end of file: it writes what it holds, then ends.
+    filter_process.wait()
 
 
 def is_library_noise(record: logging.LogRecord) -> bool:
   if record.levelno > logging.INFO:
     return False
   pathname = record.pathname.replace(os.sep, "/")
-  message = str(record.msg)
-  return any(place in pathname and message.startswith(start) for place, start in _LIBRARY_NOISE)
+  return any(place in pathname and record.getMessage().startswith(start) for place, start in _LIBRARY_NOISE)
 
 
 def _one_line_storage_errors(record: logging.LogRecord) -> bool:
@@ -156,8 +176,10 @@ def configure(verbose_flag: bool = False, log_dir: str = "") -> None:
 
 
 def name_process(index: int, count: int) -> None:
-  """Lines of a process other than 0 of several start with `[process i/n]`."""
+  """The console of a process other than 0 of several shows its warnings and errors only, each line starting with
+  `[process i/n]` (its `--log_dir` file keeps every line)."""
   _FORMATTER.process = f"[process {index}/{count}] " if count > 1 and index else ""
+  absl_logging.get_absl_handler().setLevel(logging.WARNING if index else logging.NOTSET)
 
 
 def block(title: str, rows: list[tuple[str, str]]) -> str:

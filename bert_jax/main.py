@@ -79,7 +79,10 @@ def _fake_cpu_devices_for_dry_run(config) -> None:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-  console.configure(_VERBOSE.value, flags.FLAGS.log_dir)
+  try:
+    console.configure(_VERBOSE.value, flags.FLAGS.log_dir)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from None
   sys.unraisablehook = _quiet_closed_loop_callbacks
   from bert_jax import distributed, dry_run, export, extract_features  # After the console (see the docstring).
   from bert_jax.data import prepare
@@ -91,9 +94,8 @@ def main(argv):
     _fake_cpu_devices_for_dry_run(config)
   elif _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
     distributed.initialize(config.distributed)  # Before anything touches a device.
+  # Progress and evaluation lines come from process 0; the others' consoles show warnings and errors.
   console.name_process(jax.process_index(), jax.process_count())
-  if jax.process_index() != 0:  # Progress and evaluation lines come from process 0; others log warnings.
-    logging.set_verbosity(logging.WARNING)
   logging.info(
     "JAX %s, process %d of %d, %d local / %d global devices (%s).",
     jax.__version__,

@@ -23,9 +23,8 @@ class MetricWriter:
   def __init__(self, workdir: str, name: str, copy_every_seconds: float = 60.0):
     self._writer, self._local = None, None
     if jax.process_index() == 0:
-      from bert_jax.tensorflow_cpu import (
-        tf,
-      )  # Deferred: importing TensorFlow costs seconds; only a running job needs it.
+      # Deferred: importing TensorFlow costs seconds; only a running job needs it.
+      from bert_jax.tensorflow_cpu import tf
 
       self._tf = tf
       self._target = f"{workdir}/tensorboard/{name}"
@@ -145,9 +144,10 @@ class Progress:
     steps = max(step - self._last_step, 1)
     seconds_per_step = (now - self._last_time) / steps
     fill = summary.get("row_fill", 1.0)
-    self.timed_steps += steps
-    self.timed_seconds += now - self._last_time
-    self.real_tokens += steps * fill * self._tokens_per_step
+    if step > self._last_step:  # Not the line of the first (compiling, untimed) step.
+      self.timed_steps += steps
+      self.timed_seconds += now - self._last_time
+      self.real_tokens += steps * fill * self._tokens_per_step
     self._last_step, self._last_time = step, now
     speed = {"tokens_per_sec": fill * self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
     mfu = ""

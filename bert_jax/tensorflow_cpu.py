@@ -6,6 +6,8 @@ visible GPU's memory at its first op: importing this module hides GPUs from it, 
 accelerators. The import's native start-up lines are left out of the console (see console.py).
 """
 
+import sys
+
 from bert_jax import console
 
 with console.native_noise_left_out():
@@ -19,7 +21,7 @@ with console.native_noise_left_out():
 
 def text():
   """The tensorflow_text module (imported on first use: only the compiled WordPiece tokenizer needs it)."""
-  with console.native_noise_left_out():
-    import tensorflow_text
-
-  return tensorflow_text
+  if "tensorflow_text" not in sys.modules:
+    with console.native_noise_left_out():
+      import tensorflow_text  # noqa: F401 - imported for sys.modules.
+  return sys.modules["tensorflow_text"]

@@ -139,6 +139,10 @@ def _summary(
   where the checkpoint and TensorBoard logs are."""
   rows = [("steps", progress.launch_row(ticker, first_step, step, wall))]
   train_shown = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy")
+  # This launch's metrics only: a history carried over from a previous phase (init_from) is another corpus's.
+  history = {
+    name: value for name, value in history.items() if isinstance(value, dict) and value.get("step", -1) > first_step
+  }
   if "train" in history:
     rows.append(("train", f"step {history['train']['step']}" + progress.format_metrics(history["train"], train_shown)))
   if "eval" in history:

@@ -16,8 +16,9 @@ E0000 00:00:1795526442.868292    2432 some_kernel.cc:52] A real error from a nat
 """  # noqa: E501 - as TensorFlow 2.21 prints them on a machine without a GPU, plus one line that is not noise.
 
 
-def _run(code: str, **env) -> str:
-  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+def _run(code: str, returncode: int = 0, **env) -> str:
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+  assert result.returncode == returncode, result.stderr
   return result.stderr
 
 
@@ -37,6 +38,25 @@ def test_known_native_start_up_lines_are_left_out_and_the_rest_is_kept():
   verbose = _run(code, **dict(os.environ, BERT_JAX_VERBOSE="1"))
   assert verbose == NATIVE + "python line\nafter the window\n"
   assert sum(map(console.native_noise, NATIVE.splitlines())) == 4
+  # A fatal line from a place whose INFO line is noise is kept.
+  assert not console.native_noise("F0000 00:00:1.0    2432 cpu_feature_guard.cc:193] compiled to use AVX instructions")
+
+
+def test_what_a_crashing_import_prints_still_reaches_the_console():
+  # The process dies inside the window (as an import that aborts): the filter, a process of its own, still writes
+  # the lines that are not noise.
+  code = (
+    "import os; from bert_jax import console\n"
+    "with console.native_noise_left_out():\n"
+    f"  os.write(2, {NATIVE.encode()!r}); os.write(2, b'F0000 fatal: the reason\\n'); os.abort()\n"
+  )
+  died = _run(code, returncode=-6, **os.environ)
+  assert died.endswith("A real error from a native library.\nF0000 fatal: the reason\n"), died
+  assert not any(map(console.native_noise, died.splitlines())), died
+  # Without a descriptor 2 (closed by the caller), the window runs the block as it is.
+  code = "from bert_jax import console\nwith console.native_noise_left_out():\n  print('ran')"
+  closed = subprocess.run(["sh", "-c", 'exec "$0" -c "$1" 2>&-', sys.executable, code], stdout=subprocess.PIPE)
+  assert closed.returncode == 0 and closed.stdout == b"ran\n"
 
 
 def test_the_console_format_names_warnings_and_indents_a_block():
@@ -54,9 +74,11 @@ def test_the_console_format_names_warnings_and_indents_a_block():
     assert console._FORMATTER.format(warning)[8:] == " [process 3/4] WARNING disk full"
   finally:
     console.name_process(0, 1)
-  jax_probe = logging.LogRecord(
-    "jax", logging.INFO, "/x/jax/_src/xla_bridge.py", 1, "Unable to initialize backend 'tpu'", (), None
-  )
+  probe = "Unable to initialize backend '%s': %s"
+  no_libtpu = "INTERNAL: Failed to open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory"
+  jax_probe = logging.LogRecord("jax", logging.INFO, "/x/jax/_src/xla_bridge.py", 1, probe, ("tpu", no_libtpu), None)
   assert console.is_library_noise(jax_probe)
+  busy = logging.LogRecord("jax", logging.INFO, "/x/jax/_src/xla_bridge.py", 1, probe, ("tpu", "TPU in use"), None)
+  assert not console.is_library_noise(busy)  # A TPU that is there but fails: the only line that says why.
   jax_probe.levelno = logging.WARNING
   assert not console.is_library_noise(jax_probe)  # Warnings are never noise.

@@ -112,7 +112,7 @@ def test_the_notebook_as_shipped_installs_the_checkout_and_its_demo_beats_word_f
   assert "Accelerator: none (CPU); JAX build: cpu." in _text(_cell(notebook, "# The JAX build"))
   assert "backend 'cpu', 1 devices" in _text(_cell(notebook, "import jax"))
   # The training cell shows the console: header, progress lines, summary; no library noise.
-  training = _text(_cell(notebook, "from bert_jax import console, train"))
+  training = _text(_cell(notebook, "from bert_jax import console\n"))
   assert " Pretraining\n" in training and " Training finished at step 550\n" in training, training[-3000:]
   assert re.search(r" step 550/550 \| loss [\d.]+ \| mlm_loss [\d.]+ \(unigram ", training)
   assert not any(map(console.native_noise, training.splitlines())), training

@@ -220,6 +220,7 @@ def _member_state(state, index: int):
 
 def finetune(config, workdir: str) -> dict:
   """Fine-tunes (or resumes fine-tuning) `config.finetune.task`; returns what `metrics.json` holds."""
+  started_at = time.perf_counter()
   members = check_config(config)
   task = tasks.make_task(config.finetune)
   mesh = sharding.make_mesh(config.mesh.to_dict())
@@ -252,7 +253,6 @@ def finetune(config, workdir: str) -> dict:
     scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
   )
   predict_fn = _make_predict(the_run)
-  started_at = time.perf_counter()
   header = [
     (
       "task",
