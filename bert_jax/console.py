@@ -41,6 +41,14 @@ _NATIVE_NOISE = re.compile(
       r"compiler flags\.$",
       r"^E\d{4} [\d:. ]+\d+ \S+\] Unable to register cu(DNN|FFT|BLAS) factory: ",  # TensorFlow and JAX, both.
       r"^E\d{4} [\d:. ]+\d+ \S+\] computation placer already registered\.",
+      # libtpu installed (bert_jax[tpu], to compile for TPU topologies) on a machine that is not a TPU VM: JAX's
+      # backend probe finds no accelerator type, no workers and no TPU (a TPU VM names all three).
+      r"^Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type",
+      r"^WARNING: Logging before InitGoogle\(\) is written to STDERR$",
+      r"^E\d{4} [\d:. ]+\d+ common_lib\.cc:\d+\] INVALID_ARGUMENT: Error: unexpected worker hostname 'WARNING: "
+      r"could not determine TPU worker hostnames",
+      r"^=== Source Location Trace: === ?$",
+      r"^learning/\w+/tfrc/runtime/libtpu_init_utils\.cc:\d+$",
     ]
   )
 )
@@ -49,6 +57,8 @@ _NATIVE_NOISE = re.compile(
 _LIBRARY_NOISE = (
   # JAX probing for libtpu on a machine without it; a TPU that is there but fails says why in another message.
   ("/jax/_src/xla_bridge.py", "Unable to initialize backend 'tpu': INTERNAL: Failed to open libtpu.so"),
+  # ... and with libtpu installed (to compile for TPU topologies) on a machine with no TPU chip.
+  ("/jax/_src/xla_bridge.py", "Unable to initialize backend 'tpu': NOT_FOUND: TPU initialization failed: No jellyfish"),
   ("/tensorflow/python/checkpoint/functional_saver.py", "Sharding callback duration"),
   ("/orbax/", ""),
 )

@@ -1,7 +1,9 @@
 """Entry point, run on every host: `python -m bert_jax.main --config=configs/tiny.py --workdir=DIR`.
 
-`--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the train step for the
-configured mesh and reports memory, FLOPs and shardings (see dry_run.py); `--mode=export` writes the workdir's
+`--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the job's steps for the
+configured mesh, on this machine's devices or a Cloud TPU topology (`dry_run.topology`), and reports memory, FLOPs,
+collectives and shardings (see dry_run.py); `--mode=plan` finds the largest per-chip batch that fits a TPU topology
+for each remat policy (planner.py); `--mode=export` writes the workdir's
 newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (export.py); `--mode=features` writes
 per-token vectors of text lines (extract_features.py); the default mode trains: it pretrains, or, when
 `finetune.task` is set (configs/glue.py, squad.py, ner.py, swag.py), fine-tunes (finetune/job.py).
@@ -29,14 +31,16 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoa
 _MODE = flags.DEFINE_enum(
   "mode",
   "pretrain",
-  ["pretrain", "prepare", "dry_run", "export", "features"],
+  ["pretrain", "prepare", "dry_run", "plan", "export", "features"],
   "pretrain: train (resuming from the workdir): pretraining, or fine-tuning when finetune.task is set. "
   "prepare: train the SentencePiece vocabulary if tokenizer.path is "
   "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir. dry_run: compile the train "
-  "step on abstract inputs and report per-device memory, FLOPs and parameter shardings (on CPU, a mesh with no -1 "
-  "gets that many fake devices). export: write the workdir's newest checkpoint (or export.source) to export.dir "
-  "as export.format (bundle, huggingface, google). features: per-token vectors of features.input_pattern's lines "
-  "into features.output_dir (.npz).",
+  "and eval steps on abstract inputs and report per-chip memory, whether it fits, FLOPs, collectives and parameter "
+  "shardings, for dry_run.topology (a Cloud TPU accelerator type, e.g. v5p-128; needs libtpu) or this machine (on "
+  "CPU, a mesh with no -1 gets that many fake devices). plan: the largest per-chip batch that fits "
+  "dry_run.topology for each remat policy. export: write the workdir's newest checkpoint (or export.source) to "
+  "export.dir as export.format (bundle, huggingface, google). features: per-token vectors of "
+  "features.input_pattern's lines into features.output_dir (.npz).",
 )
 _VERBOSE = flags.DEFINE_bool(
   "verbose",
@@ -84,16 +88,19 @@ def main(argv):
   except ValueError as error:
     raise app.UsageError(str(error)) from None
   sys.unraisablehook = _quiet_closed_loop_callbacks
-  from bert_jax import distributed, dry_run, export, extract_features  # After the console (see the docstring).
+  from bert_jax import distributed, export, extract_features  # After the console (see the docstring).
   from bert_jax.data import prepare
 
   config = _CONFIG.value
   if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
-  if _MODE.value == "dry_run":
+  if _MODE.value in ("dry_run", "plan") and not config.dry_run.topology:
     _fake_cpu_devices_for_dry_run(config)
-  elif _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
-    distributed.initialize(config.distributed)  # Before anything touches a device.
+  # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
+  with console.native_noise_left_out():
+    if _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
+      distributed.initialize(config.distributed)  # Before anything touches a device.
+    jax.devices()
   # Progress and evaluation lines come from process 0; the others' consoles show warnings and errors.
   console.name_process(jax.process_index(), jax.process_count())
   logging.info(
@@ -107,8 +114,8 @@ def main(argv):
   )
   if _MODE.value == "prepare":
     prepare.prepare_for_run(config, _WORKDIR.value)
-  elif _MODE.value == "dry_run":
-    dry_run.compile_train_step(config)
+  elif _MODE.value in ("dry_run", "plan"):
+    _compile_ahead_of_time(config)
   elif _MODE.value == "export":
     export.export(
       config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
@@ -117,6 +124,23 @@ def main(argv):
     extract_features.extract(config, _WORKDIR.value)
   else:
     _train(config, _WORKDIR.value)
+
+
+def _compile_ahead_of_time(config) -> None:
+  """--mode=dry_run or plan: a bad value, or no libtpu, ends with one line; a step that does not fit exits 1."""
+  from bert_jax import dry_run, planner
+
+  try:
+    if _MODE.value == "plan":
+      planner.plan(config)
+      return
+    report = dry_run.dry_run(config)
+  except (ValueError, RuntimeError) as error:
+    if "RESOURCE_EXHAUSTED" in str(error):
+      raise
+    sys.exit(f"--mode={_MODE.value}: {error}")
+  if not all(step["fits"] for step in report["steps"].values()):
+    sys.exit(f"The job does not fit {report['target']}: see the report above.")
 
 
 def _train(config, workdir: str) -> None:

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax import attention
 from bert_jax.model_config import BertConfig
 
 Array = jax.Array
@@ -107,32 +108,34 @@ class Embeddings(nn.Module):
     self.layer_norm = _layer_norm(config, "layer_norm")
     self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
+  def _lookup(self, embed: nn.Embed, ids: Array) -> Array:
+    """[batch, seq] ids -> [batch, seq, hidden] rows of `embed`, looked up in the whole table (gathered, as FSDP
+    gathers every parameter it uses), so that they come out split by batch like the ids: a lookup in the table's
+    hidden-split shards costs an all-to-all each way."""
+    table = _constrain(embed.embedding, (None, None))
+    rows = jnp.take(table, ids, axis=0).astype(self.config.compute_dtype)
+    return rows if ids.shape[0] == 1 else _constrain(rows, _HIDDEN)  # [1, seq]: positions shared by every row.
+
   def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool, position_ids=None) -> Array:
     # input_ids, segment_ids, position_ids: [batch, seq] -> [batch, seq, hidden]; positions 0, 1, ... by default.
     positions = jnp.arange(input_ids.shape[-1])[None] if position_ids is None else position_ids
-    x = self.word_embeddings(input_ids) + self.position_embeddings(positions) + self.token_type_embeddings(segment_ids)
+    x = (
+      self._lookup(self.word_embeddings, input_ids)
+      + self._lookup(self.position_embeddings, positions)
+      + self._lookup(self.token_type_embeddings, segment_ids)
+    )
     return _constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), _HIDDEN)
 
 
-def attention_mask(input_mask: Array) -> Array:
-  """Which keys each query attends to: [batch, seq] -> [batch, 1, q, k] bool.
-
-  `input_mask` is 0 for padding and otherwise the token's instance number: 1 everywhere in an unpacked row, 1..k in
-  a row that packs k instances. A token attends to the real tokens of its own instance (block-diagonal); a padding
-  query to every real token, as under BERT's key-only mask (its output is never read).
-  """
-  queries, keys = input_mask[:, :, None], input_mask[:, None, :]
-  return (((queries == keys) | (queries == 0)) & (keys > 0))[:, None]
-
-
 class SelfAttention(nn.Module):
-  """Multi-head self-attention where `mask` allows it (see `attention_mask`)."""
+  """Multi-head self-attention within each token's instance (see `attention.attention_mask`), by the kernel
+  `config.attention` picks for the platform (see attention.py)."""
 
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
-    # x: [batch, seq, hidden]; mask: [batch, 1, q, k] bool.
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
+    # x: [batch, seq, hidden]; input_mask: [batch, seq] instance numbers (0: padding).
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
@@ -140,14 +143,26 @@ class SelfAttention(nn.Module):
       for name in ("query", "key", "value")
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
-    scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
-    # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.
-    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1)
-    self.sow("intermediates", "attention_probs", probs)  # Kept only when `intermediates` is mutable.
-    probs = probs.astype(config.compute_dtype)
-    probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
-    context = _constrain(jnp.einsum("bhqk,bkhd->bqhd", probs, value), _HEADS)  # [batch, seq, heads, head_dim]
+    kind = attention.resolve(
+      config.attention,
+      attention.current_platform(),
+      attention_dropout_prob=config.attention_dropout_prob,
+      dtype=config.dtype,
+    )
+    if kind == "splash":
+      context = attention.splash_attention(query, key, value, input_mask, rules=_ACTIVATION_RULES.get())
+    elif kind == "cudnn":
+      context = attention.cudnn_attention(query, key, value, input_mask)
+    else:
+      scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
+      # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.
+      scores = jnp.where(attention.attention_mask(input_mask), scores, jnp.finfo(jnp.float32).min)
+      probs = jax.nn.softmax(scores, axis=-1)
+      self.sow("intermediates", "attention_probs", probs)  # Kept only when `intermediates` is mutable.
+      probs = probs.astype(config.compute_dtype)
+      probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
+      context = jnp.einsum("bhqk,bkhd->bqhd", probs, value)
+    context = _constrain(context, _HEADS)  # [batch, seq, heads, head_dim]
     return dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
 
 
@@ -157,10 +172,10 @@ class TransformerLayer(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
     config = self.config
     dropout = nn.Dropout(config.hidden_dropout_prob)
-    attended = SelfAttention(config, name="attention")(x, mask, deterministic)
+    attended = SelfAttention(config, name="attention")(x, input_mask, deterministic)
     x = _layer_norm(config, "attention_layer_norm")(x + dropout(attended, deterministic=deterministic))
     hidden = gelu(dense(config, config.intermediate_size, ("embed", "mlp"), name="intermediate")(x))
     hidden = _constrain(hidden, ("act_batch", "act_length", "act_mlp"))
@@ -173,8 +188,8 @@ class TransformerLayer(nn.Module):
 class _ScannedLayer(TransformerLayer):
   """A TransformerLayer in `nn.scan`'s (carry, inputs) -> (carry, outputs) form."""
 
-  def __call__(self, x: Array, mask: Array, deterministic: bool) -> tuple[Array, None]:
-    return super().__call__(x, mask, deterministic), None
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> tuple[Array, None]:
+    return super().__call__(x, input_mask, deterministic), None
 
 
 _REMAT_POLICIES = {"full": None, "save_dots": jax.checkpoint_policies.checkpoint_dots}
@@ -205,9 +220,9 @@ class BertModel(nn.Module):
   """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden].
 
   Packed rows (several instances in one row): `input_mask` holds each token's instance number (see
-  `attention_mask`), `position_ids` [batch, seq] restart at each instance, and `cls_positions` [batch, instances]
-  name each instance's [CLS], whose pooled outputs are [batch, instances, hidden]. Without them a row is one
-  instance: positions 0, 1, ... and its [CLS] at 0.
+  `attention.attention_mask`), `position_ids` [batch, seq] restart at each instance, and `cls_positions` [batch,
+  instances] name each instance's [CLS], whose pooled outputs are [batch, instances, hidden]. Without them a row is
+  one instance: positions 0, 1, ... and its [CLS] at 0.
 
   With `mutable=["intermediates"]` it also collects every layer's hidden states and attention probabilities
   (see `encoder_intermediates`); otherwise they cost nothing.
@@ -236,14 +251,18 @@ class BertModel(nn.Module):
   ) -> tuple[Array, Array]:
     x = self.embeddings(input_ids, segment_ids, deterministic, position_ids)
     self.sow("intermediates", "embedding_output", x)
-    mask = attention_mask(input_mask)
     if self.config.scan_layers:
-      x, _ = self.layers(x, mask, deterministic)
+      x, _ = self.layers(x, input_mask, deterministic)
     else:
       for layer in self.layers:
-        x = layer(x, mask, deterministic)
-    cls = x[:, 0] if cls_positions is None else gather_positions(x, cls_positions)
-    pooled = jnp.tanh(self.pooler(cls))
+        x = layer(x, input_mask, deterministic)
+    # The gathered rows stay split by batch as the sequence was: without the constraint, SPMD partitioning may
+    # split them by hidden (as the next kernel is) and pay an all-to-all back in the backward pass.
+    if cls_positions is None:
+      cls = _constrain(x[:, 0], ("act_batch", "act_embed"))
+    else:
+      cls = _constrain(gather_positions(x, cls_positions), _HIDDEN)
+    pooled = _constrain(jnp.tanh(self.pooler(cls)), ("act_batch",) + (None,) * (cls.ndim - 2) + ("act_embed",))
     return x, pooled
 
   def dummy_inputs(self) -> tuple[Array, ...]:
@@ -254,15 +273,18 @@ class BertModel(nn.Module):
 def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, Array]:
   """What `BertModel.apply(..., mutable=["intermediates"])` collected, in either layer layout, as
   `hidden_states` [num_layers + 1, batch, seq, hidden] (the embeddings' output, then each layer's) and
-  `attention_probs` [num_layers, batch, heads, q, k] (float32). Nothing is collected unless asked for."""
+  `attention_probs` [num_layers, batch, heads, q, k] (float32; only the "xla" attention path computes them, so a
+  fused kernel's model returns none). Nothing is collected unless asked for."""
   if config.scan_layers:
     layers = intermediates["layers"]
     hidden = jnp.concatenate([intermediates["embedding_output"][0][None], layers["hidden_states"][0]])
-    return dict(hidden_states=hidden, attention_probs=layers["attention"]["attention_probs"][0])
-  layers = [intermediates[f"layer_{i}"] for i in range(config.num_layers)]
-  hidden = [intermediates["embedding_output"][0]] + [layer["hidden_states"][0] for layer in layers]
-  probs = [layer["attention"]["attention_probs"][0] for layer in layers]
-  return dict(hidden_states=jnp.stack(hidden), attention_probs=jnp.stack(probs))
+    probs = layers["attention"]["attention_probs"][0] if "attention" in layers else None
+  else:
+    layers = [intermediates[f"layer_{i}"] for i in range(config.num_layers)]
+    hidden = jnp.stack([intermediates["embedding_output"][0]] + [layer["hidden_states"][0] for layer in layers])
+    sown = all("attention" in layer for layer in layers)
+    probs = jnp.stack([layer["attention"]["attention_probs"][0] for layer in layers]) if sown else None
+  return dict(hidden_states=hidden) if probs is None else dict(hidden_states=hidden, attention_probs=probs)
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:
@@ -302,7 +324,7 @@ class BertForPretraining(nn.Module):
       input_ids, input_mask, segment_ids, deterministic, position_ids, cls_positions
     )
     # Only the masked positions reach the vocabulary-sized decoder: ~6x fewer FLOPs there at seq 128.
-    hidden = gather_positions(sequence_output, masked_lm_positions)
+    hidden = _constrain(gather_positions(sequence_output, masked_lm_positions), _HIDDEN)
     hidden = self.mlm_layer_norm(gelu(self.mlm_transform(hidden)))
     mlm_logits = self.bert.embeddings.word_embeddings.attend(hidden).astype(jnp.float32) + self.mlm_output_bias
     nsp_logits = self.nsp(pooled_output).astype(jnp.float32)

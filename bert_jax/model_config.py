@@ -21,6 +21,8 @@ SIZE_FIELDS = (
 # What the backward pass keeps of each layer's activations: everything ("none": no rematerialisation), nothing
 # but the layer's input ("full": the layer is recomputed), or the matmul outputs ("save_dots").
 REMAT_POLICIES = ("none", "full", "save_dots")
+# model.attention: see bert_jax/attention.py (KINDS there; kept here so the config imports no JAX kernel code).
+ATTENTION_KINDS = ("xla", "splash", "cudnn", "auto")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,8 @@ class BertConfig:
   # One `nn.scan` over stacked layer parameters (compiles one layer, not num_layers) instead of a Python loop.
   # The parameter layouts differ (`layers` with a leading layer axis vs `layer_{i}`); `param_layout` converts.
   scan_layers: bool = False
+  # The attention kernel, one of attention.KINDS: "xla" (the reference), "splash" (TPU), "cudnn" (GPU) or "auto".
+  attention: str = "xla"
 
   def __post_init__(self):
     for name in SIZE_FIELDS:
@@ -64,6 +68,16 @@ class BertConfig:
       raise ValueError(f"model.dtype={self.dtype!r} is not supported; expected one of {COMPUTE_DTYPES}.")
     if self.remat not in REMAT_POLICIES:
       raise ValueError(f"model.remat={self.remat!r} is not supported; expected one of {REMAT_POLICIES}.")
+    if self.attention not in ATTENTION_KINDS:
+      raise ValueError(f"model.attention={self.attention!r} is not supported; expected one of {ATTENTION_KINDS}.")
+    if self.attention in ("splash", "cudnn") and self.attention_dropout_prob > 0:
+      raise ValueError(
+        f"model.attention={self.attention!r} has no dropout on attention probabilities, and "
+        f"model.attention_dropout_prob={self.attention_dropout_prob}: set model.attention_dropout_prob=0 (as "
+        "MosaicBERT and ModernBERT train) or model.attention='xla' ('auto' takes the kernel only without it)."
+      )
+    if self.attention == "cudnn" and self.dtype != "bfloat16":
+      raise ValueError(f"model.attention='cudnn' runs in bfloat16 only; model.dtype={self.dtype!r}.")
     if not isinstance(self.scan_layers, bool):
       raise ValueError(f"model.scan_layers must be True or False, got {self.scan_layers!r}.")
 

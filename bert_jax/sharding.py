@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 MESH_AXES = ("data", "fsdp", "tensor")
@@ -41,10 +42,23 @@ def mesh_shape(requested: dict, num_devices: int) -> tuple[int, ...]:
 
 
 def make_mesh(requested: dict, devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """The mesh over `devices` (default: all). Devices of several TPU slices (multi-slice, joined over the data-center
+  network) put the slices along `data`: only the data-parallel gradient reduction crosses slices."""
   devices = jax.devices() if devices is None else list(devices)
   shape = mesh_shape(requested, len(devices))
   # Auto axes: XLA's partitioner propagates shardings from the parameters and the batch (GSPMD).
-  return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=(AxisType.Auto,) * len(MESH_AXES))
+  axis_types = (AxisType.Auto,) * len(MESH_AXES)
+  slices = len({getattr(device, "slice_index", 0) for device in devices})
+  if slices == 1:
+    return jax.make_mesh(shape, MESH_AXES, devices=devices, axis_types=axis_types)
+  if shape[0] % slices:
+    raise ValueError(
+      f"The devices span {slices} slices, which the mesh's data axis ({shape[0]}) must split over: "
+      f"set mesh.data to a multiple of {slices}."
+    )
+  per_slice = (shape[0] // slices, *shape[1:])
+  grid = mesh_utils.create_hybrid_device_mesh(per_slice, (slices, 1, 1), devices)
+  return Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 
 def data_parallel_size(mesh: Mesh) -> int:

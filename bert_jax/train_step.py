@@ -21,6 +21,7 @@ from flax import struct
 from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
+from bert_jax.attention import target_platform
 from bert_jax.guard import DEFAULT_GUARD, Guard
 from bert_jax.model import activation_rules, init_params
 
@@ -206,11 +207,12 @@ def eval_step(params, batch: dict, *, model: nn.Module, loss: Loss) -> dict:
 
 def with_activation_rules(fn, mesh: Mesh, rules):
   """`fn` traced with the abstract `mesh` and the logical axis `rules` in context: the model's `act_*`
-  constraints apply."""
+  constraints apply, and attention kernels are chosen for the platform of the mesh's devices."""
+  platform = mesh.devices.flat[0].platform
 
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), activation_rules(rules):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), activation_rules(rules), target_platform(platform):
       return fn(*args, **kwargs)
 
   return wrapped

@@ -43,6 +43,11 @@ def get_config() -> ml_collections.ConfigDict:
   # Scan one layer over stacked parameters (nn.scan): compile time independent of depth. Checkpoints convert
   # between the scanned and unrolled layouts on restore, so either loads into either.
   config.model.scan_layers = False
+  # Attention kernel (bert_jax/attention.py): "xla" (scores in HBM; the reference), "splash" (the Pallas TPU kernel:
+  # no [batch, heads, seq, seq] tensor; packed instances as segments), "cudnn" (GPU, bfloat16) or "auto" (by
+  # platform). The fused kernels have no attention dropout: they need attention_dropout_prob=0 ("auto" falls back
+  # to "xla" otherwise).
+  config.model.attention = "xla"
 
   config.tokenizer = ml_collections.ConfigDict()
   # "sentencepiece" (a .model file) or "wordpiece" (a Google BERT vocab.txt).
@@ -255,6 +260,20 @@ def get_config() -> ml_collections.ConfigDict:
   # for TensorBoard's Profile tab; 0: no trace. Start after the first (compiling) step.
   config.profile.start_step = 0
   config.profile.num_steps = 3
+
+  # --mode=dry_run and --mode=plan: compile the job ahead of time (bert_jax/dry_run.py, planner.py).
+  config.dry_run = ml_collections.ConfigDict()
+  # A Cloud TPU accelerator type to compile for with XLA's TPU compiler (libtpu; no TPU needed): v4-N, v5p-N
+  # (N TensorCores), v5litepod-N / v5e-N, v6e-N (N chips), e.g. "v5p-128". Empty: this machine's devices (on CPU,
+  # fake devices shaped like the mesh: an estimate).
+  config.dry_run.topology = ""
+  # Slices of that topology joined over the data-center network (multi-slice); the mesh's data axis spans them.
+  config.dry_run.num_slices = 1
+  # --mode=plan: remat policies to search, and per-chip batches are multiples of this (a power of two: 1 for exact).
+  config.dry_run.plan_remat = ("none", "save_dots", "full")
+  config.dry_run.plan_batch_step = 8
+  # --mode=plan: the largest per-chip batch tried.
+  config.dry_run.plan_max_batch = 1024
 
   # Multi-host: `jax.distributed.initialize`. On TPU VMs leave these empty: JAX finds the slice itself.
   # Elsewhere give the coordinator (host:port of process 0) and, unless the cluster (SLURM, ...) tells JAX,

@@ -78,6 +78,10 @@ def test_the_console_format_names_warnings_and_indents_a_block():
   no_libtpu = "INTERNAL: Failed to open libtpu.so: libtpu.so: cannot open shared object file: No such file or directory"
   jax_probe = logging.LogRecord("jax", logging.INFO, "/x/jax/_src/xla_bridge.py", 1, probe, ("tpu", no_libtpu), None)
   assert console.is_library_noise(jax_probe)
+  no_chip = "NOT_FOUND: TPU initialization failed: No jellyfish device found."  # libtpu installed, no TPU.
+  assert console.is_library_noise(
+    logging.LogRecord("jax", 20, "/x/jax/_src/xla_bridge.py", 1, probe, ("tpu", no_chip), None)
+  )
   busy = logging.LogRecord("jax", logging.INFO, "/x/jax/_src/xla_bridge.py", 1, probe, ("tpu", "TPU in use"), None)
   assert not console.is_library_noise(busy)  # A TPU that is there but fails: the only line that says why.
   jax_probe.levelno = logging.WARNING

@@ -21,7 +21,7 @@ def test_fsdp_needs_an_eighth_of_the_state_memory_of_data_parallel(small_config)
   for name, mesh in (("dp", dict(data=8, fsdp=1)), ("fsdp", dict(data=1, fsdp=8))):
     small_config.mesh.update(mesh)
     before = _live_bytes()
-    reports[name] = dry_run.compile_train_step(small_config)
+    reports[name] = dry_run.compile_job(small_config, eval_step=False)
     assert _live_bytes() - before < 1 << 20  # Nothing the size of the model was allocated.
   dp, fsdp = reports["dp"], reports["fsdp"]
   assert dp["devices"] == fsdp["devices"] == 8
@@ -29,11 +29,12 @@ def test_fsdp_needs_an_eighth_of_the_state_memory_of_data_parallel(small_config)
   # Parameters plus Adam's two moments, float32: all of it on every device under DP, an eighth under FSDP.
   assert dp["state_bytes_per_device"] == pytest.approx(3 * 4 * dp["parameters"], rel=0.01)
   assert fsdp["state_bytes_per_device"] < dp["state_bytes_per_device"] / 7
-  assert fsdp["argument_bytes"] < dp["argument_bytes"] / 4
-  assert 0 < fsdp["peak_bytes_per_device"] < dp["peak_bytes_per_device"]
+  dp_step, fsdp_step = dp["steps"]["train step"], fsdp["steps"]["train step"]
+  assert fsdp_step["argument_bytes"] < dp_step["argument_bytes"] / 4
+  assert 0 < fsdp_step["peak_bytes"] < dp_step["peak_bytes"]
   expected_flops = flops.train_flops_per_step(model_config(small_config), small_config.batch_size, 32, 5)
   assert dp["model_flops_per_step"] == expected_flops and dp["tokens_per_step"] == small_config.batch_size * 32
-  assert dp["xla_flops_per_device"] > 0
+  assert dp_step["xla_flops_per_device"] > 0
   specs = {name: spec for name, _, spec, _ in fsdp["parameter_table"]}
   assert specs["bert/layer_0/intermediate/kernel"] == "P('fsdp', 'tensor')"
 
@@ -53,8 +54,10 @@ def test_main_dry_run_makes_as_many_cpu_devices_as_the_mesh_names(tmp_path):
   ]
   result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert "Dry run: 8 x cpu, mesh {'data': 2, 'fsdp': 4, 'tensor': 1}" in result.stderr
-  assert "bert/layers/intermediate/kernel" in result.stderr and "Per-device memory" in result.stderr
+  assert "target       8 x cpu (this machine): an estimate" in result.stderr
+  assert "mesh         data 2 x fsdp 4 x tensor 1" in result.stderr
+  assert "bert/layers/intermediate/kernel" in result.stderr and "train state" in result.stderr
+  assert "eval step    compiled: peak" in result.stderr
   assert not (tmp_path / "dry").exists()  # A dry run writes nothing.
 
 

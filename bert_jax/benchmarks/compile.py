@@ -40,10 +40,11 @@ def main(argv):
   fsdp, dp = dict(data=1, fsdp=devices, tensor=1), dict(data=devices, fsdp=1, tensor=1)
   compile_s = {}
   for scan_layers in (False, True):
-    report = dry_run.compile_train_step(_config(fsdp, scan_layers, "none"))
-    compile_s[scan_layers] = report["compile_seconds"]
+    report = dry_run.compile_job(_config(fsdp, scan_layers, "none"), eval_step=False)
+    compile_s[scan_layers] = report["steps"]["train step"]["compile_seconds"]
   memory = {
-    name: dry_run.compile_train_step(_config(mesh, True, _REMAT.value)) for name, mesh in (("dp", dp), ("fsdp", fsdp))
+    name: dry_run.compile_job(_config(mesh, True, _REMAT.value), eval_step=False)
+    for name, mesh in (("dp", dp), ("fsdp", fsdp))
   }
 
   print(
@@ -57,10 +58,11 @@ def main(argv):
   )
   print(f"per-device memory (scanned layers, remat={_REMAT.value}), from the compiled memory analysis:")
   for name, report in memory.items():
+    step = report["steps"]["train step"]
     print(
       f"  {name.upper():4s} x{devices}: train state {report['state_bytes_per_device'] / _GIB:6.2f} GiB  "
-      f"arguments {report['argument_bytes'] / _GIB:6.2f} GiB  temporaries {report['temp_bytes'] / _GIB:6.2f} GiB  "
-      f"peak about {report['peak_bytes_per_device'] / _GIB:6.2f} GiB"
+      f"arguments {step['argument_bytes'] / _GIB:6.2f} GiB  temporaries {step['temp_bytes'] / _GIB:6.2f} GiB  "
+      f"peak about {step['peak_bytes'] / _GIB:6.2f} GiB"
     )
 
 

@@ -21,6 +21,17 @@ def hf_outputs(module, params, batch: dict, dropout_key):
   )
 
 
+def hf_pretraining_loss(outputs, batch: dict):
+  """MLM (at the masked positions of the reference's every-position logits) + NSP cross-entropy, as bert_jax's."""
+  logits = jnp.take_along_axis(outputs.prediction_logits, batch["masked_lm_positions"][:, :, None], axis=1)
+  weights = batch["masked_lm_weights"]
+  mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["masked_lm_ids"])
+  nsp = optax.softmax_cross_entropy_with_integer_labels(
+    outputs.seq_relationship_logits.astype(jnp.float32), batch["next_sentence_labels"]
+  )
+  return jnp.sum(mlm * weights) / (jnp.sum(weights) + 1e-5) + jnp.mean(nsp)
+
+
 def hf_train_step(state, batch: dict, dropout_key, *, module, loss, tx):
   """One step of `state` = (params, opt_state, step); `loss(outputs, batch)` is the scalar to minimise."""
   params, opt_state, step = state

@@ -23,12 +23,11 @@ import time
 
 import jax
 import jax.numpy as jnp
-import optax
 from absl import app, flags
 
 from bert_jax import flops as flops_lib
 from bert_jax import pretraining, sharding
-from bert_jax.benchmarks.reference import hf_train_step
+from bert_jax.benchmarks.reference import hf_pretraining_loss, hf_train_step
 from bert_jax.convert_hf import hf_config_dict
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model_config import preset
@@ -47,16 +46,6 @@ _PROFILE = flags.DEFINE_string(
   "",
   "Also trace two steps of each contestant here (jax.profiler) and print where each step's time goes.",
 )
-
-
-def _hf_loss(outputs, batch):
-  logits = jnp.take_along_axis(outputs.prediction_logits, batch["masked_lm_positions"][:, :, None], axis=1)
-  weights = batch["masked_lm_weights"]
-  mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), batch["masked_lm_ids"])
-  nsp = optax.softmax_cross_entropy_with_integer_labels(
-    outputs.seq_relationship_logits.astype(jnp.float32), batch["next_sentence_labels"]
-  )
-  return jnp.sum(mlm * weights) / (jnp.sum(weights) + 1e-5) + jnp.mean(nsp)
 
 
 def _matmul_flops_per_second(m: int, k: int, n: int, dtype: str, repeats: int = 20) -> float:
@@ -129,7 +118,9 @@ def _contestants(dtype: str, mesh, batches, dropout_key) -> dict:
   hf_params = jax.tree.map(jnp.asarray, hf_model.params)
   # Placed where the step returns it (with the batches), so that the second step does not compile again.
   hf_state = jax.device_put((hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32)), sharding.replicated(mesh))
-  hf_step = jax.jit(functools.partial(hf_train_step, module=hf_model.module, loss=_hf_loss, tx=tx), donate_argnums=0)
+  hf_step = jax.jit(
+    functools.partial(hf_train_step, module=hf_model.module, loss=hf_pretraining_loss, tx=tx), donate_argnums=0
+  )
   return {
     f"bert_jax {dtype}": (ours_step, ours_state, model_cfg),
     f"transformers {dtype}": (hf_step, hf_state, model_cfg),

@@ -105,16 +105,16 @@ def _host_batch(features: dict, rows: np.ndarray, weight: np.ndarray) -> dict:
   return batch
 
 
-def _model_config(config, source: pretrained.Pretrained | None) -> BertConfig:
+def model_config(config, source: pretrained.Pretrained | pretrained.Source | None) -> BertConfig:
   """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout."""
   ours = BertConfig(**config.model.to_dict())
   if source is None:
     return ours
-  keep = ("dtype", "remat", "scan_layers", "hidden_dropout_prob", "attention_dropout_prob")
+  keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
   return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
 
 
-def _run_config(config, total_steps: int, model_cfg: BertConfig):
+def run_config(config, total_steps: int, model_cfg: BertConfig):
   """`config` as this run trains: the step counts of fine-tuning (the optimizer reads them) and the encoder's
   architecture (init_from's), which its checkpoints record."""
   scheduled = ml_collections.ConfigDict(config.to_dict())
@@ -154,7 +154,7 @@ def _read_splits(task: Task, tokenizer, max_seq_length: int) -> _Splits:
   )
 
 
-def _make_predict(the_run: run.Run):
+def make_predict(the_run: run.Run):
   """Jitted (params with a member axis, batch) -> logits [members, batch, ...], replicated on every device."""
 
   def predict(params, batch):
@@ -231,7 +231,7 @@ def finetune(config, workdir: str) -> dict:
     tokenizer = source.tokenizer
   else:
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
-  model_cfg = _model_config(config, source)
+  model_cfg = model_config(config, source)
   if config.finetune.max_seq_length > model_cfg.max_position_embeddings:
     raise ValueError(
       f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the model's "
@@ -247,12 +247,12 @@ def finetune(config, workdir: str) -> dict:
     }
     | {total_steps}
   )
-  scheduled = _run_config(config, total_steps, model_cfg)
+  scheduled = run_config(config, total_steps, model_cfg)
   model = task_model(model_cfg, task.head, task.num_labels)
   the_run = run.make_run(
     scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
   )
-  predict_fn = _make_predict(the_run)
+  predict_fn = make_predict(the_run)
   header = [
     (
       "task",

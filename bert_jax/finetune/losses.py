@@ -11,6 +11,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from bert_jax.train_step import Loss
@@ -72,6 +73,20 @@ def token_loss(params, batch: dict, model, dropout_key=None, normalizers=None):
     task_loss=jnp.sum(xent * weights), task_accuracy=jnp.sum(correct * weights), task_count=jnp.sum(weights)
   )
   return jnp.sum(xent * weights) / count, metrics
+
+
+def batch_shapes(head: str, batch_size: int, seq: int, num_choices: int = 0) -> dict:
+  """Feature name -> (shape, dtype) of a fine-tuning batch of `head` (task.py's `Encoded.features` plus `weight`)."""
+  rows = (batch_size, num_choices, seq) if head == "choice" else (batch_size, seq)
+  shapes = {name: (rows, np.int32) for name in MODEL_INPUTS}
+  shapes["weight"] = ((batch_size,), np.float32)
+  if head == "span":
+    shapes.update(start_positions=((batch_size,), np.int32), end_positions=((batch_size,), np.int32))
+  elif head == "token":
+    shapes.update(labels=((batch_size, seq), np.int32), label_weights=((batch_size, seq), np.float32))
+  else:
+    shapes["label"] = ((batch_size,), np.float32 if head == "regression" else np.int32)
+  return shapes
 
 
 def make_loss(head: str) -> Loss:

@@ -1,0 +1,115 @@
+"""Attention kernels behind `model.attention`: XLA's einsum and softmax (the reference), JAX's Pallas splash-attention
+kernel on TPUs, and cuDNN's fused attention on GPUs.
+
+  "xla"     scores [batch, heads, q, k] in HBM, masked softmax in float32, dropout on the probabilities (BERT).
+  "splash"  TPU (Pallas; in interpret mode elsewhere, for tests). A row's `input_mask` values are its segment ids:
+            a token attends only to tokens of its own instance (packed rows) and no real token to padding. No
+            [batch, heads, q, k] mask or score tensor exists in HBM. Sequences are padded to a multiple of 128
+            inside the call (the kernel's block).
+  "cudnn"   GPU: `jax.nn.dot_product_attention(implementation="cudnn")` with the boolean mask; bfloat16 only.
+  "auto"    splash on TPU, cudnn on GPU in bfloat16, xla otherwise, and xla wherever attention dropout is on.
+
+The fused kernels have no dropout on attention probabilities. BertConfig refuses "splash" and "cudnn" with
+`attention_dropout_prob` > 0 rather than drop what the config asks for; MosaicBERT and ModernBERT train with
+attention dropout 0, which is the setting that takes the kernel ("auto" does so only then).
+
+A padding query attends differently (to padding under splash, to every real token under xla); its output is never
+read, so outputs at real tokens, losses and gradients agree.
+"""
+
+import contextlib
+import contextvars
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+SPLASH_BLOCK = 128  # The splash kernel's block along both sequence axes (the TPU's 128 lanes).
+
+_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_platform", default=None)
+
+
+@contextlib.contextmanager
+def target_platform(platform: str):
+  """While tracing inside, kernels are chosen (and splash compiled, not interpreted) for `platform` ("tpu", "gpu",
+  "cpu"): the platform of the mesh a step is compiled for, which may differ from this machine's (a TPU topology
+  compiled on a CPU host)."""
+  token = _PLATFORM.set(platform)
+  try:
+    yield
+  finally:
+    _PLATFORM.reset(token)
+
+
+def current_platform() -> str:
+  return _PLATFORM.get() or jax.default_backend()
+
+
+def resolve(kind: str, platform: str, *, attention_dropout_prob: float, dtype: str) -> str:
+  """The kernel `kind` ("auto" included) runs on `platform` for a model with these settings."""
+  if kind != "auto":
+    return kind
+  if attention_dropout_prob > 0:
+    return "xla"
+  if platform == "tpu":
+    return "splash"
+  if platform == "gpu" and dtype == "bfloat16":
+    return "cudnn"
+  return "xla"
+
+
+def attention_mask(input_mask: jax.Array) -> jax.Array:
+  """Which keys each query attends to: [batch, seq] -> [batch, 1, q, k] bool.
+
+  `input_mask` is 0 for padding and otherwise the token's instance number: 1 everywhere in an unpacked row, 1..k in
+  a row that packs k instances. A token attends to the real tokens of its own instance (block-diagonal); a padding
+  query to every real token, as under BERT's key-only mask (its output is never read).
+  """
+  queries, keys = input_mask[:, :, None], input_mask[:, None, :]
+  return (((queries == keys) | (queries == 0)) & (keys > 0))[:, None]
+
+
+def _splash_per_shard(query, key, value, segment_ids, *, interpret: bool):
+  # query, key, value: [batch, heads, seq, head_dim]; segment_ids [batch, seq]; the shard's own batch and heads.
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+  heads, seq = query.shape[1], query.shape[2]
+  mask = splash.MultiHeadMask([splash.FullMask((seq, seq))] * heads)
+  kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, interpret=interpret)
+  one_row = lambda q, k, v, ids: kernel(q, k, v, segment_ids=splash.SegmentIds(q=ids, kv=ids))
+  return jax.vmap(one_row)(query, key, value, segment_ids)
+
+
+def splash_attention(query, key, value, input_mask, *, rules=()) -> jax.Array:
+  """[batch, seq, heads, head_dim] (query already scaled) x3, input_mask [batch, seq] -> context [batch, seq, heads,
+  head_dim]. Under a mesh, runs per shard (shard_map) with batch and heads split as `rules` map `act_batch` and
+  `act_heads`."""
+  seq = query.shape[1]
+  padded = -(-seq // SPLASH_BLOCK) * SPLASH_BLOCK
+  to_kernel = lambda x: jnp.pad(x, ((0, 0), (0, padded - seq), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
+  # Positions added to reach the block get their own segment (-1): they attend to themselves only.
+  segment_ids = jnp.pad(input_mask, ((0, 0), (0, padded - seq)), constant_values=-1)
+  platform = current_platform()
+  run = functools.partial(_splash_per_shard, interpret=platform != "tpu")
+  mesh = jax.sharding.get_abstract_mesh()
+  if not mesh.empty:
+    from flax import linen as nn
+
+    batch_axes, heads_axes = nn.logical_to_mesh_axes(("act_batch", "act_heads"), rules)
+    qkv_spec, ids_spec = PartitionSpec(batch_axes, heads_axes, None, None), PartitionSpec(batch_axes, None)
+    run = jax.shard_map(run, in_specs=(qkv_spec,) * 3 + (ids_spec,), out_specs=qkv_spec, check_vma=False)
+  context = run(to_kernel(query), to_kernel(key), to_kernel(value), segment_ids)
+  return context.transpose(0, 2, 1, 3)[:, :seq]
+
+
+def cudnn_attention(query, key, value, input_mask) -> jax.Array:
+  """cuDNN's fused attention, same shapes as `splash_attention`; bfloat16 inputs."""
+  return dot_product_attention(query, key, value, input_mask, implementation="cudnn")
+
+
+def dot_product_attention(query, key, value, input_mask, *, implementation: str) -> jax.Array:
+  # scale=1: the query arrives scaled by 1/sqrt(head_dim), as in BERT.
+  return jax.nn.dot_product_attention(
+    query, key, value, mask=attention_mask(input_mask), scale=1.0, implementation=implementation
+  )

@@ -1,0 +1,195 @@
+"""Cloud TPU slices as compile-only devices: a real TPU topology, on a machine without a TPU.
+
+With libtpu installed (`pip install 'bert_jax[tpu]'`), `jax.experimental.topologies.get_topology_desc` returns the
+devices of a TPU slice that is not there, and `jax.jit(...).lower(...).compile()` runs XLA's TPU compiler for them:
+the TPU's fusion, buffer assignment and HBM limit, the collectives SPMD partitioning inserts. Nothing can run on
+these devices.
+
+Accelerator types are Cloud TPU's names:
+  v4-N, v5p-N   N counts TensorCores, two per chip (megacore: one JAX device per chip): v4-8 is 4 chips, 2x2x1;
+  v5litepod-N (also v5e-N), v6e-N   N counts chips, one JAX device each: v5e-8 is 8 chips, 2x4.
+Power-of-two sizes, from one host (v4-8, v5p-8, v5e-1/4/8, v6e-1/4/8) to full pods; hosts hold 4 chips (2x2x1)
+except the single-host v5e/v6e slices, which hold all 8. `num_slices` > 1 gives a multi-slice topology (slices
+joined over the data-center network), whose devices carry their `slice_index`.
+"""
+
+import dataclasses
+import functools
+import math
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+
+INSTALL_HINT = "pip install 'bert_jax[tpu]' (libtpu, XLA's TPU compiler; no TPU needed)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+  prefix: str  # the topology name's prefix (v5p's is "v5")
+  cores_per_chip: int  # how many units the accelerator-type name counts per chip
+  dims: int  # 3-D torus (v4, v5p) or 2-D (v5e, v6e)
+  chip_config_name: str  # "megacore": one device per chip of two TensorCores
+
+
+GENERATIONS = {
+  "v4": Generation("v4", 2, 3, "megacore"),
+  "v5p": Generation("v5", 2, 3, "megacore"),
+  "v5e": Generation("v5e", 1, 2, "default"),
+  "v6e": Generation("v6e", 1, 2, "default"),
+}
+_ALIASES = {"v5litepod": "v5e", "v5lite": "v5e"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+  """A Cloud TPU slice (or `num_slices` of them) by its accelerator type."""
+
+  accelerator: str  # as named, e.g. "v5p-128"
+  generation: str  # a key of GENERATIONS
+  chips: int  # per slice
+  shape: tuple[int, ...]  # chips along each torus axis
+  num_slices: int = 1
+
+  @property
+  def name(self) -> str:
+    """The topology name libtpu takes, e.g. "v5:4x4x4"."""
+    return f"{GENERATIONS[self.generation].prefix}:{'x'.join(map(str, self.shape))}"
+
+  @property
+  def chips_per_host(self) -> tuple[int, int, int]:
+    if GENERATIONS[self.generation].dims == 2 and self.chips <= 8:
+      return (*self.shape, 1)  # v5e-8 and v6e-8 are one host with all eight chips.
+    return (2, 2, 1)
+
+  @property
+  def hosts(self) -> int:
+    return self.num_slices * self.chips // math.prod(self.chips_per_host)
+
+  @property
+  def wrap(self) -> tuple[bool, bool, bool]:
+    """Wrap-around links: a 3-D slice of whole 4x4x4 cubes is a torus; a 2-D axis of 16 chips is a ring."""
+    if GENERATIONS[self.generation].dims == 3:
+      return (min(self.shape) >= 4,) * 3
+    return (*(size == 16 for size in self.shape), False)
+
+  def __str__(self) -> str:
+    slices = f" x {self.num_slices} slices" if self.num_slices > 1 else ""
+    return f"{self.accelerator} ({self.name}, {self.chips} chips{slices}, {self.hosts} hosts)"
+
+
+def _shape(chips: int, dims: int) -> tuple[int, ...]:
+  """Chips along each axis, as even as powers of two allow, smaller axes first (v4/v5p: 2x2x1 for 4 chips)."""
+  if dims == 3 and chips == 4:
+    return (2, 2, 1)
+  shape = [1] * dims
+  for _ in range(int(math.log2(chips))):
+    shape[shape.index(min(shape))] *= 2
+  return tuple(sorted(shape))
+
+
+def parse(accelerator: str, num_slices: int = 1) -> Topology:
+  """A Cloud TPU accelerator type ("v4-8", "v5litepod-16", "v5e-8", "v5p-128", "v6e-256") -> Topology; raises
+  ValueError naming what is accepted."""
+  match = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", accelerator.strip().lower())
+  accepted = "v4-N, v5p-N (N TensorCores, 8 or more), v5litepod-N / v5e-N, v6e-N (N chips); N a power of two"
+  if not match:
+    raise ValueError(f"dry_run.topology={accelerator!r} is not a Cloud TPU accelerator type; expected {accepted}.")
+  family, count = _ALIASES.get(match[1], match[1]), int(match[2])
+  if family not in GENERATIONS:
+    raise ValueError(f"dry_run.topology={accelerator!r}: unknown TPU generation {match[1]!r}; expected {accepted}.")
+  generation = GENERATIONS[family]
+  chips, leftover = divmod(count, generation.cores_per_chip)
+  smallest = 4 if generation.dims == 3 else 1
+  if leftover or chips < smallest or chips & (chips - 1):
+    raise ValueError(f"dry_run.topology={accelerator!r} names {count} of {family}'s units; expected {accepted}.")
+  if num_slices < 1:
+    raise ValueError(f"dry_run.num_slices={num_slices} must be at least 1.")
+  return Topology(accelerator, family, chips, _shape(chips, generation.dims), num_slices)
+
+
+def devices(topology: Topology) -> list[jax.Device]:
+  """The slice's compile-only devices (every slice's, in slice order). Raises RuntimeError saying how to install
+  libtpu when it is missing."""
+  from jax.experimental import topologies
+
+  if not libtpu_available():
+    raise RuntimeError(f"Compiling for {topology} needs libtpu: {INSTALL_HINT}.")
+  # No metadata server: the topology is given, not discovered. Without a type and a worker, libtpu prints four lines
+  # of warnings on its first use here (the values only name this host; the devices come from the arguments below).
+  # Compile-only devices touch no chip: other processes may load libtpu at the same time (test workers, a dry run
+  # beside a run), which its lockfile otherwise refuses.
+  settings = (
+    ("TPU_SKIP_MDS_QUERY", "1"),
+    ("TPU_ACCELERATOR_TYPE", topology.accelerator),
+    ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+  )
+  for name, value in settings:
+    os.environ.setdefault(name, value)
+  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  description = topologies.get_topology_desc(
+    topology_name=topology.name,
+    platform="tpu",
+    chip_config_name=GENERATIONS[topology.generation].chip_config_name,
+    chips_per_host_bounds=topology.chips_per_host,
+    wrap=topology.wrap,
+    **({"num_slices": topology.num_slices} if topology.num_slices > 1 else {}),
+  )
+  return list(description.devices)
+
+
+def libtpu_available() -> bool:
+  try:
+    import libtpu  # noqa: F401
+  except ImportError:
+    return False
+  return True
+
+
+@functools.cache
+def _usable_hbm_of_kind(device_kind: str, device: jax.Device) -> int | None:
+  # XLA's TPU compiler names the HBM a program may use when one does not fit: ask for 1 TiB of temporaries.
+  placed = jax.sharding.SingleDeviceSharding(device)
+  probe = jax.jit(lambda x: jnp.broadcast_to(x, (1 << 38,)) * 3.0)
+  try:
+    probe.lower(jax.ShapeDtypeStruct((1,), jnp.float32, sharding=placed)).compile()
+  except Exception as error:  # noqa: BLE001 (the compiler's error type is jaxlib's)
+    found = parse_hbm_error(str(error))
+    return found.get("available")
+  return None
+
+
+def usable_hbm_bytes(device: jax.Device) -> int | None:
+  """The HBM one program may use on `device`'s chip, as XLA's TPU compiler reports it (less than the chip's HBM:
+  the runtime keeps some); None if the compiler did not say."""
+  return _usable_hbm_of_kind(device.device_kind, device)
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_SIZE = r"([\d.]+)\s*([KMGTP]?)i?B?"
+
+
+def _bytes(number: str, unit: str) -> int:
+  return int(float(number) * _UNITS[unit])
+
+
+def parse_hbm_error(message: str) -> dict:
+  """The figures of XLA:TPU's RESOURCE_EXHAUSTED message: `required` and `available` bytes (and `exceeded_by`)
+  where it names them; {} for another error."""
+  if "RESOURCE_EXHAUSTED" not in message and "Ran out of memory" not in message:
+    return {}
+  found = {}
+  for key, pattern in (
+    ("required", rf"required for [^(]*\({_SIZE}\)"),
+    ("available", rf"available HBM \({_SIZE}\)"),
+    ("required", rf"Used {_SIZE} of"),
+    ("available", rf"Used [\d.]+\s*[KMGTP]?i?B? of {_SIZE} hbm"),
+    ("exceeded_by", rf"Exceeded hbm capacity by {_SIZE}"),
+  ):
+    match = re.search(pattern, message)
+    if match and key not in found:
+      found[key] = _bytes(match[1], match[2])
+  if "required" in found and "available" in found:
+    found.setdefault("exceeded_by", found["required"] - found["available"])
+  return found

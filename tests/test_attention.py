@@ -1,0 +1,162 @@
+"""The fused attention kernels against the XLA path: the splash kernel (Pallas, in interpret mode on CPU) with packed
+and unpacked rows, alone and sharded over the mesh inside the train step; which kernel "auto" takes; what the
+config refuses."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import attention, pretraining
+from bert_jax.model import BertForPretraining
+from bert_jax.model_config import BertConfig
+from bert_jax.pretraining_batch import pretraining_shapes
+
+
+def _packed_batch(config: BertConfig, batch=4, seq=160, predictions=6, seed=0) -> dict:
+  """Rows of 1, 2 and 3 instances and padding; seq 160 is not a multiple of the kernel's block (128)."""
+  rng = np.random.default_rng(seed)
+  input_mask = np.zeros((batch, seq), np.int32)
+  position_ids = np.zeros((batch, seq), np.int32)
+  cls_positions = np.zeros((batch, 3), np.int32)
+  next_sentence_weights = np.zeros((batch, 3), np.float32)
+  for row, lengths in enumerate(([150], [40, 90], [30, 60, 50], [seq])):
+    start = 0
+    for instance, length in enumerate(lengths):
+      input_mask[row, start : start + length] = instance + 1
+      position_ids[row, start : start + length] = np.arange(length)
+      cls_positions[row, instance] = start
+      next_sentence_weights[row, instance] = 1
+      start += length
+  return dict(
+    input_ids=rng.integers(0, config.vocab_size, (batch, seq)).astype(np.int32) * (input_mask > 0),
+    input_mask=input_mask,
+    segment_ids=((position_ids > 10) * (input_mask > 0)).astype(np.int32),
+    position_ids=position_ids,
+    cls_positions=cls_positions,
+    masked_lm_positions=rng.integers(0, 30, (batch, predictions)).astype(np.int32),
+    masked_lm_ids=rng.integers(0, config.vocab_size, (batch, predictions)).astype(np.int32),
+    masked_lm_weights=np.ones((batch, predictions), np.float32),
+    next_sentence_labels=rng.integers(0, 2, (batch, 3)).astype(np.int32),
+    next_sentence_weights=next_sentence_weights,
+  )
+
+
+@pytest.fixture(scope="module")
+def model_config() -> BertConfig:
+  return BertConfig(
+    vocab_size=101,
+    hidden_size=32,
+    num_layers=2,
+    num_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=160,
+    hidden_dropout_prob=0.0,
+    attention_dropout_prob=0.0,
+  )
+
+
+def _loss_and_grads(config: BertConfig, params, batch):
+  loss = pretraining.make_loss()
+  return jax.value_and_grad(lambda p: loss.value(p, batch, BertForPretraining(config))[0])(params)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_splash_equals_xla_in_outputs_and_gradients(model_config, packed):
+  batch = _packed_batch(model_config)
+  if not packed:  # One instance per row, BERT's padding mask.
+    batch.update(
+      input_mask=(batch["input_mask"] > 0).astype(np.int32), next_sentence_labels=batch["next_sentence_labels"][:, 0]
+    )
+    del batch["position_ids"], batch["cls_positions"], batch["next_sentence_weights"]
+  splash = dataclasses.replace(model_config, attention="splash")
+  params = BertForPretraining(model_config).init(jax.random.key(0), *BertForPretraining(model_config).dummy_inputs())[
+    "params"
+  ]
+  inputs = pretraining.model_inputs(batch)
+  real = batch["input_mask"] > 0
+  expected = BertForPretraining(model_config).apply({"params": params}, **inputs)
+  actual = BertForPretraining(splash).apply({"params": params}, **inputs)
+  np.testing.assert_allclose(actual["sequence_output"][real], expected["sequence_output"][real], atol=2e-5, rtol=0)
+  np.testing.assert_allclose(actual["mlm_logits"], expected["mlm_logits"], atol=2e-5, rtol=0)
+  np.testing.assert_allclose(actual["nsp_logits"], expected["nsp_logits"], atol=2e-5, rtol=0)
+
+  expected_loss, expected_grads = _loss_and_grads(model_config, params, batch)
+  actual_loss, actual_grads = _loss_and_grads(splash, params, batch)
+  np.testing.assert_allclose(actual_loss, expected_loss, rtol=1e-6)
+  for got, want in zip(jax.tree.leaves(actual_grads), jax.tree.leaves(expected_grads), strict=True):
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-4)
+
+
+def test_splash_in_the_sharded_train_step_equals_xla_in_bfloat16(small_config):
+  """Through run.make_run on 8 devices (batch over data x fsdp, heads over tensor): the kernel runs per shard."""
+  small_config.model.update(
+    vocab_size=104, max_position_embeddings=160, hidden_dropout_prob=0.0, attention_dropout_prob=0.0
+  )
+  small_config.model.update(dtype="bfloat16", scan_layers=True)
+  small_config.mesh.update(data=2, fsdp=2, tensor=2)
+  small_config.data.update(max_seq_length=160, max_predictions_per_seq=6)
+  small_config.batch_size = 4
+  shapes = pretraining_shapes(4, 160, 6, 3)
+  host_batch = _packed_batch(pretraining.model_config(small_config))
+  assert {name: (v.shape, v.dtype) for name, v in host_batch.items()} == {
+    name: (shape, np.dtype(dtype)) for name, (shape, dtype) in shapes.items()
+  }
+  results = {}
+  for kind in ("xla", "splash"):
+    small_config.model.attention = kind
+    the_run = pretraining.make_run(small_config)
+    batch = jax.device_put(
+      host_batch, jax.sharding.NamedSharding(the_run.mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
+    )
+    state = the_run.init_state(0)
+    state, metrics = the_run.train_step(state, batch, jax.random.key(1))
+    results[kind] = jax.device_get((state.params, metrics))
+  (xla_params, xla_metrics), (splash_params, splash_metrics) = results["xla"], results["splash"]
+  assert splash_metrics["mlm_loss"] == pytest.approx(xla_metrics["mlm_loss"], rel=2e-2)
+  for got, want in zip(jax.tree.leaves(splash_params), jax.tree.leaves(xla_params), strict=True):
+    np.testing.assert_allclose(got, want, atol=2e-3, rtol=0)  # One Adam step of lr 1e-3 on bfloat16 activations.
+
+
+def test_cudnn_path_passes_the_mask_and_scale_as_the_xla_path_computes(model_config):
+  """The cudnn wrapper through jax.nn.dot_product_attention's XLA implementation (no GPU here): same context."""
+  rng = np.random.default_rng(0)
+  query, key, value = (jnp.asarray(rng.normal(size=(3, 24, 4, 8)), jnp.float32) for _ in range(3))
+  input_mask = jnp.asarray(np.repeat([[1] * 10 + [2] * 8 + [0] * 6], 3, axis=0), jnp.int32)
+  scores = jnp.einsum("bqhd,bkhd->bhqk", query, key)
+  scores = jnp.where(attention.attention_mask(input_mask), scores, -jnp.inf)
+  expected = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(scores, -1), value)
+  actual = attention.dot_product_attention(query, key, value, input_mask, implementation="xla")
+  real = np.asarray(input_mask) > 0
+  np.testing.assert_allclose(np.asarray(actual)[real], np.asarray(expected)[real], atol=1e-5)
+
+
+def test_auto_takes_the_kernel_of_the_platform_only_without_attention_dropout():
+  resolve = attention.resolve
+  assert resolve("auto", "tpu", attention_dropout_prob=0.0, dtype="float32") == "splash"
+  assert resolve("auto", "tpu", attention_dropout_prob=0.1, dtype="bfloat16") == "xla"
+  assert resolve("auto", "gpu", attention_dropout_prob=0.0, dtype="bfloat16") == "cudnn"
+  assert resolve("auto", "gpu", attention_dropout_prob=0.0, dtype="float32") == "xla"
+  assert resolve("auto", "cpu", attention_dropout_prob=0.0, dtype="bfloat16") == "xla"
+  assert resolve("splash", "cpu", attention_dropout_prob=0.0, dtype="float32") == "splash"  # Interpreted.
+
+
+@pytest.mark.parametrize(
+  "fields, message",
+  [
+    (dict(attention="splash"), r"attention_dropout_prob=0.1: set model.attention_dropout_prob=0"),
+    (dict(attention="cudnn", attention_dropout_prob=0.0), r"'cudnn' runs in bfloat16 only"),
+    (dict(attention="flash"), r"model.attention='flash' is not supported"),
+  ],
+)
+def test_the_config_refuses_what_a_kernel_cannot_do(fields, message):
+  with pytest.raises(ValueError, match=message):
+    BertConfig(**fields)
+
+
+def test_the_step_of_a_fused_kernel_is_checked_before_compiling(small_config):
+  small_config.model.update(attention="splash", attention_dropout_prob=0.1)
+  with pytest.raises(ValueError, match="no dropout on attention probabilities"):
+    pretraining.make_run(small_config)

@@ -1,0 +1,185 @@
+"""Compiled for real Cloud TPU topologies on this CPU machine (XLA's TPU compiler from libtpu, no TPU): the jobs fit,
+FSDP splits the state and communicates as FSDP should, several slices put the data axis across slices, the splash
+kernel compiles for the TPU and saves HBM, a config that cannot fit says so with the numbers, the planner finds the
+largest batch, and the shipped BERT-Large configs fit the slices their docstrings name."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import dry_run, planner, tpu_topology
+from configs import large, large_phase2, tiny
+from tests.test_main import ROOT, _env
+
+requires_libtpu = pytest.mark.skipif(
+  not tpu_topology.libtpu_available(),
+  reason=f"libtpu is not installed ({tpu_topology.INSTALL_HINT}); it has no macOS wheel. CI installs it.",
+)
+
+
+@pytest.mark.parametrize(
+  "name, topology, chips, hosts, wrap",
+  [
+    ("v4-8", "v4:2x2x1", 4, 1, (False,) * 3),  # TensorCores: 2 per chip.
+    ("v5p-128", "v5:4x4x4", 64, 16, (True,) * 3),
+    ("v5litepod-16", "v5e:4x4", 16, 4, (False,) * 3),  # Chips.
+    ("v5e-8", "v5e:2x4", 8, 1, (False,) * 3),  # One host of 8.
+    ("v6e-256", "v6e:16x16", 256, 64, (True, True, False)),
+  ],
+)
+def test_cloud_tpu_accelerator_types_name_their_topology(name, topology, chips, hosts, wrap):
+  parsed = tpu_topology.parse(name)
+  assert (parsed.name, parsed.chips, parsed.hosts, parsed.wrap) == (topology, chips, hosts, wrap)
+
+
+@pytest.mark.parametrize("name", ["v5p-6", "v4-4", "v7-8", "tpu", "v5e-12"])
+def test_an_unknown_accelerator_type_is_refused_with_what_is_accepted(name):
+  with pytest.raises(ValueError, match=rf"dry_run.topology='{name}'.*expected v4-N, v5p-N"):
+    tpu_topology.parse(name)
+
+
+def _tiny(topology: str, **mesh) -> object:
+  config = tiny.get_config()
+  config.dry_run.topology = topology
+  config.model.update(scan_layers=True, dtype="bfloat16")
+  config.mesh.update(mesh)
+  return config
+
+
+@requires_libtpu
+def test_a_packed_fsdp_pretraining_step_fits_a_v5e_8_and_communicates_as_fsdp_does():
+  config = _tiny("v5e-8", data=1, fsdp=8)
+  config.data.pack_instances = True
+  report = dry_run.compile_job(config)
+  assert (report["devices"], report["device_kind"], report["platform"]) == (8, "TPU v5 lite", "tpu")
+  assert report["usable_bytes"] == pytest.approx(15.75 * 2**30, rel=1e-3)  # What XLA:TPU says a v5e chip offers.
+  # FSDP: every matrix is split 8 ways; only biases and LayerNorms of some layers stay whole.
+  whole = 4 * report["parameters"]
+  per_chip = sum(per_device for *_, per_device in report["parameter_table"])
+  assert whole / 8 <= per_chip < whole / 8 * 1.1
+  train, evaluation = report["steps"]["train step"], report["steps"]["eval step"]
+  assert train["fits"] and evaluation["fits"] and 0 < train["peak_bytes"] < train["usable_bytes"]
+  collectives = train["collectives"]
+  assert collectives.count["all-gather"] >= 2 * 16  # Each layer's 16 weights, gathered forward and backward.
+  assert collectives.count["reduce-scatter"] >= 1  # Gradients, split back into their shards.
+  # Nothing FSDP does not imply: no all-to-all. (XLA:TPU sends the NSP kernel's small gradient round the ring as
+  # collective-permutes, its reduce-scatter decomposed; replicated biases' gradients are all-reduced.)
+  fsdp_kinds = {"all-gather", "reduce-scatter", "all-reduce", "collective-permute"}
+  assert set(collectives.count) <= fsdp_kinds and "all-to-all" not in collectives.count, collectives.count
+  # The scanned layers forward and backward, two trips each (and the ring of a decomposed reduce-scatter): every
+  # loop's trip count was read, so the counts are per step.
+  assert collectives.loops.count(2) >= 2 and None not in collectives.loops, collectives.loops
+  # XLA's FLOPs, every layer counted, beside the model's (which leave out softmax, norms and the embedding lookups).
+  assert 0.9 < train["xla_flops_per_device"] * 8 / report["model_flops_per_step"] < 1.3
+  evaluated = set(evaluation["collectives"].count)
+  assert "all-gather" in evaluated and not {"reduce-scatter", "all-to-all"} & evaluated, evaluated  # No gradients.
+
+
+@requires_libtpu
+def test_a_fine_tuning_sweep_fits_a_v4_8():
+  config = _tiny("v4-8", data=1, fsdp=4)
+  config.finetune.update(task="sst2", max_seq_length=64, eval_batch_size=32)
+  config.sweep.update(learning_rates="1e-4,3e-4", seeds=2)
+  report = dry_run.compile_job(config)
+  assert report["job"] == "fine-tuning sst2 (classification head), 4 sweep member(s)"
+  assert (report["devices"], report["device_kind"]) == (4, "TPU v4")  # v4-8: 8 TensorCores, 4 megacore chips.
+  assert report["usable_bytes"] == pytest.approx(30.75 * 2**30, rel=1e-3)
+  assert all(step["fits"] for step in report["steps"].values())
+  assert "all-gather" in report["steps"]["train step"]["collectives"].count
+
+
+@requires_libtpu
+def test_two_slices_put_the_data_axis_across_the_slices():
+  config = _tiny("v5e-8", data=2, fsdp=8)
+  config.dry_run.num_slices = 2
+  devices, target = dry_run.target_devices(config)
+  assert len(devices) == 16 and "8 chips x 2 slices" in target
+  job = dry_run.make_job(config, devices)
+  slices = [{device.slice_index for device in row.flat} for row in job.run.mesh.devices]
+  assert slices == [{0}, {1}]  # Each data row is one slice: FSDP's gathers stay inside a slice.
+  report = dry_run.compile_job(config, devices, eval_step=False, all_flops=False)
+  collectives = report["steps"]["train step"]["collectives"]
+  assert report["steps"]["train step"]["fits"] and {"all-gather", "all-reduce"} <= set(collectives.count)
+
+
+@requires_libtpu
+def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
+  peaks = {}
+  for kind in ("xla", "splash"):
+    config = _tiny("v5e-8", data=8)
+    config.model.update(attention=kind, max_position_embeddings=512)
+    config.data.update(max_seq_length=512, max_predictions_per_seq=20)
+    config.batch_size = 256
+    devices, _ = dry_run.target_devices(config)
+    job = dry_run.make_job(config, devices)
+    text = job.run.train_step.lower(*job.train_args).compile().as_text()
+    assert ("tpu_custom_call" in text) == (kind == "splash")  # The Pallas kernel, compiled by Mosaic.
+    peaks[kind] = dry_run.compile_step(job.run.train_step, job.train_args, None)["peak_bytes"]
+  # At least each layer's float32 [32, 2, 512, 512] scores per chip are gone (and the bfloat16 probabilities).
+  assert peaks["xla"] - peaks["splash"] > 2 * 32 * 2 * 512 * 512 * 4, peaks
+
+
+@requires_libtpu
+def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help(tmp_path):
+  command = [
+    sys.executable,
+    "-m",
+    "bert_jax.main",
+    "--config=configs/tiny.py",
+    f"--workdir={tmp_path / 'plan'}",
+    "--mode=dry_run",
+    "--config.dry_run.topology=v5e-8",
+    "--config.model.scan_layers=True",
+    "--config.data.max_seq_length=512",
+    "--config.model.max_position_embeddings=512",
+    "--config.batch_size=16384",
+  ]
+  result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+  assert result.returncode == 1, result.stderr[-3000:]
+  found = re.search(
+    r"train step +DOES NOT FIT by ([\d.]+) GiB: needs ([\d.]+) GiB of 15.75 GiB per chip", result.stderr
+  )
+  assert found and float(found[2]) - 15.75 == pytest.approx(float(found[1]), abs=0.02), result.stderr[-3000:]
+  assert "would help   --config.model.remat=save_dots or full" in result.stderr
+  assert "--config.model.attention=splash" in result.stderr and "--config.num_microbatches=2" in result.stderr
+  assert "The job does not fit v5e-8" in result.stderr
+  assert "Failed to find host bounds" not in result.stderr and "jellyfish" not in result.stderr  # libtpu's noise.
+  assert not (tmp_path / "plan").exists()
+
+
+def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
+  """The search alone, against a stand-in compiler whose limit is known: doubling, then bisection."""
+  limit, tried = 203, []
+
+  def compile_step(jitted, args, usable):
+    del jitted, usable
+    tried.append(args)
+    return dict(fits=args <= limit, peak_bytes=args, compile_seconds=0.0)
+
+  class Job:
+    def __init__(self, config):
+      self.run = type("Run", (), {"train_step": None})
+      self.train_args = (config.batch_size,)
+
+  monkeypatch.setattr(dry_run, "compile_step", lambda jitted, args, usable: compile_step(jitted, args[0], usable))
+  monkeypatch.setattr(dry_run, "make_job", lambda config, devices: Job(config))
+  monkeypatch.setattr(planner.sharding, "make_mesh", lambda requested, devices: None)
+  monkeypatch.setattr(planner.sharding, "data_parallel_size", lambda mesh: 1)
+  config = tiny.get_config()
+  config.dry_run.update(plan_batch_step=8, plan_max_batch=1024)
+  batch, report, tries = planner.largest_batch(config, [], "none", None)
+  assert batch == 200 and report["peak_bytes"] == 200  # The largest multiple of 8 at most 203.
+  assert [b for b, _ in tries] == [8, 16, 32, 64, 128, 256, 192, 224, 208, 200]
+  config.dry_run.update(plan_max_batch=128)
+  assert planner.largest_batch(config, [], "none", None)[0] == 128  # Capped: the limit is above the range.
+
+
+@requires_libtpu
+@pytest.mark.parametrize("module", [large, large_phase2])
+def test_the_shipped_bert_large_configs_fit_the_slice_they_were_planned_for(module):
+  config = module.get_config()
+  assert config.dry_run.topology in module.__doc__ and str(config.batch_size) in module.__doc__
+  report = dry_run.compile_job(config, eval_step=False, all_flops=False)
+  assert report["steps"]["train step"]["fits"], report["steps"]["train step"]
