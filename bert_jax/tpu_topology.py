@@ -1,6 +1,6 @@
 """Cloud TPU slices as compile-only devices: a real TPU topology, on a machine without a TPU.
 
-With libtpu installed (`pip install 'bert_jax[tpu]'`), `jax.experimental.topologies.get_topology_desc` returns the
+With libtpu installed (`pip install -e '.[tpu]'`), `jax.experimental.topologies.get_topology_desc` returns the
 devices of a TPU slice that is not there, and `jax.jit(...).lower(...).compile()` runs XLA's TPU compiler for them:
 the TPU's fusion, buffer assignment and HBM limit, the collectives SPMD partitioning inserts. Nothing can run on
 these devices.
@@ -22,7 +22,7 @@ import re
 import jax
 import jax.numpy as jnp
 
-INSTALL_HINT = "pip install 'bert_jax[tpu]' (libtpu, XLA's TPU compiler; no TPU needed)"
+INSTALL_HINT = "pip install -e '.[tpu]' in the repository (libtpu: XLA's TPU compiler; no TPU needed)"
 
 
 @dataclasses.dataclass(frozen=True)

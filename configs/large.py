@@ -7,10 +7,14 @@ schedule, which reaches zero at step 1M.
         --config.tokenizer.path=gs://BUCKET/vocab/uncased_vocab.txt --config.data.prepared_dir=gs://BUCKET/wiki_uncased
 
 The corpus is prepared once as shown in configs/base.py (the same prepared data serves every model size).
-Position embeddings are sized 512 throughout, so phase 2 loads phase 1's checkpoint as it is. On a pod slice,
-`--config.model.scan_layers=True` compiles one layer instead of 24, and `--config.model.remat=save_dots` or
-`full` trades recomputation for activation memory; `--config.optimizer=lamb` with a larger batch follows
-You et al. (2019).
+Position embeddings are sized 512 throughout, so phase 2 loads phase 1's checkpoint as it is. Layers are scanned
+(one layer compiled instead of 24; checkpoints load into either layout); `--config.model.remat=save_dots` or `full`
+trades recomputation for activation memory; `--config.optimizer=lamb` with a larger batch follows You et al. (2019).
+
+Planned for a v5p-128 slice (64 chips, as the paper's 64 TPU chips), batch 256 (4 rows per chip, data parallel):
+compiled for it on any machine with libtpu, no TPU needed, the train step fits with a wide margin (docs/tpu.md):
+
+    python -m bert_jax.main --config=configs/large.py --workdir=/tmp/plan --mode=dry_run
 """
 
 from bert_jax.model_config import preset
@@ -31,4 +35,7 @@ def get_config():
   config.learning_rate = 1e-4
   config.data.max_seq_length = 128
   config.data.max_predictions_per_seq = 20
+  config.model.scan_layers = True
+  # The slice this config was planned for (--mode=dry_run compiles for it; tests/test_tpu_compile.py checks it fits).
+  config.dry_run.topology = "v5p-128"
   return config

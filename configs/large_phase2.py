@@ -8,6 +8,9 @@ step 900k to step 1M, on the same schedule (`configs/large.py`). Its own workdir
 Rows pack several NSP instances each (`data.pack_instances`). The run starts from phase 1's newest checkpoint
 (parameters, optimizer state and step; the data stream starts afresh at the new length) and, once it has its own
 checkpoints, resumes from those. Phase 1's workdir is only read.
+
+Planned, as phase 1, for a v5p-128 slice at batch 256 (4 packed rows of 512 tokens per chip): it fits there
+(`--mode=dry_run` compiles it for the slice; docs/tpu.md has the figures).
 """
 
 from configs import large

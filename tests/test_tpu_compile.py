@@ -40,6 +40,12 @@ def test_an_unknown_accelerator_type_is_refused_with_what_is_accepted(name):
     tpu_topology.parse(name)
 
 
+def test_without_libtpu_a_topology_says_how_to_install_it(monkeypatch):
+  monkeypatch.setattr(tpu_topology, "libtpu_available", lambda: False)
+  with pytest.raises(RuntimeError, match=r"Compiling for v5e-8 .* needs libtpu: pip install -e '\.\[tpu\]'"):
+    tpu_topology.devices(tpu_topology.parse("v5e-8"))
+
+
 def _tiny(topology: str, **mesh) -> object:
   config = tiny.get_config()
   config.dry_run.topology = topology

@@ -3,8 +3,8 @@ HBM at the configs' batch, the largest per-chip batch per remat policy, compile 
 `FlaxBertForPreTraining` compiled for the same slice and batch.
 
     pip install -e '.[test]'   # libtpu (bert_jax[tpu]) and transformers, the reference
-    python -m bert_jax.benchmarks.tpu_compile --topologies=v4-8,v5e-8,v5p-8,v6e-8,v5p-128 --presets=base,large \\
-        --seqs=128,512 --plan_topologies=v4-8,v5e-8,v5p-8,v6e-8
+    python -m bert_jax.benchmarks.tpu_compile --sections=config,plan,reference --presets=base,large --seqs=128,512 \\
+        --topologies=v4-8,v5e-8,v5p-8,v6e-8,v5p-128 --plan_topologies=v5e-8 --reference_topologies=v5e-8
 
 Every row is pretraining at global batch 256 (configs/base.py, large.py, large_phase2.py: 20 predictions per row at
 128 tokens, 80 at 512), bfloat16 activations, data parallel over the slice (the configs' mesh), scanned layers. The
@@ -30,7 +30,14 @@ _PLAN_TOPOLOGIES = flags.DEFINE_list("plan_topologies", ["v4-8", "v5e-8", "v5p-8
 _PRESETS = flags.DEFINE_list("presets", ["base", "large"], "Model size presets.")
 _SEQS = flags.DEFINE_list("seqs", ["128", "512"], "Sequence lengths.")
 _REMAT = flags.DEFINE_list("remat", ["none", "save_dots", "full"], "Remat policies for the planner.")
-_REFERENCE = flags.DEFINE_bool("reference", True, "Also compile transformers' FlaxBertForPreTraining.")
+_REFERENCE_PRESETS = flags.DEFINE_list("reference_presets", ["base"], "Presets compiled as transformers' model too.")
+_REFERENCE_TOPOLOGIES = flags.DEFINE_list("reference_topologies", ["v5e-8"], "Where the reference is compiled.")
+_SECTIONS = flags.DEFINE_list(
+  "sections",
+  ["config", "plan", "reference"],
+  "config: every model, seq and topology at the configs' batch; plan: the planner on plan_topologies; splash: the "
+  "planner with xla and splash attention (attention dropout 0); reference: transformers' model beside bert_jax's.",
+)
 _BATCH = 256
 
 
@@ -79,14 +86,11 @@ def _gib(size) -> str:
   return "-" if size is None else f"{size / 2**30:.2f}"
 
 
-def main(argv):
-  del argv
-  print(f"jax {jax.__version__}, libtpu compile-only devices; global batch {_BATCH}, bfloat16, scanned layers\n")
+def _config_table() -> None:
   print(
-    "| model | seq | topology | usable HBM/chip (GiB) | peak HBM/chip (GiB) | fits | compile (s) "
-    "| XLA TFLOP/step | transformers peak (GiB) | transformers XLA TFLOP/step |"
+    "\n| model | seq | topology | usable HBM/chip (GiB) | peak HBM/chip (GiB) | fits | compile (s) | XLA TFLOP/step |"
   )
-  print("|---|---|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|")
   for preset_name in _PRESETS.value:
     for seq in map(int, _SEQS.value):
       for topology in _TOPOLOGIES.value:
@@ -94,33 +98,77 @@ def main(argv):
         devices, _ = dry_run.target_devices(config)
         report = dry_run.compile_job(config, devices, eval_step=False)
         step = report["steps"]["train step"]
-        chips = report["devices"]
-        ours_flops = step.get("xla_flops_per_device", float("nan")) * chips / 1e12
-        ref = _reference(config, devices) if _REFERENCE.value else None
-        ref_peak = _gib(ref["peak_bytes"]) if ref else "-"
-        ref_fits = "" if ref is None or ref["fits"] else " (does not fit)"
-        ref_flops = f"{ref['xla_flops_per_device'] * chips / 1e12:.1f}" if ref and ref["fits"] else "-"
+        flops = step["xla_flops_per_device"] * report["devices"] / 1e12 if step["fits"] else float("nan")
         print(
           f"| {preset_name} | {seq} | {topology} | {_gib(report['usable_bytes'])} | {_gib(step['peak_bytes'])} "
-          f"| {'yes' if step['fits'] else 'no'} | {step['compile_seconds']:.0f} | "
-          f"{ours_flops if step['fits'] else float('nan'):.1f} | {ref_peak}{ref_fits} | {ref_flops} |",
+          f"| {'yes' if step['fits'] else 'no'} | {step['compile_seconds']:.0f} | {flops:.1f} |",
           flush=True,
         )
-  print("\nLargest per-chip batch (multiple of 8) that fits, per remat policy:\n")
-  print("| model | seq | topology | " + " | ".join(f"remat {r}" for r in _REMAT.value) + " | compiles (s) |")
-  print("|---|---|---|" + "---|" * (len(_REMAT.value) + 1))
+
+
+def _reference_table() -> None:
+  print(
+    "\n| model | seq | topology | bert_jax peak (GiB) | bert_jax XLA TFLOP/step | transformers peak (GiB) "
+    "| transformers XLA TFLOP/step | transformers compile (s) |"
+  )
+  print("|---|---|---|---|---|---|---|---|")
+  for preset_name in _REFERENCE_PRESETS.value:
+    for seq in map(int, _SEQS.value):
+      for topology in _REFERENCE_TOPOLOGIES.value:
+        config = _config(preset_name, seq, topology)
+        devices, _ = dry_run.target_devices(config)
+        report = dry_run.compile_job(config, devices, eval_step=False)
+        ours, ref = report["steps"]["train step"], _reference(config, devices)
+        chips = report["devices"]
+        flops = lambda step, chips=chips: f"{step['xla_flops_per_device'] * chips / 1e12:.1f}" if step["fits"] else "-"
+        print(
+          f"| {preset_name} | {seq} | {topology} | {_gib(ours['peak_bytes'])} | {flops(ours)} | "
+          f"{_gib(ref['peak_bytes'])}{'' if ref['fits'] else ' (does not fit)'} | {flops(ref)} | "
+          f"{ref['compile_seconds']:.0f} |",
+          flush=True,
+        )
+
+
+def _plan_table(attention: tuple[str, ...] = ("xla",)) -> None:
+  print(
+    "\n| model | seq | topology | attention | " + " | ".join(f"remat {r}" for r in _REMAT.value) + " | compiles (s) |"
+  )
+  print("|---|---|---|---|" + "---|" * (len(_REMAT.value) + 1))
   for preset_name in _PRESETS.value:
     for seq in map(int, _SEQS.value):
       for topology in _PLAN_TOPOLOGIES.value:
-        config = _config(preset_name, seq, topology)
-        config.dry_run.plan_remat = tuple(_REMAT.value)
-        start = time.perf_counter()
-        rows = planner.plan(config)
-        cells = " | ".join(
-          f"{row['per_chip_batch']}{'+' if row['capped'] else ''} ({_gib(row['peak_bytes'])} GiB)" for row in rows
-        )
-        compiles = sum(row["compiles"] for row in rows)
-        print(f"| {preset_name} | {seq} | {topology} | {cells} | {compiles} ({time.perf_counter() - start:.0f}) |")
+        for kind in attention:
+          config = _config(preset_name, seq, topology)
+          config.dry_run.plan_remat = tuple(_REMAT.value)
+          if kind != "xla":
+            config.model.update(attention=kind, attention_dropout_prob=0.0)
+          start = time.perf_counter()
+          rows = planner.plan(config)
+          cells = " | ".join(
+            f"{row['per_chip_batch']}{'+' if row['capped'] else ''} ({_gib(row['peak_bytes'])} GiB)" for row in rows
+          )
+          compiles = sum(row["compiles"] for row in rows)
+          print(
+            f"| {preset_name} | {seq} | {topology} | {kind} | {cells} | {compiles} "
+            f"({time.perf_counter() - start:.0f}) |",
+            flush=True,
+          )
+
+
+def main(argv):
+  del argv
+  print(f"jax {jax.__version__}, libtpu compile-only devices; global batch {_BATCH}, bfloat16, scanned layers")
+  for section in _SECTIONS.value:
+    if section == "config":
+      _config_table()
+    elif section == "reference":
+      _reference_table()
+    elif section == "plan":
+      _plan_table()
+    elif section == "splash":
+      _plan_table(("xla", "splash"))
+    else:
+      raise app.UsageError(f"Unknown section {section!r}.")
 
 
 if __name__ == "__main__":
