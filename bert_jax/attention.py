@@ -103,13 +103,9 @@ def splash_attention(query, key, value, input_mask, *, rules=()) -> jax.Array:
   return context.transpose(0, 2, 1, 3)[:, :seq]
 
 
-def cudnn_attention(query, key, value, input_mask) -> jax.Array:
-  """cuDNN's fused attention, same shapes as `splash_attention`; bfloat16 inputs."""
-  return dot_product_attention(query, key, value, input_mask, implementation="cudnn")
-
-
 def dot_product_attention(query, key, value, input_mask, *, implementation: str) -> jax.Array:
-  # scale=1: the query arrives scaled by 1/sqrt(head_dim), as in BERT.
+  """`jax.nn.dot_product_attention` ("cudnn": cuDNN's fused kernel, bfloat16) with BERT's mask; same shapes as
+  `splash_attention`. scale=1: the query arrives scaled by 1/sqrt(head_dim), as in BERT."""
   return jax.nn.dot_product_attention(
     query, key, value, mask=attention_mask(input_mask), scale=1.0, implementation=implementation
   )

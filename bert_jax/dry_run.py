@@ -29,13 +29,7 @@ from bert_jax import console, flops, hlo_stats, pretraining, run, sharding, tpu_
 from bert_jax.attention import resolve
 from bert_jax.pretraining_batch import max_instances, pretraining_shapes
 
-_GIB = 1 << 30
-
-
-def gib(size: float | None) -> str:
-  if size is None:
-    return "unknown"
-  return f"{size / _GIB:.2f} GiB" if abs(size) >= _GIB / 10 else f"{size / 2**20:.1f} MiB"
+gib = hlo_stats.format_bytes
 
 
 def target_devices(config) -> tuple[list[jax.Device], str]:
@@ -74,6 +68,7 @@ class Job:
   eval_args: tuple
   tokens_per_step: int
   model_flops_per_step: float
+  eval_model_flops: float  # The eval step's forward pass.
   batch_row: str
 
 
@@ -110,6 +105,7 @@ def pretraining_job(config, devices, layers: int | None = None) -> Job:
     eval_args=(params, batch),
     tokens_per_step=config.batch_size * seq,
     model_flops_per_step=flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds),
+    eval_model_flops=flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds) / 3,
     batch_row=f"{config.batch_size} rows x {seq} tokens{packed}, {preds} predictions per row",
   )
 
@@ -143,6 +139,7 @@ def finetuning_job(config, devices, layers: int | None = None) -> Job:
   state = sharding.with_shardings(the_run.abstract, the_run.shardings)
   params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
   rows = config.batch_size * max(task.num_choices, 1)
+  eval_rows = config.finetune.eval_batch_size * max(task.num_choices, 1)
   return Job(
     name=f"fine-tuning {task.name} ({task.head} head), {len(members)} sweep member(s)",
     run=the_run,
@@ -153,6 +150,7 @@ def finetuning_job(config, devices, layers: int | None = None) -> Job:
     tokens_per_step=rows * seq,
     # Per member; the head and the [CLS]-only heads are negligible beside the encoder (no MLM head here).
     model_flops_per_step=len(members) * flops.train_flops_per_step(model_cfg, rows, seq, 0),
+    eval_model_flops=len(members) * flops.train_flops_per_step(model_cfg, eval_rows, seq, 0) / 3,
     batch_row=f"{config.batch_size} rows x {seq} tokens (eval {config.finetune.eval_batch_size} rows)",
   )
 
@@ -219,7 +217,17 @@ def compile_step(jitted, args, usable_bytes: int | None) -> dict:
 
 
 def usable_hbm(devices) -> int | None:
-  return tpu_topology.usable_hbm_bytes(devices[0]) if devices[0].platform == "tpu" else None
+  """Usable HBM per chip of TPU `devices` (None for others, and where XLA:TPU did not say: then "fits" means only
+  that the compiler accepted the program, and a warning says so)."""
+  if devices[0].platform != "tpu":
+    return None
+  usable = tpu_topology.usable_hbm_bytes(devices[0])
+  if usable is None:
+    logging.warning(
+      "XLA's TPU compiler did not name the usable HBM of a %s chip: a step that compiles is reported as fitting.",
+      devices[0].device_kind,
+    )
+  return usable
 
 
 def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool = True) -> dict:
@@ -241,6 +249,12 @@ def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool
   if eval_step:
     steps["eval step"] = compile_step(job.eval_fn, job.eval_args, usable)
   model_cfg = job.model_cfg
+  attention = resolve(
+    model_cfg.attention,
+    devices[0].platform,
+    attention_dropout_prob=model_cfg.attention_dropout_prob,
+    dtype=model_cfg.dtype,
+  )
   train = steps["train step"]
   if all_flops and train["fits"] and (model_cfg.scan_layers or config.num_microbatches > 1):
     train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers)
@@ -254,24 +268,20 @@ def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool
     mesh=dict(mesh.shape),
     batch=job.batch_row,
     model=model_cfg,
-    attention=resolve(
-      model_cfg.attention,
-      devices[0].platform,
-      attention_dropout_prob=model_cfg.attention_dropout_prob,
-      dtype=model_cfg.dtype,
-    ),
+    attention=attention,
     parameters=job.run.num_params,
     tokens_per_step=job.tokens_per_step,
     model_flops_per_step=job.model_flops_per_step,
+    eval_model_flops=job.eval_model_flops,
     state_bytes_per_device=state_bytes,
     usable_bytes=usable,
     steps=steps,
     parameter_table=table,
-    advice=advice(config, mesh, steps["train step"]),
+    advice=advice(config, mesh, steps["train step"], attention),
   )
 
 
-def advice(config, mesh, step: dict) -> list[str]:
+def advice(config, mesh, step: dict, attention: str) -> list[str]:
   """What would bring a step that does not fit under the limit, most effective first."""
   if step["fits"]:
     return []
@@ -282,7 +292,7 @@ def advice(config, mesh, step: dict) -> list[str]:
       f"--config.model.remat={'save_dots or full' if model.remat == 'none' else 'full'}: recompute each layer's "
       "activations in the backward pass instead of keeping them"
     )
-  if model.attention in ("xla", "auto") and mesh.devices.flat[0].platform == "tpu":
+  if attention == "xla" and mesh.devices.flat[0].platform == "tpu":
     hints.append(
       "--config.model.attention=splash --config.model.attention_dropout_prob=0: no [batch, heads, seq, seq] "
       "scores in HBM"
@@ -359,12 +369,14 @@ def format_report(report: dict) -> str:
     ("batch", f"{report['batch']}; {report['tokens_per_step']:,} tokens per step"),
     (
       "usable HBM",
-      f"{gib(report['usable_bytes'])} per chip" if report["usable_bytes"] else "no limit known (not a TPU)",
+      f"{gib(report['usable_bytes'])} per chip"
+      if report["usable_bytes"]
+      else ("not reported by XLA" if report["platform"] == "tpu" else "no limit known (not a TPU)"),
     ),
     ("train state", f"{gib(report['state_bytes_per_device'])} per chip"),
   ]
   for name, step in report["steps"].items():
-    flops_of_step = report["model_flops_per_step"] if name == "train step" else report["model_flops_per_step"] / 3
+    flops_of_step = report["model_flops_per_step"] if name == "train step" else report["eval_model_flops"]
     rows += _step_rows(name, step, chips, flops_of_step)
   for hint in report["advice"]:
     rows.append(("would help", hint))

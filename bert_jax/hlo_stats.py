@@ -89,11 +89,17 @@ class Collectives:
   def describe(self) -> str:
     if not self.count:
       return "none"
-    return ", ".join(f"{kind} {self.count[kind]} ({_gib(self.bytes[kind])})" for kind in KINDS if kind in self.count)
+    described = (
+      f"{kind} {self.count[kind]} ({format_bytes(self.bytes[kind])})" for kind in KINDS if kind in self.count
+    )
+    return ", ".join(described)
 
 
-def _gib(size: int) -> str:
-  return f"{size / 2**30:.2f} GiB" if size >= 2**26 else f"{size / 2**20:.1f} MiB"
+def format_bytes(size: float | None) -> str:
+  """GiB from a tenth of one, else MiB; "unknown" for None."""
+  if size is None:
+    return "unknown"
+  return f"{size / 2**30:.2f} GiB" if abs(size) >= 2**30 / 10 else f"{size / 2**20:.1f} MiB"
 
 
 def collectives(hlo_text: str) -> Collectives:
@@ -130,9 +136,11 @@ def collectives(hlo_text: str) -> Collectives:
         kind = "reduce-scatter"
       channel = re.search(r"channel_id=(\d+)", line)
       key = channel[1] if channel else f"{name}/{instruction[1]}"
-      # An async start's result pairs its operand with its output: the larger is the collective's size.
+      # An async all-gather's or permute's start returns its operands, then its outputs: the outputs count.
       sizes = _array_sizes(result)
-      size = max(sizes, default=0) if opcode.endswith("-start") else sum(sizes)
+      if opcode in ("all-gather-start", "collective-permute-start"):
+        sizes = sizes[len(sizes) // 2 :]
+      size = sum(sizes)
       previous = seen.get(key)
       if previous is None or previous[2] < multiplier:
         seen[key] = (kind, size, multiplier)

@@ -94,8 +94,14 @@ def main(argv):
   config = _CONFIG.value
   if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
-  if _MODE.value in ("dry_run", "plan") and not config.dry_run.topology:
-    _fake_cpu_devices_for_dry_run(config)
+  if _MODE.value in ("dry_run", "plan"):
+    if config.dry_run.topology:  # Compile-only TPU devices from libtpu; this process runs on none.
+      from bert_jax import tpu_topology
+
+      tpu_topology.prepare_environment(config.dry_run.topology)
+      jax.config.update("jax_platforms", "cpu")
+    else:
+      _fake_cpu_devices_for_dry_run(config)
   # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
   with console.native_noise_left_out():
     if _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
@@ -128,16 +134,15 @@ def main(argv):
 
 def _compile_ahead_of_time(config) -> None:
   """--mode=dry_run or plan: a bad value, or no libtpu, ends with one line; a step that does not fit exits 1."""
-  from bert_jax import dry_run, planner
+  from bert_jax import dry_run, planner, tpu_topology
 
   try:
     if _MODE.value == "plan":
-      planner.plan(config)
+      if not any(row["per_chip_batch"] for row in planner.plan(config)):
+        sys.exit(f"No per-chip batch fits {config.dry_run.topology}: see the plan above.")
       return
     report = dry_run.dry_run(config)
-  except (ValueError, RuntimeError) as error:
-    if "RESOURCE_EXHAUSTED" in str(error):
-      raise
+  except (ValueError, tpu_topology.LibtpuMissing) as error:
     sys.exit(f"--mode={_MODE.value}: {error}")
   if not all(step["fits"] for step in report["steps"].values()):
     sys.exit(f"The job does not fit {report['target']}: see the report above.")

@@ -108,21 +108,25 @@ class Embeddings(nn.Module):
     self.layer_norm = _layer_norm(config, "layer_norm")
     self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-  def _lookup(self, embed: nn.Embed, ids: Array) -> Array:
-    """[batch, seq] ids -> [batch, seq, hidden] rows of `embed`, looked up in the whole table (gathered, as FSDP
-    gathers every parameter it uses), so that they come out split by batch like the ids: a lookup in the table's
-    hidden-split shards costs an all-to-all each way."""
-    table = _constrain(embed.embedding, (None, None))
-    rows = jnp.take(table, ids, axis=0).astype(self.config.compute_dtype)
+  def _lookup(self, embed: nn.Embed, table_axes: tuple, ids: Array) -> Array:
+    """[batch, seq] ids -> [batch, seq, hidden] rows of `embed`, looked up in the table gathered along hidden (as FSDP
+    gathers every parameter it uses; the vocabulary stays split as `table_axes` say), so that they come out split
+    by batch like the ids: a lookup in the table's hidden-split shards costs an all-to-all each way."""
+    table = _constrain(embed.embedding, table_axes)
+    if embed.num_embeddings == 1:  # As nn.Embed: a one-row table answers every id.
+      rows = jnp.broadcast_to(table[0], (*ids.shape, table.shape[-1]))
+    else:
+      rows = jnp.take(table, ids, axis=0)
+    rows = rows.astype(self.config.compute_dtype)
     return rows if ids.shape[0] == 1 else _constrain(rows, _HIDDEN)  # [1, seq]: positions shared by every row.
 
   def __call__(self, input_ids: Array, segment_ids: Array, deterministic: bool, position_ids=None) -> Array:
     # input_ids, segment_ids, position_ids: [batch, seq] -> [batch, seq, hidden]; positions 0, 1, ... by default.
     positions = jnp.arange(input_ids.shape[-1])[None] if position_ids is None else position_ids
     x = (
-      self._lookup(self.word_embeddings, input_ids)
-      + self._lookup(self.position_embeddings, positions)
-      + self._lookup(self.token_type_embeddings, segment_ids)
+      self._lookup(self.word_embeddings, ("vocab", None), input_ids)
+      + self._lookup(self.position_embeddings, (None, None), positions)
+      + self._lookup(self.token_type_embeddings, (None, None), segment_ids)
     )
     return _constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), _HIDDEN)
 
@@ -152,7 +156,7 @@ class SelfAttention(nn.Module):
     if kind == "splash":
       context = attention.splash_attention(query, key, value, input_mask, rules=_ACTIVATION_RULES.get())
     elif kind == "cudnn":
-      context = attention.cudnn_attention(query, key, value, input_mask)
+      context = attention.dot_product_attention(query, key, value, input_mask, implementation="cudnn")
     else:
       scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
       # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.

@@ -21,7 +21,7 @@ SIZE_FIELDS = (
 # What the backward pass keeps of each layer's activations: everything ("none": no rematerialisation), nothing
 # but the layer's input ("full": the layer is recomputed), or the matmul outputs ("save_dots").
 REMAT_POLICIES = ("none", "full", "save_dots")
-# model.attention: see bert_jax/attention.py (KINDS there; kept here so the config imports no JAX kernel code).
+# model.attention: the kernels of bert_jax/attention.py.
 ATTENTION_KINDS = ("xla", "splash", "cudnn", "auto")
 
 
@@ -47,7 +47,7 @@ class BertConfig:
   # One `nn.scan` over stacked layer parameters (compiles one layer, not num_layers) instead of a Python loop.
   # The parameter layouts differ (`layers` with a leading layer axis vs `layer_{i}`); `param_layout` converts.
   scan_layers: bool = False
-  # The attention kernel, one of attention.KINDS: "xla" (the reference), "splash" (TPU), "cudnn" (GPU) or "auto".
+  # The attention kernel, one of ATTENTION_KINDS: "xla" (the reference), "splash" (TPU), "cudnn" (GPU) or "auto".
   attention: str = "xla"
 
   def __post_init__(self):

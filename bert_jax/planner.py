@@ -43,24 +43,26 @@ def largest_batch(config, devices, remat: str, usable: int | None, start: int = 
   starts at `start` when that fits (a policy that keeps less than one already planned fits at least its batch)."""
   step, most = config.dry_run.plan_batch_step, config.dry_run.plan_max_batch
   tries = []
-  fits = lambda batch: _fits(config, devices, batch, remat, usable, tries)
-  low, high = 0, None  # Largest known to fit; smallest known not to.
-  batch = step
-  if step < start <= most and fits(start):
-    low, batch = start, start * 2
-  while batch <= most:
-    if not fits(batch):
-      high = batch
+  fits = lambda units: _fits(config, devices, units * step, remat, usable, tries)
+  # In units of `step`: the largest known to fit and the smallest known not to (or one past the range).
+  low, high, top = 0, None, most // step
+  units = 1
+  if 1 < start // step <= top and fits(start // step):
+    low, units = start // step, 2 * (start // step)
+  while units <= top:
+    if not fits(units):
+      high = units
       break
-    low, batch = batch, batch * 2
+    low, units = units, units * 2
   if high is None:
-    high = min(batch, most + step)
-  while high - low > step:
-    middle = (low + high) // 2 // step * step
+    high = top + 1
+  while high - low > 1:
+    middle = (low + high) // 2
     if fits(middle):
       low = middle
     else:
       high = middle
+  low *= step
   best = next((report for batch, report in tries if batch == low), None)
   return low, best, tries
 
@@ -96,7 +98,7 @@ def plan(config) -> list[dict]:
         usable_bytes=usable,
         compiles=len(tries),
         seconds=time.perf_counter() - start,
-        capped=batch >= most,
+        capped=batch >= most // step * step,
       )
     )
   logging.info("%s", format_plan(rows, target, config))

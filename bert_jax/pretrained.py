@@ -393,7 +393,8 @@ def load(
   source = describe(path, lower_case)
   tokenizer = _load_tokenizer(source)  # Checked before any parameter is read.
   params = _read_params(source, mesh, rules)
-  config = dataclasses.replace(source.config, scan_layers=scan_layers)
+  # The layout asked for, and the reference attention: the kernel is the loading job's choice, not the model's.
+  config = dataclasses.replace(source.config, scan_layers=scan_layers, attention="xla")
   if source.config.scan_layers != scan_layers:
     target = {name: s for name, s in param_shardings(config, mesh, rules, source.task).items() if name in params}
     params = jax.jit(functools.partial(param_layout.convert, scanned=scan_layers), out_shardings=target)(params)

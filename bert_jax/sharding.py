@@ -57,7 +57,7 @@ def make_mesh(requested: dict, devices: Sequence[jax.Device] | None = None) -> M
       f"set mesh.data to a multiple of {slices}."
     )
   per_slice = (shape[0] // slices, *shape[1:])
-  grid = mesh_utils.create_hybrid_device_mesh(per_slice, (slices, 1, 1), devices)
+  grid = mesh_utils.create_hybrid_device_mesh(per_slice, (slices, 1, 1), devices, allow_split_physical_axes=True)
   return Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 

@@ -14,7 +14,6 @@ joined over the data-center network), whose devices carry their `slice_index`.
 """
 
 import dataclasses
-import functools
 import math
 import os
 import re
@@ -93,7 +92,7 @@ def parse(accelerator: str, num_slices: int = 1) -> Topology:
   """A Cloud TPU accelerator type ("v4-8", "v5litepod-16", "v5e-8", "v5p-128", "v6e-256") -> Topology; raises
   ValueError naming what is accepted."""
   match = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", accelerator.strip().lower())
-  accepted = "v4-N, v5p-N (N TensorCores, 8 or more), v5litepod-N / v5e-N, v6e-N (N chips); N a power of two"
+  accepted = "v4-N, v5p-N (N TensorCores: 8, 16, ... 8192), v5litepod-N / v5e-N, v6e-N (N chips: 1, 4, 8, 16, ... 256)"
   if not match:
     raise ValueError(f"dry_run.topology={accelerator!r} is not a Cloud TPU accelerator type; expected {accepted}.")
   family, count = _ALIASES.get(match[1], match[1]), int(match[2])
@@ -101,33 +100,41 @@ def parse(accelerator: str, num_slices: int = 1) -> Topology:
     raise ValueError(f"dry_run.topology={accelerator!r}: unknown TPU generation {match[1]!r}; expected {accepted}.")
   generation = GENERATIONS[family]
   chips, leftover = divmod(count, generation.cores_per_chip)
-  smallest = 4 if generation.dims == 3 else 1
-  if leftover or chips < smallest or chips & (chips - 1):
+  # 2-D slices as Cloud TPU sells them; 3-D ones from a 2x2x1 host upwards.
+  sizes = {1, 4, 8, 16, 32, 64, 128, 256} if generation.dims == 2 else {4 << k for k in range(11)}
+  if leftover or chips not in sizes:
     raise ValueError(f"dry_run.topology={accelerator!r} names {count} of {family}'s units; expected {accepted}.")
   if num_slices < 1:
     raise ValueError(f"dry_run.num_slices={num_slices} must be at least 1.")
   return Topology(accelerator, family, chips, _shape(chips, generation.dims), num_slices)
 
 
+class LibtpuMissing(RuntimeError):
+  """A TPU topology was asked for where libtpu is not installed."""
+
+
+def prepare_environment(accelerator: str) -> None:
+  """Before libtpu loads: no metadata server to query (the topology is given, not discovered); a type and a worker
+  so that it does not print four lines of warnings on a machine that is not a TPU VM (they only name this host);
+  and other processes may load libtpu at the same time (compile-only devices touch no chip; its lockfile
+  otherwise refuses a second process: test workers, a dry run beside a run). Values already set are kept."""
+  for name, value in (
+    ("TPU_SKIP_MDS_QUERY", "1"),
+    ("TPU_ACCELERATOR_TYPE", accelerator),
+    ("TPU_WORKER_HOSTNAMES", "localhost"),
+    ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+  ):
+    os.environ.setdefault(name, value)
+
+
 def devices(topology: Topology) -> list[jax.Device]:
-  """The slice's compile-only devices (every slice's, in slice order). Raises RuntimeError saying how to install
-  libtpu when it is missing."""
+  """The slice's compile-only devices (every slice's, in slice order). Raises LibtpuMissing, saying how to install
+  it, without libtpu."""
   from jax.experimental import topologies
 
   if not libtpu_available():
-    raise RuntimeError(f"Compiling for {topology} needs libtpu: {INSTALL_HINT}.")
-  # No metadata server: the topology is given, not discovered. Without a type and a worker, libtpu prints four lines
-  # of warnings on its first use here (the values only name this host; the devices come from the arguments below).
-  # Compile-only devices touch no chip: other processes may load libtpu at the same time (test workers, a dry run
-  # beside a run), which its lockfile otherwise refuses.
-  settings = (
-    ("TPU_SKIP_MDS_QUERY", "1"),
-    ("TPU_ACCELERATOR_TYPE", topology.accelerator),
-    ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-  )
-  for name, value in settings:
-    os.environ.setdefault(name, value)
-  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    raise LibtpuMissing(f"Compiling for {topology} needs libtpu: {INSTALL_HINT}.")
+  prepare_environment(topology.accelerator)
   description = topologies.get_topology_desc(
     topology_name=topology.name,
     platform="tpu",
@@ -147,23 +154,23 @@ def libtpu_available() -> bool:
   return True
 
 
-@functools.cache
-def _usable_hbm_of_kind(device_kind: str, device: jax.Device) -> int | None:
-  # XLA's TPU compiler names the HBM a program may use when one does not fit: ask for 1 TiB of temporaries.
-  placed = jax.sharding.SingleDeviceSharding(device)
-  probe = jax.jit(lambda x: jnp.broadcast_to(x, (1 << 38,)) * 3.0)
-  try:
-    probe.lower(jax.ShapeDtypeStruct((1,), jnp.float32, sharding=placed)).compile()
-  except Exception as error:  # noqa: BLE001 (the compiler's error type is jaxlib's)
-    found = parse_hbm_error(str(error))
-    return found.get("available")
-  return None
+_USABLE_HBM: dict[str, int | None] = {}
 
 
 def usable_hbm_bytes(device: jax.Device) -> int | None:
   """The HBM one program may use on `device`'s chip, as XLA's TPU compiler reports it (less than the chip's HBM:
-  the runtime keeps some); None if the compiler did not say."""
-  return _usable_hbm_of_kind(device.device_kind, device)
+  the runtime keeps some); None if the compiler did not say. Asked once per chip kind: XLA names the limit when a
+  program does not fit, so the probe asks for 1 TiB of temporaries."""
+  if device.device_kind not in _USABLE_HBM:
+    placed = jax.sharding.SingleDeviceSharding(device)
+    probe = jax.jit(lambda x: jnp.broadcast_to(x, (1 << 38,)) * 3.0)
+    try:
+      probe.lower(jax.ShapeDtypeStruct((1,), jnp.float32, sharding=placed)).compile()
+      found = {}
+    except Exception as error:  # noqa: BLE001 (the compiler's error type is jaxlib's)
+      found = parse_hbm_error(str(error))
+    _USABLE_HBM[device.device_kind] = found.get("available")
+  return _USABLE_HBM[device.device_kind]
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}

@@ -157,19 +157,17 @@ def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help(tmp_path):
 
 def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   """The search alone, against a stand-in compiler whose limit is known: doubling, then bisection."""
-  limit, tried = 203, []
-
-  def compile_step(jitted, args, usable):
-    del jitted, usable
-    tried.append(args)
-    return dict(fits=args <= limit, peak_bytes=args, compile_seconds=0.0)
+  limit = [203]
 
   class Job:
     def __init__(self, config):
       self.run = type("Run", (), {"train_step": None})
       self.train_args = (config.batch_size,)
 
-  monkeypatch.setattr(dry_run, "compile_step", lambda jitted, args, usable: compile_step(jitted, args[0], usable))
+  def compile_step(jitted, args, usable):
+    return dict(fits=args[0] <= limit[0], peak_bytes=args[0], compile_seconds=0.0)
+
+  monkeypatch.setattr(dry_run, "compile_step", compile_step)
   monkeypatch.setattr(dry_run, "make_job", lambda config, devices: Job(config))
   monkeypatch.setattr(planner.sharding, "make_mesh", lambda requested, devices: None)
   monkeypatch.setattr(planner.sharding, "data_parallel_size", lambda mesh: 1)
@@ -178,8 +176,14 @@ def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   batch, report, tries = planner.largest_batch(config, [], "none", None)
   assert batch == 200 and report["peak_bytes"] == 200  # The largest multiple of 8 at most 203.
   assert [b for b, _ in tries] == [8, 16, 32, 64, 128, 256, 192, 224, 208, 200]
+  # From a batch another policy fitted: one compile confirms it, and the doubling goes on from there.
+  batch, _, tries = planner.largest_batch(config, [], "full", None, start=192)
+  assert batch == 200 and [b for b, _ in tries] == [192, 384, 288, 240, 216, 200, 208]
   config.dry_run.update(plan_max_batch=128)
   assert planner.largest_batch(config, [], "none", None)[0] == 128  # Capped: the limit is above the range.
+  limit[0], config.dry_run.plan_max_batch = 5000, 1001  # A range that is not a multiple of the step still ends.
+  batch, _, tries = planner.largest_batch(config, [], "none", None)
+  assert batch == 1000 and len(tries) < 20
 
 
 @requires_libtpu

@@ -8,7 +8,7 @@ holds its instances one after another, each with its own [CLS], and carries (row
 order, a stateless function of the seed and the group's place in the stream):
 
 * `input_mask`: 0 for padding, else the instance's number in the row (1, 2, ...): the model attends only within
-  an instance (`model.attention_mask`);
+  an instance (`attention.attention_mask`);
 * `position_ids`: positions restarting at 0 for every instance;
 * `masked_lm_*`: every instance's predictions, positions shifted to where the instance sits;
 * `next_sentence_labels`, `next_sentence_weights`, `cls_positions`: `[max_instances_per_row]`, one per instance
