@@ -195,7 +195,7 @@ def compile_step(jitted, args, usable_bytes: int | None) -> dict:
       error=str(error).strip().splitlines()[0],
     )
   seconds = time.perf_counter() - start
-  memory = compiled.memory_analysis()
+  memory, text = compiled.memory_analysis(), compiled.as_text()
   cost = compiled.cost_analysis() or {}
   # Donated state aliases its outputs: live at the peak are the arguments, the temporaries and fresh outputs.
   peak = (
@@ -212,7 +212,8 @@ def compile_step(jitted, args, usable_bytes: int | None) -> dict:
     alias_bytes=memory.alias_size_in_bytes,
     temp_bytes=memory.temp_size_in_bytes,
     xla_flops_per_device=float(cost.get("flops", float("nan"))),
-    collectives=hlo_stats.collectives(compiled.as_text()),
+    collectives=hlo_stats.collectives(text),
+    text=text,  # The optimised HLO.
   )
 
 

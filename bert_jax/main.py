@@ -95,10 +95,9 @@ def main(argv):
   if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
   if _MODE.value in ("dry_run", "plan"):
-    if config.dry_run.topology:  # Compile-only TPU devices from libtpu; this process runs on none.
-      from bert_jax import tpu_topology
-
-      tpu_topology.prepare_environment(config.dry_run.topology)
+    if config.dry_run.topology:
+      # Compile-only TPU devices come from libtpu (tpu_topology.devices); this process runs on the CPU backend, so
+      # JAX's look at the devices below does not load libtpu before its settings are made.
       jax.config.update("jax_platforms", "cpu")
     else:
       _fake_cpu_devices_for_dry_run(config)

@@ -13,6 +13,7 @@ except the single-host v5e/v6e slices, which hold all 8. `num_slices` > 1 gives 
 joined over the data-center network), whose devices carry their `slice_index`.
 """
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -113,18 +114,27 @@ class LibtpuMissing(RuntimeError):
   """A TPU topology was asked for where libtpu is not installed."""
 
 
-def prepare_environment(accelerator: str) -> None:
-  """Before libtpu loads: no metadata server to query (the topology is given, not discovered); a type and a worker
+@contextlib.contextmanager
+def _libtpu_environment(accelerator: str):
+  """While libtpu loads: no metadata server to query (the topology is given, not discovered); a type and a worker
   so that it does not print four lines of warnings on a machine that is not a TPU VM (they only name this host);
   and other processes may load libtpu at the same time (compile-only devices touch no chip; its lockfile
-  otherwise refuses a second process: test workers, a dry run beside a run). Values already set are kept."""
-  for name, value in (
-    ("TPU_SKIP_MDS_QUERY", "1"),
-    ("TPU_ACCELERATOR_TYPE", accelerator),
-    ("TPU_WORKER_HOSTNAMES", "localhost"),
-    ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
-  ):
-    os.environ.setdefault(name, value)
+  otherwise refuses a second process: test workers, a dry run beside a run). Values already set are kept, and
+  the ones set here are removed again, so that no child process inherits them (a notebook would take itself for a
+  TPU VM)."""
+  settings = {
+    "TPU_SKIP_MDS_QUERY": "1",
+    "TPU_ACCELERATOR_TYPE": accelerator,
+    "TPU_WORKER_HOSTNAMES": "localhost",
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+  }
+  added = [name for name in settings if name not in os.environ]
+  os.environ.update({name: settings[name] for name in added})
+  try:
+    yield
+  finally:
+    for name in added:
+      os.environ.pop(name, None)
 
 
 def devices(topology: Topology) -> list[jax.Device]:
@@ -134,15 +144,15 @@ def devices(topology: Topology) -> list[jax.Device]:
 
   if not libtpu_available():
     raise LibtpuMissing(f"Compiling for {topology} needs libtpu: {INSTALL_HINT}.")
-  prepare_environment(topology.accelerator)
-  description = topologies.get_topology_desc(
-    topology_name=topology.name,
-    platform="tpu",
-    chip_config_name=GENERATIONS[topology.generation].chip_config_name,
-    chips_per_host_bounds=topology.chips_per_host,
-    wrap=topology.wrap,
-    **({"num_slices": topology.num_slices} if topology.num_slices > 1 else {}),
-  )
+  with _libtpu_environment(topology.accelerator):  # libtpu reads it when it loads, on the first topology.
+    description = topologies.get_topology_desc(
+      topology_name=topology.name,
+      platform="tpu",
+      chip_config_name=GENERATIONS[topology.generation].chip_config_name,
+      chips_per_host_bounds=topology.chips_per_host,
+      wrap=topology.wrap,
+      **({"num_slices": topology.num_slices} if topology.num_slices > 1 else {}),
+    )
   return list(description.devices)
 
 
