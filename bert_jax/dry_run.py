@@ -257,7 +257,8 @@ def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool
     dtype=model_cfg.dtype,
   )
   train = steps["train step"]
-  if all_flops and train["fits"] and (model_cfg.scan_layers or config.num_microbatches > 1):
+  loops = model_cfg.scan_layers or config.num_microbatches > 1
+  if all_flops and train["fits"] and loops and devices[0].platform == "tpu":  # CPU figures are an estimate anyway.
     train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers)
     train["flops_from"] = "unrolled 1- and 2-layer compiles"
   return dict(

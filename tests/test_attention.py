@@ -50,7 +50,7 @@ def model_config() -> BertConfig:
     vocab_size=101,
     hidden_size=32,
     num_layers=2,
-    num_heads=4,
+    num_heads=2,
     intermediate_size=48,
     max_position_embeddings=160,
     hidden_dropout_prob=0.0,
