@@ -36,6 +36,6 @@ def get_config():
   config.data.max_seq_length = 128
   config.data.max_predictions_per_seq = 20
   config.model.scan_layers = True
-  # The slice this config was planned for (--mode=dry_run compiles for it; tests/test_planned_configs.py checks it fits).
+  # The slice this config was planned for: --mode=dry_run compiles for it; tests/test_planned_configs.py checks it fits.
   config.dry_run.topology = "v5p-128"
   return config
