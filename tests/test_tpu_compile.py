@@ -125,7 +125,7 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
     devices, _ = dry_run.target_devices(config)
     job = dry_run.make_job(config, devices)
     step = dry_run.compile_step(job.run.train_step, job.train_args, None)
-    assert ("tpu_custom_call" in step["text"]) == (kind == "splash")  # The Pallas kernel, compiled by Mosaic.
+    assert (step["tpu_kernels"] > 0) == (kind == "splash")  # The Pallas kernel, compiled by Mosaic.
     peaks[kind] = step["peak_bytes"]
   # At least each layer's float32 [32, 2, 512, 512] scores per chip are gone (and the bfloat16 probabilities).
   assert peaks["xla"] - peaks["splash"] > 2 * 32 * 2 * 512 * 512 * 4, peaks
