@@ -7,6 +7,7 @@ import json
 import os
 import re
 
+import golden_params
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -288,3 +289,8 @@ def _check_exports(workdir: str, expected: TaskHead, tmp_path) -> None:
     out = reference.eval()(*(torch.from_numpy(x.astype(np.int64)) for x in inputs))
   theirs = np.stack([out.start_logits, out.end_logits], -1) if expected.head == "span" else out.logits.numpy()
   np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
+
+
+def test_fine_tuning_gives_the_parameters_recorded_before_the_package_was_regrouped(sweep_run):
+  """Bitwise: the sweep's final parameters (4 members, 4 epochs) against their recording."""
+  golden_params.check("finetuning", _params(sweep_run[0]))

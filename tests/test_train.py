@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 
+import golden_params
 import jax
 import numpy as np
 import pytest
@@ -162,3 +163,8 @@ def test_progress_reports_model_flops_utilisation():
   np.testing.assert_allclose(speed["mfu"], 0.25, rtol=0.01)
   np.testing.assert_allclose(speed["tokens_per_sec"], 1000, rtol=0.01)
   assert "mfu" not in progress.Progress(10, 1000, 0).report(2, dict(mlm_loss=1, mlm_accuracy=0, nsp_accuracy=0))
+
+
+def test_pretraining_gives_the_parameters_recorded_before_the_package_was_regrouped(wordpiece_run):
+  """Bitwise: the session's pretraining run (packed WordPiece rows, FSDP over 8 devices) against its recording."""
+  golden_params.check("pretraining", wordpiece_run[2])
