@@ -4,7 +4,7 @@ MFU = (model FLOPs per step x steps per second) / (peak FLOP/s per device x devi
 useful work only (rematerialisation, padding and the optimizer are not counted), as in the PaLM paper.
 """
 
-from bert_jax.model_config import BertConfig
+from bert_jax.model.bert_config import BertConfig
 
 # Peak dense bfloat16 TFLOP/s per device (one chip; for GPUs, the SXM part), from the vendors' spec sheets.
 # Matched against `jax.Device.device_kind`, first match wins (longer names first).

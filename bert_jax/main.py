@@ -2,10 +2,10 @@
 
 `--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the job's steps for the
 configured mesh, on this machine's devices or a Cloud TPU topology (`dry_run.topology`), and reports memory, FLOPs,
-collectives and shardings (see dry_run.py); `--mode=plan` finds the largest per-chip batch that fits a TPU topology
-for each remat policy (planner.py); `--mode=export` writes the workdir's
-newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (export.py); `--mode=features` writes
-per-token vectors of text lines (extract_features.py); the default mode trains: it pretrains, or, when
+collectives and shardings (see dry_run/ahead_of_time.py); `--mode=plan` finds the largest per-chip batch that fits a TPU
+topology for each remat policy (dry_run/planner.py); `--mode=export` writes the workdir's
+newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (handoff/export.py); `--mode=features` writes
+per-token vectors of text lines (handoff/extract_features.py); the default mode trains: it pretrains, or, when
 `finetune.task` is set (configs/glue.py, squad.py, ner.py, swag.py), fine-tunes (finetune/job.py).
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
@@ -88,8 +88,9 @@ def main(argv):
   except ValueError as error:
     raise app.UsageError(str(error)) from None
   sys.unraisablehook = _quiet_closed_loop_callbacks
-  from bert_jax import distributed, export, extract_features  # After the console (see the docstring).
+  from bert_jax import distributed  # After the console (see the docstring).
   from bert_jax.data import prepare
+  from bert_jax.handoff import export, extract_features
 
   config = _CONFIG.value
   if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
@@ -133,14 +134,14 @@ def main(argv):
 
 def _compile_ahead_of_time(config) -> None:
   """--mode=dry_run or plan: a bad value, or no libtpu, ends with one line; a step that does not fit exits 1."""
-  from bert_jax import dry_run, planner, tpu_topology
+  from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 
   try:
     if _MODE.value == "plan":
       if not any(row["per_chip_batch"] for row in planner.plan(config)):
         sys.exit(f"No per-chip batch fits {config.dry_run.topology}: see the plan above.")
       return
-    report = dry_run.dry_run(config)
+    report = ahead_of_time.dry_run(config)
   except (ValueError, tpu_topology.LibtpuMissing) as error:
     sys.exit(f"--mode={_MODE.value}: {error}")
   if not all(step["fits"] for step in report["steps"].values()):
@@ -150,15 +151,16 @@ def _compile_ahead_of_time(config) -> None:
 def _train(config, workdir: str) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
   save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
-  from bert_jax import checkpoint, guard, lease, train
   from bert_jax.finetune import job
+  from bert_jax.train import guard, loop
+  from bert_jax.workdir import checkpoints, lease
 
   try:
     if config.finetune.task:
       job.finetune(config, workdir)
     else:
-      train.train_and_evaluate(config, workdir)
-  except (guard.TrainingStopped, checkpoint.SaveError, lease.LeaseError) as error:
+      loop.train_and_evaluate(config, workdir)
+  except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError) as error:
     logging.error("%s", error)
     # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the
     # storage library's threads would print their own tracebacks of the same failure after this line.

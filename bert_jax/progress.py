@@ -59,7 +59,7 @@ class MetricWriter:
 
 
 def summarize(metric_sums: dict, num_steps: int) -> dict:
-  """Sums from the steps (see train_step.py) -> means for people: every `<prefix>_<name>` sum divided by its
+  """Sums from the steps (see train/step.py) -> means for people: every `<prefix>_<name>` sum divided by its
   `<prefix>_count`; `loss` and `grad_norm` (already batch means) averaged over the steps that were applied;
   `skipped_steps` and `nonfinite_steps`, the steps the guard skipped (see `train_step.train_step`)."""
   summary = {}

@@ -1,6 +1,6 @@
 """The device mesh, and how logical axis names and batches map onto it.
 
-Mesh axes are `data`, `fsdp` and `tensor`. Parameters carry logical names (see `model.py`); one short list of
+Mesh axes are `data`, `fsdp` and `tensor`. Parameters carry logical names (see `model/encoder.py`); one short list of
 rules in the config maps each name to mesh axes, so DP, FSDP, TP and mixes are config changes. Batches are
 split over `data` x `fsdp` on their leading axis.
 """

@@ -11,7 +11,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Seeds parameter initialisation, dropout and the data stream.
   config.seed = 0
 
-  # The encoder (bert_jax.model_config.BertConfig); sizes can come from bert_jax.model_config.preset(name).
+  # The encoder (bert_jax.model.bert_config.BertConfig); sizes can come from bert_jax.model.bert_config.preset(name).
   config.model = ml_collections.ConfigDict()
   # WordPiece/SentencePiece vocabulary size, including special tokens.
   config.model.vocab_size = 30522
@@ -43,7 +43,7 @@ def get_config() -> ml_collections.ConfigDict:
   # Scan one layer over stacked parameters (nn.scan): compile time independent of depth. Checkpoints convert
   # between the scanned and unrolled layouts on restore, so either loads into either.
   config.model.scan_layers = False
-  # Attention kernel (bert_jax/attention.py): "xla" (scores in HBM; the reference), "splash" (the Pallas TPU kernel:
+  # Attention kernel (model/attention.py): "xla" (scores in HBM; the reference), "splash" (the Pallas TPU kernel:
   # no [batch, heads, seq, seq] tensor; packed instances as segments), "cudnn" (GPU, bfloat16) or "auto" (by
   # platform). The fused kernels have no attention dropout: they need attention_dropout_prob=0 ("auto" falls back
   # to "xla" otherwise).
@@ -155,9 +155,9 @@ def get_config() -> ml_collections.ConfigDict:
   # names phase 1's workdir here. The model sizes and optimizer must match; dtype, remat and layer layout may not.
   config.init_from = ""
 
-  # --mode=export: a pretrained model written out for others (bert_jax/export.py).
+  # --mode=export: a pretrained model written out for others (bert_jax/handoff/export.py).
   config.export = ml_collections.ConfigDict()
-  # What to export: empty for the workdir's newest checkpoint; else any source bert_jax.pretrained.load reads (a
+  # What to export: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads (a
   # checkpoint step directory, a bundle, a Hugging Face or Google BERT directory), local or gs://.
   config.export.source = ""
   # The directory to write, local or gs://.
@@ -167,15 +167,15 @@ def get_config() -> ml_collections.ConfigDict:
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False
 
-  # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/extract_features.py).
+  # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
-  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.pretrained.load reads.
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
   config.features.source = ""
   # Text files by glob (local or gs://), one example per line.
   config.features.input_pattern = ""
   # Where the .npz shards and their manifest go, local or gs://.
   config.features.output_dir = ""
-  # Hidden states written per token, counted as BERT's extract_features.py does: -1 the last layer, -2 the one
+  # Hidden states written per token, counted as Google BERT's extract_features.py does: -1 the last layer, -2 the one
   # before, ...; 0 the embeddings.
   config.features.layers = (-1, -2, -3, -4)
   # Tokens per window, [CLS] and [SEP] included; longer lines are covered by overlapping windows, and each
@@ -261,7 +261,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.profile.start_step = 0
   config.profile.num_steps = 3
 
-  # --mode=dry_run and --mode=plan: compile the job ahead of time (bert_jax/dry_run.py, planner.py).
+  # --mode=dry_run and --mode=plan: compile the job ahead of time (bert_jax/dry_run/).
   config.dry_run = ml_collections.ConfigDict()
   # A Cloud TPU accelerator type to compile for with XLA's TPU compiler (libtpu; no TPU needed): v4-N, v5p-N
   # (N TensorCores), v5litepod-N / v5e-N, v6e-N (N chips), e.g. "v5p-128". Empty: this machine's devices (on CPU,

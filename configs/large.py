@@ -17,7 +17,7 @@ compiled for it on any machine with libtpu, no TPU needed, the train step fits w
     python -m bert_jax.main --config=configs/large.py --workdir=/tmp/plan --mode=dry_run
 """
 
-from bert_jax.model_config import preset
+from bert_jax.model.bert_config import preset
 from configs import default
 
 # The whole two-phase run: the schedule of both phases ends here; phase 1 stops at 90% of it.

@@ -5,7 +5,7 @@ offline, in about a minute on a laptop CPU, to a held-out MLM accuracy well abov
 python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/bert_tiny
 """
 
-from bert_jax.model_config import preset
+from bert_jax.model.bert_config import preset
 from configs import default
 
 

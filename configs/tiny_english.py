@@ -12,7 +12,7 @@ About 1.5 M tokens of text (the shared corpus): 1,500 steps of 64 x 128 are abou
 on a 2-core CPU).
 """
 
-from bert_jax.model_config import preset
+from bert_jax.model.bert_config import preset
 from configs import default
 
 

@@ -11,7 +11,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # noqa: E402
 
-from bert_jax.model_config import BertConfig  # noqa: E402
+from bert_jax.model.bert_config import BertConfig  # noqa: E402
 from configs import default, tiny  # noqa: E402
 
 
@@ -75,8 +75,8 @@ def wordpiece_run(tmp_path_factory, data_config):
   import jax
   import numpy as np
 
-  from bert_jax import train
   from bert_jax.data import prepare
+  from bert_jax.train import loop
 
   root = tmp_path_factory.mktemp("wordpiece_run")
   words = [f"w{i}" for i in range(95)]
@@ -101,14 +101,14 @@ def wordpiece_run(tmp_path_factory, data_config):
   config.mesh.update(data=1, fsdp=-1)
   config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
   config.update(eval_every_steps=2, eval_steps=1)
-  state = train.train_and_evaluate(config, str(root / "run"))
+  state = loop.train_and_evaluate(config, str(root / "run"))
   return str(root / "run"), config, jax.tree.map(np.asarray, jax.device_get(state.params))
 
 
 @pytest.fixture(scope="session")
 def exports(wordpiece_run, tmp_path_factory) -> dict[str, str]:
   """`wordpiece_run` exported in every format: format -> directory."""
-  from bert_jax import export
+  from bert_jax.handoff import export
 
   root = tmp_path_factory.mktemp("exports")
   return {fmt: export.export(wordpiece_run[0], str(root / fmt), fmt) for fmt in export.FORMATS}
@@ -184,7 +184,7 @@ def fixture_tokenizers(tmp_path_factory) -> dict:
   bert_jax tokenizers, for the task readers' tests."""
   import random
 
-  from bert_jax.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_sentencepiece
+  from bert_jax.data.tokenizer import SPECIAL_TOKENS, load_tokenizer, train_sentencepiece
 
   directory = tmp_path_factory.mktemp("fixture_tokenizers")
   letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]

@@ -9,10 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import attention, pretraining, sharding, train_step
-from bert_jax.model import BertForPretraining
-from bert_jax.model_config import BertConfig
-from bert_jax.pretraining_batch import pretraining_shapes
+from bert_jax import sharding
+from bert_jax.data.pretraining_batch import pretraining_shapes
+from bert_jax.model import attention
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.encoder import BertForPretraining
+from bert_jax.train import pretraining, step
 
 
 def _packed_batch(config: BertConfig, batch=4, seq=160, predictions=6, seed=0) -> dict:
@@ -113,7 +115,7 @@ def test_splash_sharded_over_the_mesh_equals_xla_in_loss_and_gradients(small_con
       return jax.value_and_grad(value)(params)
 
     sharded = jax.jit(
-      train_step.with_activation_rules(loss_and_grads, the_run.mesh, the_run.rules),
+      step.with_activation_rules(loss_and_grads, the_run.mesh, the_run.rules),
       in_shardings=(the_run.shardings.params, sharding.batch_sharding(the_run.mesh)),
     )
     results[kind] = jax.device_get(sharded(the_run.init_state(0).params, batch))

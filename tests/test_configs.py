@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import pretraining
-from bert_jax.optim import make_optimizer, make_schedule
+from bert_jax.train import pretraining
+from bert_jax.train.optim import make_optimizer, make_schedule
 from configs import default, large, large_phase2, tiny
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

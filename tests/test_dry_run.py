@@ -6,8 +6,9 @@ import sys
 import jax
 import pytest
 
-from bert_jax import distributed, dry_run, flops
-from bert_jax.pretraining import model_config
+from bert_jax import distributed, flops
+from bert_jax.dry_run import ahead_of_time
+from bert_jax.train.pretraining import model_config
 from tests.test_main import ROOT, _env
 
 
@@ -21,7 +22,7 @@ def test_fsdp_needs_an_eighth_of_the_state_memory_of_data_parallel(small_config)
   for name, mesh in (("dp", dict(data=8, fsdp=1)), ("fsdp", dict(data=1, fsdp=8))):
     small_config.mesh.update(mesh)
     before = _live_bytes()
-    reports[name] = dry_run.compile_job(small_config, eval_step=False)
+    reports[name] = ahead_of_time.compile_job(small_config, eval_step=False)
     assert _live_bytes() - before < 1 << 20  # Nothing the size of the model was allocated.
   dp, fsdp = reports["dp"], reports["fsdp"]
   assert dp["devices"] == fsdp["devices"] == 8

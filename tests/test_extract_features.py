@@ -6,9 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import extract_features, pretrained, pretraining
-from bert_jax.model import BertModel, encoder_intermediates
-from bert_jax.pretraining_batch import pretraining_shapes
+from bert_jax.data.pretraining_batch import pretraining_shapes
+from bert_jax.handoff import extract_features, pretrained
+from bert_jax.model.encoder import BertModel, encoder_intermediates
+from bert_jax.train import pretraining
 
 
 def test_windows_cover_a_long_line_and_each_token_takes_the_window_where_it_has_most_context():

@@ -15,13 +15,15 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import checkpoint, export, pretrained, run
 from bert_jax.finetune import glue as glue_tasks
 from bert_jax.finetune import job
 from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.finetune import ner as ner_task
 from bert_jax.finetune import swag as swag_task
-from bert_jax.heads import HF_ARCHITECTURES, TaskHead
+from bert_jax.handoff import export, pretrained
+from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
+from bert_jax.train import run
+from bert_jax.workdir import checkpoints
 from configs import glue, ner, squad, swag
 
 RATES = (1e-2, 3e-3)
@@ -60,8 +62,8 @@ def finetune_config(wordpiece_run, tmp_path_factory):
   return make
 
 
-def _params(workdir: str, name: str = checkpoint.CHECKPOINTS):
-  with checkpoint.reader(os.path.join(workdir, name)) as manager:
+def _params(workdir: str, name: str = checkpoints.CHECKPOINTS):
+  with checkpoints.reader(os.path.join(workdir, name)) as manager:
     step = manager.latest_step()
     restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
   return jax.tree.map(np.asarray, restored["params"])
@@ -94,7 +96,7 @@ def test_a_sweep_trains_every_member_and_reports_each_learning_rate(sweep_run):
   # The best member at its best evaluation, alone, beside the rotating checkpoints.
   best = summary["best"]
   assert best["value"] == max(max(m["accuracy"] for m in e["results"]["dev"]) for e in summary["evaluations"])
-  assert _params(workdir, checkpoint.BEST)["classifier"]["kernel"].shape == kernel.shape[1:]
+  assert _params(workdir, checkpoints.BEST)["classifier"]["kernel"].shape == kernel.shape[1:]
   predictions = open(os.path.join(workdir, "predictions", "SST-2.tsv")).read().splitlines()
   assert predictions[0] == "index\tprediction" and len(predictions) == 6
   # The console: a header before the first step, a summary after the predictions.
@@ -223,7 +225,7 @@ def test_each_task_config_runs_end_to_end(name, wordpiece_run, tmp_path):
   assert all(0 <= v <= 100 for v in values), values
   assert summary["best"]["value"] == max(values)
   assert json.loads(open(os.path.join(workdir, job.METRICS_FILE)).read())["final"] == summary["final"]
-  assert _params(workdir, checkpoint.BEST).keys() == _params(workdir).keys()
+  assert _params(workdir, checkpoints.BEST).keys() == _params(workdir).keys()
   predictions = parse(open(os.path.join(workdir, "predictions", prediction_file)).read())
   if task.startswith("squad"):  # {question id: answer text}, every dev question (v2.0: 2 without an answer).
     assert len(predictions) == (10 if task == "squad_v2" else 8)
@@ -260,12 +262,12 @@ def _check_exports(workdir: str, expected: TaskHead, tmp_path) -> None:
   """The fine-tuning workdir loads as its best member with its head; bundle and Hugging Face exports keep both, and
   transformers' task model computes from the latter what bert_jax computes; the sweep's checkpoints and the google
   format are refused."""
-  best = _params(workdir, checkpoint.BEST)
+  best = _params(workdir, checkpoints.BEST)
   loaded = pretrained.load(workdir)
-  assert loaded.task == expected and loaded.source.path.startswith(os.path.join(workdir, checkpoint.BEST))
+  assert loaded.task == expected and loaded.source.path.startswith(os.path.join(workdir, checkpoints.BEST))
   jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, loaded.params), best)
   with pytest.raises(ValueError, match="every member of its sweep.*best"):
-    pretrained.load(os.path.join(workdir, checkpoint.CHECKPOINTS))
+    pretrained.load(os.path.join(workdir, checkpoints.CHECKPOINTS))
   with pytest.raises(ValueError, match="no place for its head"):
     export.export(workdir, str(tmp_path / "google"), "google")
 

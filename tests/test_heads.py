@@ -10,11 +10,11 @@ import pytest
 import torch
 import transformers
 
-from bert_jax.convert_hf import hf_config_dict, hf_from_params, params_from_hf
 from bert_jax.finetune import losses
-from bert_jax.heads import task_model
-from bert_jax.model import init_params
-from bert_jax.train_step import overwrite_params
+from bert_jax.handoff.hf_format import hf_config_dict, hf_from_params, params_from_hf
+from bert_jax.model.encoder import init_params
+from bert_jax.model.heads import task_model
+from bert_jax.train.step import overwrite_params
 
 NUM_LABELS = {"classification": 3, "regression": 1, "span": 2, "token": 5, "choice": 1}
 HF_CLASSES = {

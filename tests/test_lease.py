@@ -1,4 +1,4 @@
-"""The workdir lease (bert_jax/lease.py), on a local disk and on GCS (the emulator of `gcs_bucket`)."""
+"""The workdir lease (bert_jax/workdir/lease.py), on a local disk and on GCS (the emulator of `gcs_bucket`)."""
 
 import json
 import logging
@@ -14,7 +14,7 @@ import fsspec
 import pytest
 from etils import epath
 
-from bert_jax import lease
+from bert_jax.workdir import lease
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,7 +76,7 @@ def test_a_live_lease_refuses_a_second_run(workdir):
 
 
 def test_a_live_lease_refuses_another_process(workdir):
-  attempt = "import sys; from bert_jax import lease; lease.WorkdirLease(sys.argv[1], 60).acquire()"
+  attempt = "import sys; from bert_jax.workdir import lease; lease.WorkdirLease(sys.argv[1], 60).acquire()"
   with lease.hold(workdir, timeout_seconds=60):
     second = subprocess.run([sys.executable, "-c", attempt, workdir], cwd=REPO, capture_output=True, text=True)
   assert second.returncode != 0
@@ -162,7 +162,7 @@ def test_one_of_four_concurrent_processes_wins(workdir):
   # Each process tries at the same moment; the winner holds the lease until its stdin closes.
   attempt = (
     "import sys, time\n"
-    "from bert_jax import lease\n"
+    "from bert_jax.workdir import lease\n"
     "run = lease.WorkdirLease(sys.argv[1], 60)\n"
     "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
     "try:\n"

@@ -16,8 +16,10 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
-from bert_jax import checkpoint, console, export, pretrained
-from bert_jax.tokenizer import file_sha256
+from bert_jax import console
+from bert_jax.data.tokenizer import file_sha256
+from bert_jax.handoff import export, pretrained
+from bert_jax.workdir import checkpoints as checkpoints_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHRINK = [
@@ -148,7 +150,7 @@ def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(r
   steps = [int(line.split("step ")[1].split("/")[0]) for line in log.splitlines() if "/50 | loss" in line]
   assert failed in (42, 44) and max(steps) <= failed + 2, (failed, steps)  # Not at the next save, or the end.
   # The failed step's temporary is never read; a step saved before it (42, when 44 failed) stays.
-  assert checkpoint.committed_steps(moved / "checkpoints") == list(range(40, failed, 2))
+  assert checkpoints_lib.committed_steps(moved / "checkpoints") == list(range(40, failed, 2))
 
 
 def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
@@ -209,7 +211,7 @@ def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_libr
   assert f" Stopped at step {runs['stopped_step']}\n" in runs["interrupted_log"]
   verbose = runs["resumed"].stderr
   assert "Sharding callback duration" in verbose and any(map(console.native_noise, verbose.splitlines()))
-  assert re.search(r"^I\d{4} [\d:.]+ +\d+ train.py:\d+\] Pretraining$", verbose, re.M), verbose[-3000:]
+  assert re.search(r"^I\d{4} [\d:.]+ +\d+ loop.py:\d+\] Pretraining$", verbose, re.M), verbose[-3000:]
   (log_file,) = runs["log_dir"].iterdir()
   assert re.search(
     rf"^I\d{{4}} .*\] Pretraining\n.*start +Resumed from step {runs['stopped_step']} ",
@@ -274,7 +276,7 @@ def test_an_unknown_config_key_is_named_before_anything_runs(tmp_path):
 
 def test_importing_bert_jax_touches_no_device():
   code = (
-    "import bert_jax, bert_jax.main, bert_jax.train, bert_jax.convert_hf; "
+    "import bert_jax, bert_jax.main, bert_jax.train.loop, bert_jax.handoff.hf_format; "
     "from jax._src import xla_bridge; assert not xla_bridge.backends_are_initialized(), 'a backend started'"
   )
   result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True)

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax import checkpoint, pretraining, sharding, train
+from bert_jax import sharding
 from bert_jax.data import prepare, sources
 from bert_jax.data.corpus import Corpus
+from bert_jax.train import loop, pretraining
+from bert_jax.workdir import checkpoints
 from configs import tiny
 from tests.test_main import ROOT
 
@@ -82,16 +84,16 @@ def _free_port() -> int:
 # process 0 has created `checkpoints/` (or 60 s pass): the interleaving that crashed a first launch on a fresh workdir.
 _DELAYED_MAIN = """
 import os, runpy, sys, time
-from bert_jax import resume
+from bert_jax.train import start_order
 workdir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--workdir="))
-check_start = resume.check_start
+check_start = start_order.check_start
 def delayed(*args):
   deadline = time.monotonic() + 60
   while not os.path.isdir(os.path.join(workdir, "checkpoints")) and time.monotonic() < deadline:
     time.sleep(0.05)
   print("delayed until checkpoints/ existed:", os.path.isdir(os.path.join(workdir, "checkpoints")), file=sys.stderr)
   return check_start(*args)
-resume.check_start = delayed
+start_order.check_start = delayed
 runpy.run_module("bert_jax.main", run_name="__main__", alter_sys=True)
 """
 
@@ -206,13 +208,13 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     batch = {
       name: np.concatenate([host_batches[h][step_index][name] for h in range(HOSTS)]) for name in host_batches[0][0]
     }
-    state, metrics = step(state, sharding.global_batch(batch, mesh), train.train_dropout_key(config.seed))
+    state, metrics = step(state, sharding.global_batch(batch, mesh), loop.train_dropout_key(config.seed))
     losses.append(float(metrics["loss"]))
   np.testing.assert_allclose(_logged_losses(workdir), losses, rtol=1e-5)
 
   # The checkpoint the two processes wrote restores in this one process, on 8 devices, to the same parameters.
-  with checkpoint.read_only_manager(workdir) as manager:
-    restored, position = checkpoint.restore(manager, steps, abstract, shardings)
+  with checkpoints.read_only_manager(workdir) as manager:
+    restored, position = checkpoints.restore(manager, steps, abstract, shardings)
   assert int(restored.step) == steps and position["tokenizer"] == data.identity
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
@@ -228,7 +230,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     sources.PipelineSource, "_restore", lambda self, r, d: restored_readers.append((r, restore(self, r, d))) or True
   )
   config.update(num_train_steps=steps + 2, schedule_end_step=10_000)  # Stops early on the two hosts' schedule.
-  resumed = train.train_and_evaluate(config, workdir)
+  resumed = loop.train_and_evaluate(config, workdir)
   assert restored_readers == [(0, True), (1, True)]  # Not replayed.
   config.data.num_readers = 2  # What the first launch recorded.
   uninterrupted = data.source(0, host=(0, 1))
@@ -238,7 +240,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
       two_hosts = {name: np.concatenate([host_batches[h][step_index][name] for h in range(HOSTS)]) for name in batch}
       jax.tree.map(np.testing.assert_array_equal, batch, two_hosts)
     else:
-      state, _ = step(state, sharding.global_batch(batch, mesh), train.train_dropout_key(config.seed))
+      state, _ = step(state, sharding.global_batch(batch, mesh), loop.train_dropout_key(config.seed))
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),
     jax.device_get(resumed.params),

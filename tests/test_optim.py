@@ -4,8 +4,8 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import param_layout
-from bert_jax.optim import learning_rate_schedule, make_optimizer, weight_decay_mask
+from bert_jax.model import param_layout
+from bert_jax.train.optim import learning_rate_schedule, make_optimizer, weight_decay_mask
 from configs import default
 
 

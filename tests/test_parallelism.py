@@ -4,8 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import param_layout, pretraining, sharding
+from bert_jax import sharding
 from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.model import param_layout
+from bert_jax.train import pretraining
 
 MESHES = {
   "dp8": dict(data=8, fsdp=1, tensor=1),

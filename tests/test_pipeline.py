@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from bert_jax.data import pipeline, prepare, readers, sources
-from bert_jax.tokenizer import load_tokenizer
+from bert_jax.data.tokenizer import load_tokenizer
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
 WORDS_PER_SHARD = 400  # Shard s uses words s*400 .. s*400+399: tokens tell which shard an example came from.
@@ -383,7 +383,7 @@ def test_evaluation_reads_only_the_held_out_documents_and_training_never_sees_th
   data.eval_min_documents); the training stream, partners for random next sentences included, never holds one, and
   evaluation reads only those."""
   from bert_jax.data.corpus import Corpus
-  from bert_jax.model_config import BertConfig
+  from bert_jax.model.bert_config import BertConfig
   from configs import tiny
 
   marks = [f"d{i}" for i in range(60)]

@@ -3,7 +3,7 @@
 
 import pytest
 
-from bert_jax import dry_run
+from bert_jax.dry_run import ahead_of_time
 from configs import large, large_phase2
 from tests.test_tpu_compile import requires_libtpu
 
@@ -13,5 +13,5 @@ from tests.test_tpu_compile import requires_libtpu
 def test_the_shipped_bert_large_configs_fit_the_slice_they_were_planned_for(module):
   config = module.get_config()
   assert config.dry_run.topology in module.__doc__ and str(config.batch_size) in module.__doc__
-  report = dry_run.compile_job(config, eval_step=False, all_flops=False)
+  report = ahead_of_time.compile_job(config, eval_step=False, all_flops=False)
   assert report["steps"]["train step"]["fits"], report["steps"]["train step"]

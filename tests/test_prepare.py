@@ -11,7 +11,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data import prepare
-from bert_jax.tokenizer import load_tokenizer, train_sentencepiece
+from bert_jax.data.tokenizer import load_tokenizer, train_sentencepiece
 
 BERT_FORMAT = (
   "The first document has a sentence.\nIt has a second sentence too.\n\n"
@@ -140,7 +140,7 @@ def test_a_damaged_corpus_is_named_before_training(tmp_path, tokenizer_args, dat
   import shutil
 
   from bert_jax.data.corpus import Corpus
-  from bert_jax.model_config import BertConfig
+  from bert_jax.model.bert_config import BertConfig
   from configs import tiny
 
   prepared = tmp_path / "out"

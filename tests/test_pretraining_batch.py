@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
+from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.pretraining_batch import check_pretraining_batch
 
 SIZES = dict(batch_size=4, max_seq_length=16, max_predictions_per_seq=3, vocab_size=30, type_vocab_size=2)
 

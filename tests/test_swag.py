@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bert_jax.finetune import swag
-from bert_jax.finetune.task import encode_pair
+from bert_jax.finetune.contract import encode_pair
 
 HEADER = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3,label\n"
 # Quoted fields hold commas, and one a line break (the row's line is its first).

@@ -1,7 +1,7 @@
 import numpy as np
 
+from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import CLS_ID, MASK_ID, SEP_ID, SyntheticSource
-from bert_jax.pretraining_batch import check_pretraining_batch
 
 
 def _source(**overrides):

@@ -4,13 +4,8 @@ import numpy as np
 import pytest
 from transformers import BertTokenizer
 
-from bert_jax.tokenizer import (
-  SENTENCEPIECE_SPECIAL_IDS,
-  SPECIAL_TOKENS,
-  load_tokenizer,
-  train_sentencepiece,
-)
-from bert_jax.tokenizer.wordpiece import basic_tokenize
+from bert_jax.data.tokenizer import SENTENCEPIECE_SPECIAL_IDS, SPECIAL_TOKENS, load_tokenizer, train_sentencepiece
+from bert_jax.data.tokenizer.wordpiece import basic_tokenize
 
 TEXT = [
   "The quick brown fox jumped over the lazy dog's kennel, didn't it?",

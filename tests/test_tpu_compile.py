@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bert_jax import dry_run, planner, tpu_topology
+from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 from configs import tiny
 from tests.test_main import ROOT, _env
 
@@ -61,7 +61,7 @@ def test_a_packed_fsdp_pretraining_step_fits_a_v5e_8_and_communicates_as_fsdp_do
   config = _tiny("v5e-8", data=1, fsdp=8)
   config.data.pack_instances = True
   environment = dict(os.environ)
-  report = dry_run.compile_job(config)
+  report = ahead_of_time.compile_job(config)
   assert dict(os.environ) == environment  # libtpu's settings leak into no child process (a notebook's kernel).
   assert (report["devices"], report["device_kind"], report["platform"]) == (8, "TPU v5 lite", "tpu")
   assert report["usable_bytes"] == pytest.approx(15.75 * 2**30, rel=1e-3)  # What XLA:TPU says a v5e chip offers.
@@ -92,7 +92,7 @@ def test_a_fine_tuning_sweep_fits_a_v4_8():
   config = _tiny("v4-8", data=1, fsdp=4)
   config.finetune.update(task="sst2", max_seq_length=64, eval_batch_size=32)
   config.sweep.update(learning_rates="1e-4,3e-4", seeds=2)
-  report = dry_run.compile_job(config, all_flops=False)
+  report = ahead_of_time.compile_job(config, all_flops=False)
   assert report["job"] == "fine-tuning sst2 (classification head), 4 sweep member(s)"
   assert (report["devices"], report["device_kind"]) == (4, "TPU v4")  # v4-8: 8 TensorCores, 4 megacore chips.
   assert report["usable_bytes"] == pytest.approx(30.75 * 2**30, rel=1e-3)
@@ -104,12 +104,12 @@ def test_a_fine_tuning_sweep_fits_a_v4_8():
 def test_two_slices_put_the_data_axis_across_the_slices():
   config = _tiny("v5e-8", data=2, fsdp=8)
   config.dry_run.num_slices = 2
-  devices, target = dry_run.target_devices(config)
+  devices, target = ahead_of_time.target_devices(config)
   assert len(devices) == 16 and "8 chips x 2 slices" in target
-  job = dry_run.make_job(config, devices)
+  job = ahead_of_time.make_job(config, devices)
   slices = [{device.slice_index for device in row.flat} for row in job.run.mesh.devices]
   assert slices == [{0}, {1}]  # Each data row is one slice: FSDP's gathers stay inside a slice.
-  report = dry_run.compile_job(config, devices, eval_step=False, all_flops=False)
+  report = ahead_of_time.compile_job(config, devices, eval_step=False, all_flops=False)
   collectives = report["steps"]["train step"]["collectives"]
   assert report["steps"]["train step"]["fits"] and {"all-gather", "all-reduce"} <= set(collectives.count)
 
@@ -122,9 +122,9 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
     config.model.update(attention=kind, max_position_embeddings=512)
     config.data.update(max_seq_length=512, max_predictions_per_seq=20)
     config.batch_size = 256
-    devices, _ = dry_run.target_devices(config)
-    job = dry_run.make_job(config, devices)
-    step = dry_run.compile_step(job.run.train_step, job.train_args, None)
+    devices, _ = ahead_of_time.target_devices(config)
+    job = ahead_of_time.make_job(config, devices)
+    step = ahead_of_time.compile_step(job.run.train_step, job.train_args, None)
     assert (step["tpu_kernels"] > 0) == (kind == "splash")  # The Pallas kernel, compiled by Mosaic.
     peaks[kind] = step["peak_bytes"]
   # At least each layer's float32 [32, 2, 512, 512] scores per chip are gone (and the bfloat16 probabilities).
@@ -171,8 +171,8 @@ def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   def compile_step(jitted, args, usable):
     return dict(fits=args[0] <= limit[0], peak_bytes=args[0], compile_seconds=0.0)
 
-  monkeypatch.setattr(dry_run, "compile_step", compile_step)
-  monkeypatch.setattr(dry_run, "make_job", lambda config, devices: Job(config))
+  monkeypatch.setattr(ahead_of_time, "compile_step", compile_step)
+  monkeypatch.setattr(ahead_of_time, "make_job", lambda config, devices: Job(config))
   monkeypatch.setattr(planner.sharding, "make_mesh", lambda requested, devices: None)
   monkeypatch.setattr(planner.sharding, "data_parallel_size", lambda mesh: 1)
   config = tiny.get_config()

@@ -4,9 +4,10 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import pretraining, sharding, train_step
+from bert_jax import sharding
+from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.pretraining_batch import check_pretraining_batch
+from bert_jax.train import pretraining, step
 
 
 def _setup(config, devices):
@@ -119,8 +120,8 @@ def test_gradient_accumulation_equals_the_full_batch(small_config):
   batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
 
   def grads(num_microbatches):
-    fn = functools.partial(train_step.gradients, model=run.model, loss=run.loss, num_microbatches=num_microbatches)
-    fn = train_step.with_activation_rules(fn, run.mesh, run.rules)
+    fn = functools.partial(step.gradients, model=run.model, loss=run.loss, num_microbatches=num_microbatches)
+    fn = step.with_activation_rules(fn, run.mesh, run.rules)
     return jax.jit(fn)(state.params, batch, None)  # No dropout: the same function of the same inputs.
 
   (full_loss, full_metrics), full_grads = grads(1)

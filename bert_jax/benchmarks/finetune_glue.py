@@ -20,10 +20,10 @@ import numpy as np
 from absl import app, flags, logging
 from etils import epath
 
-from bert_jax import pretrained
+from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, job
-from bert_jax.model_config import SIZE_FIELDS
-from bert_jax.tokenizer import load_tokenizer
+from bert_jax.handoff import pretrained
+from bert_jax.model.bert_config import SIZE_FIELDS
 from configs import glue as glue_config
 
 _GLUE_DIR = flags.DEFINE_string("glue_dir", None, "Directory holding the GLUE task directories (SST-2, MRPC, ...).")

@@ -19,10 +19,11 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from bert_jax import dry_run, planner, sharding
+from bert_jax import sharding
 from bert_jax.benchmarks.reference import hf_pretraining_loss, hf_train_step
-from bert_jax.convert_hf import hf_config_dict
-from bert_jax.model_config import BertConfig, preset
+from bert_jax.dry_run import ahead_of_time, planner
+from bert_jax.handoff.hf_format import hf_config_dict
+from bert_jax.model.bert_config import BertConfig, preset
 from configs import default
 
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["v4-8", "v5e-8", "v5p-8", "v6e-8", "v5p-128"], "Accelerator types.")
@@ -56,8 +57,8 @@ def _reference(config, devices) -> dict:
   from transformers import BertConfig as HFBertConfig
   from transformers import FlaxBertForPreTraining
 
-  from bert_jax.optim import make_optimizer
-  from bert_jax.pretraining_batch import pretraining_shapes
+  from bert_jax.data.pretraining_batch import pretraining_shapes
+  from bert_jax.train.optim import make_optimizer
 
   model_cfg = BertConfig(**config.model.to_dict())
   module = FlaxBertForPreTraining(HFBertConfig(**hf_config_dict(model_cfg)), dtype=jnp.bfloat16, _do_init=False).module
@@ -80,7 +81,7 @@ def _reference(config, devices) -> dict:
     out_shardings=(replicated, replicated),
     donate_argnums=0,
   )
-  return dry_run.compile_step(step, (state, batch, key), dry_run.usable_hbm(devices))
+  return ahead_of_time.compile_step(step, (state, batch, key), ahead_of_time.usable_hbm(devices))
 
 
 def _gib(size) -> str:
@@ -96,8 +97,8 @@ def _config_table() -> None:
     for seq in map(int, _SEQS.value):
       for topology in _TOPOLOGIES.value:
         config = _config(preset_name, seq, topology)
-        devices, _ = dry_run.target_devices(config)
-        report = dry_run.compile_job(config, devices, eval_step=False, all_flops=_ALL_FLOPS.value)
+        devices, _ = ahead_of_time.target_devices(config)
+        report = ahead_of_time.compile_job(config, devices, eval_step=False, all_flops=_ALL_FLOPS.value)
         step = report["steps"]["train step"]
         counted = step["fits"] and "flops_from" in step
         flops = step["xla_flops_per_device"] * report["devices"] / 1e12 if counted else float("nan")
@@ -118,8 +119,8 @@ def _reference_table() -> None:
     for seq in map(int, _SEQS.value):
       for topology in _REFERENCE_TOPOLOGIES.value:
         config = _config(preset_name, seq, topology)
-        devices, _ = dry_run.target_devices(config)
-        report = dry_run.compile_job(config, devices, eval_step=False)
+        devices, _ = ahead_of_time.target_devices(config)
+        report = ahead_of_time.compile_job(config, devices, eval_step=False)
         ours, ref = report["steps"]["train step"], _reference(config, devices)
         chips = report["devices"]
         flops = lambda step, chips=chips: f"{step['xla_flops_per_device'] * chips / 1e12:.1f}" if step["fits"] else "-"

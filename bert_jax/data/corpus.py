@@ -7,8 +7,8 @@ from absl import logging
 
 from bert_jax.data import prepare, sources
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.model_config import BertConfig
-from bert_jax.tokenizer import load_tokenizer
+from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.model.bert_config import BertConfig
 
 
 class Corpus:

@@ -267,7 +267,7 @@ def reader_dataset(
   with BERT's feature names).
 
   `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
-  buffer, readers); `tokenizer` (bert_jax.tokenizer) gives the special ids, the word starts and the vocabulary
+  buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
   size; `batch_size` is the global batch.
   """
   num_readers = data.num_readers
@@ -292,9 +292,9 @@ def reader_dataset(
   options = tf.data.Options()
   options.deterministic = True
   # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine
-  # (python -m bert_jax.benchmarks.pipeline, 2026-11-24): 8,476 vs 6,771 sequences/s at 128 and 6,238 vs 5,175 at
-  # 512; and a finished run no longer waits up to ~40 s at exit for the autotuner's thread to notice that the
-  # iterator is being destroyed (py-spy: ~IteratorResource waiting in UnboundedThreadPool's thread wrapper).
+  # (python -m bert_jax.benchmarks.pipeline_throughput, 2026-11-24): 8,476 vs 6,771 sequences/s at 128 and
+  # 6,238 vs 5,175 at 512; and a finished run no longer waits up to ~40 s at exit for the autotuner's thread to notice
+  # that the iterator is being destroyed (py-spy: ~IteratorResource waiting in UnboundedThreadPool's thread wrapper).
   options.autotune.enabled = False
   dataset = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
   dataset = dataset.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()

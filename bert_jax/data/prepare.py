@@ -36,7 +36,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.tokenizer import load_tokenizer
+from bert_jax.data.tokenizer import load_tokenizer
 
 MANIFEST = "manifest.json"
 SHARD_KEYS = ("file", "documents", "sentences", "tokens", "bytes", "records", "sha256")
@@ -646,7 +646,7 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
       raise ValueError(f"data.input_pattern={data.input_pattern!r} matches no file to train a vocabulary on.")
     epath.Path(tokenizer_path).parent.mkdir(parents=True, exist_ok=True)
     logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", config.model.vocab_size, len(inputs))
-    from bert_jax.tokenizer import train_sentencepiece
+    from bert_jax.data.tokenizer import train_sentencepiece
 
     trained = train_sentencepiece(
       inputs,

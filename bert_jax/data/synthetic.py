@@ -8,7 +8,7 @@ Sequences have random lengths (so padding and `input_mask` are exercised), two s
 
 import numpy as np
 
-from bert_jax.pretraining_batch import pretraining_shapes
+from bert_jax.data.pretraining_batch import pretraining_shapes
 
 # Ids below this are reserved for special tokens ([PAD]=0, [UNK], [CLS], [SEP], [MASK]) and never sampled.
 FIRST_WORD_ID = 5

@@ -28,7 +28,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.finetune import metrics as metrics_lib
-from bert_jax.finetune.task import Encoded, Task, encode_pair
+from bert_jax.finetune.contract import Encoded, Task, encode_pair
 
 INDEX_COLUMNS = ("index", "id")  # The column a test file's predictions are keyed by (QQP's is `id`).
 BINARY_LABELS = ("0", "1")

@@ -30,14 +30,18 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import checkpoint, console, guard, lease, paths, pretrained, progress, run, sharding, train_step
+from bert_jax import console, paths, progress, sharding
+from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, losses, tasks
-from bert_jax.finetune.task import Encoded, Task
-from bert_jax.heads import task_model
-from bert_jax.model_config import BertConfig
-from bert_jax.optim import make_sweep_optimizer, set_learning_rates
-from bert_jax.tokenizer import load_tokenizer
-from bert_jax.train import train_dropout_key
+from bert_jax.finetune.contract import Encoded, Task
+from bert_jax.handoff import pretrained
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.heads import task_model
+from bert_jax.train import guard, run
+from bert_jax.train import step as step_lib
+from bert_jax.train.loop import train_dropout_key
+from bert_jax.train.optim import make_sweep_optimizer, set_learning_rates
+from bert_jax.workdir import checkpoints, lease
 
 METRICS_FILE = "metrics.json"
 
@@ -161,7 +165,7 @@ def make_predict(the_run: run.Run):
     return jax.vmap(lambda p: losses.logits(p, batch, the_run.model), in_axes=0)(params)
 
   return jax.jit(
-    train_step.with_activation_rules(predict, the_run.mesh, the_run.rules),
+    step_lib.with_activation_rules(predict, the_run.mesh, the_run.rules),
     in_shardings=(the_run.shardings.params, sharding.batch_sharding(the_run.mesh)),
     out_shardings=sharding.replicated(the_run.mesh),
   )
@@ -271,18 +275,18 @@ def finetune(config, workdir: str) -> dict:
     ("workdir", workdir),
   ]
 
-  with lease.claim(workdir, config.lease_timeout_seconds, [checkpoint.checkpoint_dir(workdir)]) as held:
-    manager = checkpoint.make_manager(workdir, config.keep_checkpoints)
-    best_manager = checkpoint.make_manager(workdir, 1, checkpoint.BEST)
+  with lease.claim(workdir, config.lease_timeout_seconds, [checkpoints.checkpoint_dir(workdir)]) as held:
+    manager = checkpoints.make_manager(workdir, config.keep_checkpoints)
+    best_manager = checkpoints.make_manager(workdir, 1, checkpoints.BEST)
     train_writer = progress.MetricWriter(workdir, "train")
     eval_writer = progress.MetricWriter(workdir, "eval")
-    tokenizer_item = checkpoint.tokenizer_item(tokenizer)
+    tokenizer_item = checkpoints.tokenizer_item(tokenizer)
     saving = None  # The step of the newest save started.
     try:
       latest = manager.latest_step()
       if latest is not None:
-        state, _ = checkpoint.restore(manager, latest, the_run.abstract, the_run.shardings)
-        record = checkpoint.read_history(manager, latest)
+        state, _ = checkpoints.restore(manager, latest, the_run.abstract, the_run.shardings)
+        record = checkpoints.read_history(manager, latest)
         started = f"Resumed fine-tuning at step {latest}"
       else:
         # The encoder only: every member's head starts from its own seed, even from a fine-tuned source.
@@ -306,7 +310,7 @@ def finetune(config, workdir: str) -> dict:
         batch = sharding.global_batch(_host_batch(splits.train.features, rows, ones), the_run.mesh)
         state, metrics = the_run.train_step(state, batch, dropout_keys)
         monitor.observe(step, metrics)
-        checkpoint.check_saves(manager, saving)
+        checkpoints.check_saves(manager, saving)
         sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
         steps_in_sums += 1
         if ticker is None:
@@ -321,7 +325,7 @@ def finetune(config, workdir: str) -> dict:
         if step in epoch_ends:
           monitor.flush()
           held.check()
-          checkpoint.check_saves(manager, saving, wait=True)
+          checkpoints.check_saves(manager, saving, wait=True)
           eval_start = time.perf_counter()
           results = _evaluate(task, predict_fn, state.params, splits.evaluation, config, the_run.mesh, members)
           ticker.exclude(time.perf_counter() - eval_start)
@@ -343,7 +347,7 @@ def finetune(config, workdir: str) -> dict:
             record["best"] = dict(
               step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
             )
-            checkpoint.save(
+            checkpoints.save(
               best_manager,
               step,
               _member_state(state, best_index),
@@ -352,7 +356,7 @@ def finetune(config, workdir: str) -> dict:
               tokenizer_item,
               dict(record["best"], **task.task_head.to_json()),
             )
-          checkpoint.save(
+          checkpoints.save(
             manager,
             step,
             state,
@@ -363,12 +367,12 @@ def finetune(config, workdir: str) -> dict:
           )
           saving = step
     except BaseException:
-      checkpoint.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
-      checkpoint.finish(best_manager, None, raise_errors=False)
+      checkpoints.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
+      checkpoints.finish(best_manager, None, raise_errors=False)
       raise
     else:
-      checkpoint.finish(manager, saving)
-      checkpoint.finish(best_manager, None)
+      checkpoints.finish(manager, saving)
+      checkpoints.finish(best_manager, None)
     finally:
       train_writer.close()
       eval_writer.close()
@@ -415,7 +419,7 @@ def finetune(config, workdir: str) -> dict:
       ("best", f"{record['best']['value']:.4f} (member {record['best']['member']}, step {record['best']['step']})"),
       ("predictions", f"{epath.Path(workdir) / 'predictions'} (member {chosen})"),
       ("metrics", str(epath.Path(workdir) / METRICS_FILE)),
-      ("checkpoints", f"{checkpoint.checkpoint_dir(workdir)}, best: {epath.Path(workdir) / checkpoint.BEST}"),
+      ("checkpoints", f"{checkpoints.checkpoint_dir(workdir)}, best: {epath.Path(workdir) / checkpoints.BEST}"),
       ("tensorboard", f"tensorboard --logdir {workdir}/tensorboard"),
     ]
     logging.info("%s", console.block(f"Fine-tuning finished at step {total_steps}", rows))

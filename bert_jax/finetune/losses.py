@@ -1,4 +1,4 @@
-"""Each head's training loss as a step `Loss` (see train_step.py), equal to `transformers`' BERT task models'.
+"""Each head's training loss as a step `Loss` (see train/step.py), equal to `transformers`' BERT task models'.
 
 Every fine-tuning batch carries `weight` [batch] float32: 1 for a real row, 0 for a row that only pads the last
 evaluation batch. A loss is a weighted mean over real rows (over real first word pieces for the token head);
@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax.train_step import Loss
+from bert_jax.train.step import Loss
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 

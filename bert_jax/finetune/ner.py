@@ -14,7 +14,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.finetune import metrics as metrics_lib
-from bert_jax.finetune.task import Encoded, Task, pad_row
+from bert_jax.finetune.contract import Encoded, Task, pad_row
 
 # CoNLL-2003's tags in a fixed order (the ids the token head predicts).
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")

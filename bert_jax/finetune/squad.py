@@ -21,9 +21,9 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.finetune import metrics as metrics_lib
+from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.finetune.squad_decode import SquadPredictions, decode
 from bert_jax.finetune.squad_windows import encode_examples
-from bert_jax.finetune.task import Encoded, Task
 
 _WORD = re.compile("[^ \t\r\n\u202f]+")  # Between run_squad's whitespace characters (`is_whitespace`).
 _TFDS_SPLITS = {"train": "train", "dev": "validation"}

@@ -13,9 +13,9 @@ import functools
 
 import numpy as np
 
+from bert_jax.data.tokenizer import wordpiece
+from bert_jax.finetune.contract import Encoded
 from bert_jax.finetune.squad_windows import Document, Windows
-from bert_jax.finetune.task import Encoded
-from bert_jax.tokenizer import wordpiece
 
 # The no-answer score difference of a question for which no span could be predicted at all: certainly no answer.
 NO_SPAN_SCORE_DIFF = 1e6

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.finetune.task import Encoded, pad_row
+from bert_jax.finetune.contract import Encoded, pad_row
 
 _WORD_START = "\u2581"  # SentencePiece's word-start mark.
 

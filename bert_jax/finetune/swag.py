@@ -15,7 +15,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.finetune import metrics as metrics_lib
-from bert_jax.finetune.task import Encoded, Task, encode_pair
+from bert_jax.finetune.contract import Encoded, Task, encode_pair
 
 NUM_CHOICES = 4
 SPLIT_FILES = {"train": "train.csv", "dev": "val.csv", "test": "test.csv"}

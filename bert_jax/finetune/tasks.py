@@ -2,7 +2,7 @@
 NER and SWAG."""
 
 from bert_jax.finetune import glue, ner, squad, swag
-from bert_jax.finetune.task import Task
+from bert_jax.finetune.contract import Task
 
 NAMES = (*sorted(glue.TASKS), "squad_v1", "squad_v2", "conll2003", "swag")
 

@@ -1,0 +1,405 @@
+"""Before booking a pod: compile the configured job's train and eval steps on abstract inputs and report what each
+needs per chip, without allocating the model or reading data.
+
+    python -m bert_jax.main --config=configs/large.py --workdir=/tmp/plan --mode=dry_run \\
+        --config.dry_run.topology=v5p-128
+
+With `dry_run.topology` (a Cloud TPU accelerator type; libtpu installed, no TPU needed) the steps are compiled by
+XLA's TPU compiler for that slice's devices (`dry_run/tpu_topology.py`), on the mesh the config names: the TPU's
+own memory analysis and HBM limit, and the collectives SPMD partitioning inserted (`dry_run/hlo_stats.py`).
+Without it, for this machine's devices: on CPU, fake devices shaped like the mesh, whose fusion, buffer assignment
+and memory are not a TPU's, so those figures are an estimate (the parameter and optimizer-state shards are exact).
+
+The job is pretraining, or fine-tuning when `finetune.task` is set (its sweep members and its prediction step; the
+encoder's sizes from `init_from`'s metadata when set, its weights never read). Per step the report has: usable HBM,
+train-state bytes, peak bytes (arguments + outputs - donated + temporaries), whether it fits and by what margin,
+XLA's FLOPs beside the model's, the collectives per step, and the compile time. A step that does not fit says by
+how much and what would help. XLA's `optimal_seconds` estimate is a placeholder, so no time is reported: a time
+comes only from running on the hardware.
+"""
+
+import dataclasses
+import time
+
+import jax
+import numpy as np
+from absl import logging
+
+from bert_jax import console, flops, sharding
+from bert_jax.data.pretraining_batch import max_instances, pretraining_shapes
+from bert_jax.dry_run import hlo_stats, tpu_topology
+from bert_jax.model.attention import resolve
+from bert_jax.train import pretraining, run
+
+gib = hlo_stats.format_bytes
+
+
+def target_devices(config) -> tuple[list[jax.Device], str]:
+  """The devices to compile for and how to name them: `dry_run.topology`'s, else this machine's."""
+  if config.dry_run.topology:
+    topology = tpu_topology.parse(config.dry_run.topology, config.dry_run.num_slices)
+    return tpu_topology.devices(topology), f"{topology}, compiled by XLA's TPU compiler"
+  if config.dry_run.num_slices != 1:
+    raise ValueError(f"dry_run.num_slices={config.dry_run.num_slices} needs dry_run.topology (a TPU slice).")
+  devices = jax.devices()
+  note = ": an estimate (CPU fusion and buffers; the state's shards are exact)" if devices[0].platform == "cpu" else ""
+  return devices, f"{len(devices)} x {devices[0].device_kind} (this machine){note}"
+
+
+def parameter_table(abstract_params, param_shardings) -> list[tuple[str, tuple, str, int]]:
+  """(path, shape, partition spec, bytes per device) of every parameter."""
+  rows = []
+  for (path, leaf), leaf_sharding in zip(
+    jax.tree_util.tree_leaves_with_path(abstract_params), jax.tree.leaves(param_shardings), strict=True
+  ):
+    per_device = int(np.prod(leaf_sharding.shard_shape(leaf.shape))) * leaf.dtype.itemsize
+    name = "/".join(str(getattr(key, "key", key)) for key in path)
+    rows.append((name, tuple(leaf.shape), str(leaf_sharding.spec), per_device))
+  return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+  """What one job compiles: its run, and abstract arguments of its train and eval steps."""
+
+  name: str
+  run: run.Run
+  model_cfg: object  # BertConfig
+  train_args: tuple
+  eval_fn: object
+  eval_args: tuple
+  tokens_per_step: int
+  model_flops_per_step: float
+  eval_model_flops: float  # The eval step's forward pass.
+  batch_row: str
+
+
+def _abstract(shapes: dict, batch_sharding) -> dict:
+  return {name: jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding) for name, (shape, dtype) in shapes.items()}
+
+
+def _key(mesh, members: int = 0):
+  dtype = jax.eval_shape(jax.random.key, 0).dtype
+  return jax.ShapeDtypeStruct((members,) if members else (), dtype, sharding=sharding.replicated(mesh))
+
+
+def _probe(model_cfg, layers: int | None):
+  """`model_cfg`, or (for counting FLOPs) `layers` of it unrolled."""
+  return model_cfg if layers is None else dataclasses.replace(model_cfg, num_layers=layers, scan_layers=False)
+
+
+def pretraining_job(config, devices, layers: int | None = None) -> Job:
+  model_cfg = _probe(pretraining.check_config(config), layers)
+  the_run = pretraining.make_run(config, devices, model_cfg)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  batch = _abstract(
+    pretraining_shapes(config.batch_size, seq, preds, max_instances(config.data)), sharding.batch_sharding(the_run.mesh)
+  )
+  state = sharding.with_shardings(the_run.abstract, the_run.shardings)
+  params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
+  packed = ", packed rows" if config.data.pack_instances else ""
+  return Job(
+    name="pretraining",
+    run=the_run,
+    model_cfg=model_cfg,
+    train_args=(state, batch, _key(the_run.mesh)),
+    eval_fn=the_run.eval_step,
+    eval_args=(params, batch),
+    tokens_per_step=config.batch_size * seq,
+    model_flops_per_step=flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds),
+    eval_model_flops=flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds) / 3,
+    batch_row=f"{config.batch_size} rows x {seq} tokens{packed}, {preds} predictions per row",
+  )
+
+
+def finetuning_job(config, devices, layers: int | None = None) -> Job:
+  from bert_jax.finetune import job, losses, tasks
+  from bert_jax.handoff import pretrained
+  from bert_jax.model.heads import task_model
+  from bert_jax.train.optim import make_sweep_optimizer
+
+  members = job.check_config(config)
+  task = tasks.make_task(config.finetune)
+  source = pretrained.describe(config.init_from) if config.init_from else None  # Metadata only.
+  model_cfg = _probe(job.model_config(config, source), layers)
+  scheduled = job.run_config(config, config.num_train_steps, model_cfg)
+  model = task_model(model_cfg, task.head, task.num_labels)
+  the_run = run.make_run(
+    scheduled,
+    model,
+    losses.make_loss(task.head),
+    make_sweep_optimizer(scheduled),
+    members=len(members),
+    devices=devices,
+  )
+  seq = config.finetune.max_seq_length
+  batch_sharding = sharding.batch_sharding(the_run.mesh)
+  train_batch = _abstract(losses.batch_shapes(task.head, config.batch_size, seq, task.num_choices), batch_sharding)
+  eval_batch = _abstract(
+    losses.batch_shapes(task.head, config.finetune.eval_batch_size, seq, task.num_choices), batch_sharding
+  )
+  state = sharding.with_shardings(the_run.abstract, the_run.shardings)
+  params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
+  rows = config.batch_size * max(task.num_choices, 1)
+  eval_rows = config.finetune.eval_batch_size * max(task.num_choices, 1)
+  return Job(
+    name=f"fine-tuning {task.name} ({task.head} head), {len(members)} sweep member(s)",
+    run=the_run,
+    model_cfg=model_cfg,
+    train_args=(state, train_batch, _key(the_run.mesh, len(members))),
+    eval_fn=job.make_predict(the_run),
+    eval_args=(params, eval_batch),
+    tokens_per_step=rows * seq,
+    # Per member; the head and the [CLS]-only heads are negligible beside the encoder (no MLM head here).
+    model_flops_per_step=len(members) * flops.train_flops_per_step(model_cfg, rows, seq, 0),
+    eval_model_flops=len(members) * flops.train_flops_per_step(model_cfg, eval_rows, seq, 0) / 3,
+    batch_row=f"{config.batch_size} rows x {seq} tokens (eval {config.finetune.eval_batch_size} rows)",
+  )
+
+
+def make_job(config, devices, layers: int | None = None) -> Job:
+  """The configured job's run and abstract step arguments on `devices`; with `layers`, a model of that many
+  unrolled layers."""
+  make = finetuning_job if config.finetune.task else pretraining_job
+  return make(config, devices, layers)
+
+
+def xla_flops_per_device(config, devices, num_layers: int) -> float:
+  """XLA's FLOPs of one train step per device, every layer and microbatch counted. XLA's cost analysis counts a
+  loop's body once, so a step with scanned layers or microbatches undercounts; the layers are identical, so
+  unrolled compiles of 1 and 2 layers, without microbatches (the same arithmetic), give all of them:
+  F(L) = F(1) + (L - 1) (F(2) - F(1))."""
+  probe = config.copy_and_resolve_references()
+  probe.num_microbatches = 1
+  counted = []
+  for layers in (1, 2):
+    job = make_job(probe, devices, layers)
+    counted.append(float((job.run.train_step.lower(*job.train_args).compile().cost_analysis() or {})["flops"]))
+  return counted[0] + (num_layers - 1) * (counted[1] - counted[0])
+
+
+def compile_step(jitted, args, usable_bytes: int | None) -> dict:
+  """Compiles `jitted` for `args`; the step's figures, or (when XLA finds it does not fit) the figures it named."""
+  start = time.perf_counter()
+  try:
+    compiled = jitted.lower(*args).compile()
+  except Exception as error:  # noqa: BLE001 (jaxlib's error type)
+    found = tpu_topology.parse_hbm_error(str(error))
+    if not found:
+      raise
+    usable = found.get("available", usable_bytes)
+    return dict(
+      fits=False,
+      compile_seconds=time.perf_counter() - start,
+      peak_bytes=found.get("required"),
+      usable_bytes=usable,
+      margin_bytes=-found["exceeded_by"] if "exceeded_by" in found else None,
+      error=str(error).strip().splitlines()[0],
+    )
+  seconds = time.perf_counter() - start
+  memory, text = compiled.memory_analysis(), compiled.as_text()
+  cost = compiled.cost_analysis() or {}
+  # Donated state aliases its outputs: live at the peak are the arguments, the temporaries and fresh outputs.
+  peak = (
+    memory.argument_size_in_bytes + memory.output_size_in_bytes - memory.alias_size_in_bytes + memory.temp_size_in_bytes
+  )
+  return dict(
+    fits=usable_bytes is None or peak <= usable_bytes,
+    compile_seconds=seconds,
+    peak_bytes=peak,
+    usable_bytes=usable_bytes,
+    margin_bytes=None if usable_bytes is None else usable_bytes - peak,
+    argument_bytes=memory.argument_size_in_bytes,
+    output_bytes=memory.output_size_in_bytes,
+    alias_bytes=memory.alias_size_in_bytes,
+    temp_bytes=memory.temp_size_in_bytes,
+    xla_flops_per_device=float(cost.get("flops", float("nan"))),
+    collectives=hlo_stats.collectives(text),
+    # Pallas kernels compiled by Mosaic (splash attention) in the optimised HLO; the text itself is not kept (a
+    # planner keeps every try's report, and BERT-Large's HLO runs to megabytes).
+    tpu_kernels=text.count("tpu_custom_call"),
+  )
+
+
+def usable_hbm(devices) -> int | None:
+  """Usable HBM per chip of TPU `devices` (None for others, and where XLA:TPU did not say: then "fits" means only
+  that the compiler accepted the program, and a warning says so)."""
+  if devices[0].platform != "tpu":
+    return None
+  usable = tpu_topology.usable_hbm_bytes(devices[0])
+  if usable is None:
+    logging.warning(
+      "XLA's TPU compiler did not name the usable HBM of a %s chip: a step that compiles is reported as fitting.",
+      devices[0].device_kind,
+    )
+  return usable
+
+
+def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool = True) -> dict:
+  """Compiles the configured job's train step (and eval step) for `devices` (default: `target_devices`); returns
+  the report's figures. `all_flops`: count every layer's FLOPs when XLA's count misses loop trips (two more small
+  compiles, see `xla_flops_per_device`)."""
+  target = "given devices"
+  if devices is None:
+    devices, target = target_devices(config)
+  job = make_job(config, devices)
+  mesh, abstract, shardings = job.run.mesh, job.run.abstract, job.run.shardings
+  usable = usable_hbm(devices)
+  table = parameter_table(abstract.params, shardings.params)
+  state_bytes = sum(
+    int(np.prod(s.shard_shape(a.shape))) * a.dtype.itemsize
+    for a, s in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True)
+  )
+  steps = {"train step": compile_step(job.run.train_step, job.train_args, usable)}
+  if eval_step:
+    steps["eval step"] = compile_step(job.eval_fn, job.eval_args, usable)
+  model_cfg = job.model_cfg
+  attention = resolve(
+    model_cfg.attention,
+    devices[0].platform,
+    attention_dropout_prob=model_cfg.attention_dropout_prob,
+    dtype=model_cfg.dtype,
+  )
+  train = steps["train step"]
+  loops = model_cfg.scan_layers or config.num_microbatches > 1
+  if all_flops and train["fits"] and loops and devices[0].platform == "tpu":  # CPU figures are an estimate anyway.
+    train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers)
+    train["flops_from"] = "unrolled 1- and 2-layer compiles"
+  return dict(
+    job=job.name,
+    target=target,
+    devices=mesh.size,
+    platform=devices[0].platform,
+    device_kind=devices[0].device_kind,
+    mesh=dict(mesh.shape),
+    batch=job.batch_row,
+    model=model_cfg,
+    attention=attention,
+    parameters=job.run.num_params,
+    tokens_per_step=job.tokens_per_step,
+    model_flops_per_step=job.model_flops_per_step,
+    eval_model_flops=job.eval_model_flops,
+    state_bytes_per_device=state_bytes,
+    usable_bytes=usable,
+    steps=steps,
+    parameter_table=table,
+    advice=advice(config, mesh, steps["train step"], attention),
+  )
+
+
+def advice(config, mesh, step: dict, attention: str) -> list[str]:
+  """What would bring a step that does not fit under the limit, most effective first."""
+  if step["fits"]:
+    return []
+  hints = []
+  model = config.model
+  if model.remat != "full":
+    hints.append(
+      f"--config.model.remat={'save_dots or full' if model.remat == 'none' else 'full'}: recompute each layer's "
+      "activations in the backward pass instead of keeping them"
+    )
+  if attention == "xla" and mesh.devices.flat[0].platform == "tpu":
+    hints.append(
+      "--config.model.attention=splash --config.model.attention_dropout_prob=0: no [batch, heads, seq, seq] "
+      "scores in HBM"
+    )
+  chips = mesh.size // mesh.shape["tensor"]
+  if mesh.shape["fsdp"] < chips:
+    hints.append(
+      f"--config.mesh.fsdp={chips} --config.mesh.data=1: parameters and optimizer state split over all {chips} chips"
+    )
+  hints.append(
+    f"--config.num_microbatches={2 * config.num_microbatches}: the same update from sequential microbatches, "
+    "with one microbatch's activations"
+  )
+  per_chip = config.batch_size // sharding.data_parallel_size(mesh)
+  if per_chip > 1:
+    hints.append(
+      f"a smaller per-chip batch than {per_chip} (--mode=plan finds the largest that fits for each remat policy)"
+    )
+  return hints
+
+
+def _step_rows(name: str, step: dict, chips: int, model_flops: float) -> list[tuple[str, str]]:
+  if not step["fits"]:
+    over = step["margin_bytes"]
+    by = f" by {gib(-over)}" if over is not None else ""
+    return [
+      (
+        name,
+        f"DOES NOT FIT{by}: needs {gib(step['peak_bytes'])} of {gib(step['usable_bytes'])} per chip "
+        f"(compile {step['compile_seconds']:.1f} s)",
+      ),
+      ("", step.get("error", "")),
+    ]
+  fit = "fits" if step["usable_bytes"] is not None else "compiled"
+  margin = f", margin {gib(step['margin_bytes'])}" if step["margin_bytes"] is not None else ""
+  if "flops_from" in step:
+    counted_once = f" (from {step['flops_from']})"
+  elif step["collectives"].loops:
+    counted_once = " (XLA counts a loop's body once: scanned layers once)"
+  else:
+    counted_once = ""
+  return [
+    (
+      name,
+      f"{fit}: peak {gib(step['peak_bytes'])} per chip{margin}; compiled in {step['compile_seconds']:.1f} s",
+    ),
+    (
+      "",
+      f"arguments {gib(step['argument_bytes'])}, outputs {gib(step['output_bytes'])} "
+      f"({gib(step['alias_bytes'])} donated), temporaries {gib(step['temp_bytes'])}",
+    ),
+    (
+      "",
+      f"FLOPs per step: model {model_flops:.3g}; XLA {step['xla_flops_per_device']:.3g} per chip x {chips} = "
+      f"{step['xla_flops_per_device'] * chips:.3g}{counted_once}",
+    ),
+    ("", f"collectives per step: {step['collectives'].describe()}"),
+  ]
+
+
+def format_report(report: dict) -> str:
+  model = report["model"]
+  chips = report["devices"]
+  rows = [
+    ("job", report["job"]),
+    ("target", report["target"]),
+    ("mesh", " x ".join(f"{axis} {size}" for axis, size in report["mesh"].items())),
+    (
+      "model",
+      f"BERT L{model.num_layers} H{model.hidden_size} A{model.num_heads}, {report['parameters']:,} parameters, "
+      f"{model.dtype}, remat {model.remat}, attention {report['attention']}, "
+      f"{'scanned' if model.scan_layers else 'unrolled'} layers",
+    ),
+    ("batch", f"{report['batch']}; {report['tokens_per_step']:,} tokens per step"),
+    (
+      "usable HBM",
+      f"{gib(report['usable_bytes'])} per chip"
+      if report["usable_bytes"]
+      else ("not reported by XLA" if report["platform"] == "tpu" else "no limit known (not a TPU)"),
+    ),
+    ("train state", f"{gib(report['state_bytes_per_device'])} per chip"),
+  ]
+  for name, step in report["steps"].items():
+    flops_of_step = report["model_flops_per_step"] if name == "train step" else report["eval_model_flops"]
+    rows += _step_rows(name, step, chips, flops_of_step)
+  for hint in report["advice"]:
+    rows.append(("would help", hint))
+  return console.block("Dry run (no time is estimated: only running on the hardware gives one)", rows)
+
+
+def log_report(report: dict) -> None:
+  width = max(len(name) for name, *_ in report["parameter_table"])
+  lines = [f"{'parameter':{width}s}  {'shape':18s}  {'partition spec':34s}  per device"]
+  for name, shape, spec, per_device in report["parameter_table"]:
+    lines.append(f"{name:{width}s}  {str(shape):18s}  {spec:34s}  {per_device / 2**20:9.2f} MiB")
+  logging.info("Parameter shardings:\n%s", "\n".join(lines))
+  logging.info("%s", format_report(report))
+
+
+def dry_run(config) -> dict:
+  """`--mode=dry_run`: compiles the job and logs the report."""
+  report = compile_job(config)
+  log_report(report)
+  return report

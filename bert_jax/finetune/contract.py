@@ -1,0 +1,125 @@
+"""The contract between a fine-tuning task and the job that trains it.
+
+A task reads its split files (local or gs://, through `etils.epath`), checks them (a bad file names the file and
+line), encodes examples with any bert_jax tokenizer into fixed-shape numpy rows, and turns the model's logits for
+those rows back into the official metrics and prediction files. The job (`bert_jax/finetune/job.py`) never looks
+inside an example: it batches `Encoded.features`, runs the head named by `Task.head`, and hands the logits back.
+
+Logits per head, for all rows of a split in row order (what `metrics` and `write_predictions` receive):
+  classification  [rows, num_labels]       float32
+  regression      [rows]                   float32
+  span            [rows, seq, 2]           float32 (start, end logits per token)
+  token           [rows, seq, num_labels]  float32
+  choice          [rows, num_choices]      float32
+"""
+
+import abc
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from bert_jax.model.heads import HEADS, TaskHead, num_outputs  # noqa: F401 (HEADS: the heads a task may name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoded:
+  """A split encoded for the model.
+
+  `features`: numpy arrays with a leading row axis; always `input_ids`, `input_mask`, `segment_ids` (int32,
+  [rows, seq], or [rows, num_choices, seq] for the choice head), plus the labels the head's loss reads:
+    classification `label` [rows] int32; regression `label` [rows] float32;
+    span `start_positions`, `end_positions` [rows] int32 (0, the [CLS] token, where the answer is not in the window);
+    token `labels` [rows, seq] int32 and `label_weights` [rows, seq] float32 (1 on the first piece of each word);
+    choice `label` [rows] int32.
+  Unlabelled splits (test sets) carry zeros there.
+  `examples`: the split's examples in file order (what predictions are written for).
+  `row_example`: [rows] int32, the example each row came from (several rows per SQuAD question).
+  `extra`: whatever else the task's decoding needs (e.g. SQuAD windows' token-to-word maps).
+  """
+
+  features: dict[str, np.ndarray]
+  examples: list
+  row_example: np.ndarray
+  extra: Any = None
+
+  @property
+  def num_rows(self) -> int:
+    return len(self.row_example)
+
+
+class Task(abc.ABC):
+  """One fine-tuning task. Subclasses set the class attributes and implement the four methods."""
+
+  name: str  # e.g. "mrpc", "squad_v2", "conll2003", "swag"
+  head: str  # one of HEADS
+  labels: tuple[str, ...] = ()  # class / tag names in id order (empty for regression and span)
+  num_choices: int = 0  # choice head only
+  main_metric: str  # the metric that picks the best checkpoint (larger is better), a key of `metrics`
+  train_split: str = "train"
+  eval_splits: tuple[str, ...] = ("dev",)  # evaluated every epoch; the first one's main metric picks the best
+  test_splits: tuple[str, ...] = ()  # unlabelled; predicted at the end of training
+
+  @property
+  def num_labels(self) -> int:
+    return num_outputs(self.head, self.labels)
+
+  @property
+  def task_head(self) -> TaskHead:
+    return TaskHead(self.name, self.head, tuple(self.labels))
+
+  @abc.abstractmethod
+  def read(self, split: str) -> list:
+    """The split's examples. Raises FileNotFoundError / ValueError naming the file (and line) that is wrong."""
+
+  @abc.abstractmethod
+  def encode(self, examples: list, tokenizer, max_seq_length: int) -> Encoded:
+    """Examples -> fixed-shape rows (see Encoded). `tokenizer` is a bert_jax.data.tokenizer.Tokenizer."""
+
+  @abc.abstractmethod
+  def metrics(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
+    """The task's official metrics of a labelled split, as fractions in [0, 1] (correlations in [-1, 1])."""
+
+  @abc.abstractmethod
+  def write_predictions(self, encoded: Encoded, logits: np.ndarray, path: str) -> None:
+    """The prediction file the task's official evaluation or leaderboard reads (written atomically)."""
+
+  def calibrate(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
+    """Adopts the settings that the labelled split `encoded` and its `logits` choose for the prediction files
+    (SQuAD v2.0: the null-score threshold); returns them. Most tasks choose nothing."""
+    del encoded, logits
+    return {}
+
+
+def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:
+  """Google BERT's `_truncate_seq_pair`: drop the last token of the longer sequence until both fit."""
+  a, b = list(a), list(b)
+  while len(a) + len(b) > max_tokens:
+    (a if len(a) > len(b) else b).pop()
+  return a, b
+
+
+def encode_pair(tokenizer, a: list[int], b: list[int] | None, max_seq_length: int) -> tuple[np.ndarray, ...]:
+  """[CLS] a [SEP] (b [SEP]) as (input_ids, input_mask, segment_ids), each [max_seq_length] int32, zero-padded;
+  `a` and `b` are token ids, truncated as Google BERT does."""
+  if b is None:
+    a, b = list(a)[: max_seq_length - 2], []
+  else:
+    a, b = truncate_pair(a, b, max_seq_length - 3)
+  ids = [tokenizer.cls_id, *a, tokenizer.sep_id]
+  segments = [0] * len(ids)
+  if b:
+    ids += [*b, tokenizer.sep_id]
+    segments += [1] * (len(b) + 1)
+  return pad_row(ids, segments, max_seq_length, tokenizer.pad_id)
+
+
+def pad_row(ids: list[int], segments: list[int], max_seq_length: int, pad_id: int) -> tuple[np.ndarray, ...]:
+  """(input_ids, input_mask, segment_ids) [max_seq_length] int32 of a row of at most max_seq_length tokens."""
+  if len(ids) > max_seq_length:
+    raise ValueError(f"A row of {len(ids)} tokens does not fit max_seq_length={max_seq_length}.")
+  padding = max_seq_length - len(ids)
+  input_ids = np.array(ids + [pad_id] * padding, np.int32)
+  input_mask = np.array([1] * len(ids) + [0] * padding, np.int32)
+  segment_ids = np.array(segments + [0] * padding, np.int32)
+  return input_ids, input_mask, segment_ids

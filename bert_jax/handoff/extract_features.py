@@ -1,0 +1,263 @@
+"""Feature extraction (`--mode=features`): the paper's feature-based use of a pretrained encoder.
+
+Text lines (files by glob, local or `gs://`) are tokenized with the model's own tokenizer and run through the
+encoder, sharded over the mesh, in batches of windows. A line longer than one window (`max_seq_length` tokens
+with [CLS] and [SEP]) is covered by windows `doc_stride` tokens apart, and each token's vectors come from the
+window in which it has the most context on both sides (as BERT's SQuAD code chooses), so nothing is cut.
+
+The output is numpy's own `.npz` format, readable without bert_jax: `<output_dir>/features-NNNNN.npz`, each with
+
+* `line_index` [lines] int64: the line's number in the input (files in sorted order, lines counted from 0);
+* `token_offsets` [lines + 1] int64: line i's tokens are rows `token_offsets[i]:token_offsets[i + 1]` below;
+* `token_ids` [tokens] int32 (no [CLS]/[SEP]);
+* `token_vectors` [tokens, len(layers), hidden] float32: the hidden states of the chosen layers;
+* `pooled` [lines, hidden] float32: the pooled [CLS] output of the line's first window;
+* `layers` [len(layers)] int32: the layers, as configured (-1 the last, 0 the embeddings);
+
+and `manifest.json`, written last: the source model, inputs, layers, shards, lines and tokens.
+"""
+
+import dataclasses
+import io
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+from etils import epath
+
+from bert_jax import paths, sharding
+from bert_jax.handoff import pretrained
+from bert_jax.model.encoder import BertModel, encoder_intermediates
+from bert_jax.train import step
+
+
+def windows(num_tokens: int, max_tokens: int, stride: int) -> list[tuple[int, int]]:
+  """(start, length) of the windows that cover `num_tokens` tokens, `max_tokens` at most each, `stride` apart."""
+  spans, start = [], 0
+  while True:
+    length = min(max_tokens, num_tokens - start)
+    spans.append((start, length))
+    if start + length >= num_tokens:
+      return spans
+    start += stride
+
+
+def best_window(spans: list[tuple[int, int]], num_tokens: int) -> np.ndarray:
+  """[num_tokens] the index of the window in which each token has the most context (min of left and right,
+  ties to the longer window), as `_check_is_max_context` of BERT's run_squad.py."""
+  positions = np.arange(num_tokens)
+  scores = np.full((len(spans), num_tokens), -np.inf)
+  for index, (start, length) in enumerate(spans):
+    inside = (positions >= start) & (positions < start + length)
+    context = np.minimum(positions - start, start + length - 1 - positions) + 0.01 * length
+    scores[index, inside] = context[inside]
+  return np.argmax(scores, axis=0)
+
+
+def _layer_indices(layers, num_layers: int) -> list[int]:
+  indices = []
+  for layer in layers:
+    if not -(num_layers + 1) <= layer <= num_layers:
+      raise ValueError(
+        f"features.layers has {layer}; this model has hidden states -{num_layers + 1}..{num_layers} "
+        f"(0 and -{num_layers + 1}: the embeddings; -1 and {num_layers}: the last layer)."
+      )
+    indices.append(layer % (num_layers + 1))
+  return indices
+
+
+def check_settings(settings) -> None:
+  """Raises ValueError naming the bad `config.features` value."""
+  if not settings.input_pattern or not settings.output_dir:
+    raise ValueError("--mode=features needs features.input_pattern and features.output_dir.")
+  if settings.max_seq_length < 3:
+    raise ValueError(f"features.max_seq_length={settings.max_seq_length} must be at least 3 ([CLS] x [SEP]).")
+  if not 0 < settings.doc_stride <= settings.max_seq_length - 2:
+    raise ValueError(
+      f"features.doc_stride={settings.doc_stride} must be in [1, max_seq_length - 2 = {settings.max_seq_length - 2}]."
+    )
+  for name in ("batch_size", "lines_per_shard"):
+    if settings[name] < 1:
+      raise ValueError(f"features.{name}={settings[name]} must be at least 1.")
+  if not settings.layers:
+    raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
+
+
+@dataclasses.dataclass
+class _Line:
+  index: int
+  token_ids: np.ndarray
+  vectors: np.ndarray  # [tokens, layers, hidden]
+  best: np.ndarray  # [tokens] the window each token's vectors come from.
+  windows_left: int
+  pooled: np.ndarray | None = None
+
+
+class _ShardWriter:
+  def __init__(self, directory: epath.Path, layers: list[int]):
+    self._directory, self._layers, self._lines, self.shards = directory, layers, [], []
+
+  def add(self, line: _Line, lines_per_shard: int) -> None:
+    self._lines.append(line)
+    if len(self._lines) >= lines_per_shard:
+      self.flush()
+
+  def flush(self) -> None:
+    if not self._lines:
+      return
+    lengths = [len(line.token_ids) for line in self._lines]
+    arrays = dict(
+      line_index=np.array([line.index for line in self._lines], np.int64),
+      token_offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+      token_ids=np.concatenate([line.token_ids for line in self._lines]).astype(np.int32),
+      token_vectors=np.concatenate([line.vectors for line in self._lines]).astype(np.float32),
+      pooled=np.stack([line.pooled for line in self._lines]).astype(np.float32),
+      layers=np.array(self._layers, np.int32),
+    )
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    name = f"features-{len(self.shards):05d}.npz"
+    (self._directory / name).write_bytes(buffer.getvalue())
+    self.shards.append(name)
+    self._lines = []
+
+
+def _input_lines(files: list[epath.Path]):
+  for path in files:
+    with path.open("rb") as f:
+      for line in f:
+        yield line.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def extract(config, workdir: str) -> dict:
+  """Writes the features of `config.features.input_pattern`'s lines; returns the manifest (see module docstring)."""
+  settings = config.features
+  check_settings(settings)
+  files = [epath.Path(p) for p in paths.glob(settings.input_pattern)]
+  if not files:
+    raise FileNotFoundError(f"features.input_pattern={settings.input_pattern!r} matches no file.")
+  output = epath.Path(settings.output_dir)
+  if output.exists() and any(output.iterdir()):  # Shards of two runs must never mix under one manifest.
+    raise FileExistsError(f"features.output_dir={output} is not empty; remove it or choose another directory.")
+  mesh = sharding.make_mesh(config.mesh.to_dict())
+  if settings.batch_size % sharding.data_parallel_size(mesh):
+    raise ValueError(
+      f"features.batch_size={settings.batch_size} does not split over the {sharding.data_parallel_size(mesh)} "
+      "data-parallel devices of the mesh."
+    )
+  rules = config.logical_axis_rules
+  loaded = pretrained.load(settings.source or workdir, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
+  model_cfg = dataclasses.replace(loaded.config, dtype=config.model.dtype)
+  if settings.max_seq_length > model_cfg.max_position_embeddings:
+    raise ValueError(
+      f"features.max_seq_length={settings.max_seq_length} exceeds the model's max_position_embeddings="
+      f"{model_cfg.max_position_embeddings}."
+    )
+  layers = list(settings.layers)
+  indices = _layer_indices(layers, model_cfg.num_layers)
+  output.mkdir(parents=True, exist_ok=True)
+  total_lines = sum(1 for _ in _input_lines(files))
+
+  def encode(params, input_ids, input_mask):
+    (_, pooled), state = BertModel(model_cfg).apply(
+      {"params": params}, input_ids, input_mask, jnp.zeros_like(input_ids), mutable=["intermediates"]
+    )
+    hidden = encoder_intermediates(state["intermediates"], model_cfg)["hidden_states"]  # [layers + 1, B, S, H]
+    chosen = hidden[jnp.array(indices)].astype(jnp.float32)
+    return jnp.moveaxis(chosen, 0, 2), pooled.astype(jnp.float32)  # [B, S, layers, H], [B, H]
+
+  batch_sharding = sharding.batch_sharding(mesh)
+  param_shardings = jax.tree.map(lambda x: x.sharding, loaded.params["bert"])
+  encode = jax.jit(
+    step.with_activation_rules(encode, mesh, rules),
+    in_shardings=(param_shardings, batch_sharding, batch_sharding),
+    out_shardings=batch_sharding,
+  )
+  tokenizer, seq = loaded.tokenizer, settings.max_seq_length
+  writer = _ShardWriter(output, layers)
+  pending: list[tuple[_Line, int, int, int]] = []  # (line, window index, start, length)
+  open_lines: list[_Line] = []
+  stats = dict(lines=0, tokens=0, windows=0)
+  start_time, last_log = time.perf_counter(), time.perf_counter()
+
+  def run_batch():
+    ids = np.full((settings.batch_size, seq), tokenizer.pad_id, np.int32)
+    mask = np.zeros((settings.batch_size, seq), np.int32)
+    for row, (line, _, start, length) in enumerate(pending):
+      ids[row, : length + 2] = [tokenizer.cls_id, *line.token_ids[start : start + length], tokenizer.sep_id]
+      mask[row, : length + 2] = 1
+    batch = sharding.global_batch({"input_ids": ids, "input_mask": mask}, mesh)
+    vectors, pooled = jax.device_get(encode(loaded.params["bert"], batch["input_ids"], batch["input_mask"]))
+    for row, (line, window, start, length) in enumerate(pending):
+      if window == 0:
+        line.pooled = pooled[row]
+      mine = np.flatnonzero(line.best[start : start + length] == window)
+      line.vectors[start + mine] = vectors[row, 1 + mine]
+      line.windows_left -= 1
+    stats["windows"] += len(pending)
+    pending.clear()
+    while open_lines and open_lines[0].windows_left == 0:
+      done = open_lines.pop(0)
+      writer.add(done, settings.lines_per_shard)
+      stats["lines"] += 1
+      stats["tokens"] += len(done.token_ids)
+
+  for index, text in enumerate(_input_lines(files)):
+    token_ids = np.array(tokenizer.encode(text), np.int32)
+    spans = windows(len(token_ids), seq - 2, settings.doc_stride)
+    line = _Line(
+      index,
+      token_ids,
+      np.zeros((len(token_ids), len(layers), model_cfg.hidden_size), np.float32),
+      best_window(spans, len(token_ids)),
+      len(spans),
+    )
+    open_lines.append(line)
+    for window, (start, length) in enumerate(spans):
+      pending.append((line, window, start, length))
+      if len(pending) == settings.batch_size:
+        run_batch()
+        if time.perf_counter() - last_log > 10:
+          last_log = time.perf_counter()
+          _log_progress(stats, total_lines, last_log - start_time)
+  if pending:
+    run_batch()
+  writer.flush()
+  _log_progress(stats, total_lines, time.perf_counter() - start_time)
+  manifest = dict(
+    source=loaded.source.path,
+    source_format=loaded.source.format,
+    inputs=[str(path) for path in files],
+    layers=layers,
+    hidden_size=model_cfg.hidden_size,
+    max_seq_length=seq,
+    doc_stride=settings.doc_stride,
+    shards=writer.shards,
+    **stats,
+  )
+  (output / "manifest.json").write_text(json.dumps(manifest, indent=2))
+  logging.info(
+    "Wrote the features of %d lines (%d tokens) to %d shard(s) in %s.",
+    stats["lines"],
+    stats["tokens"],
+    len(writer.shards),
+    output,
+  )
+  return manifest
+
+
+def _log_progress(stats: dict, total_lines: int, seconds: float) -> None:
+  rate = stats["lines"] / max(seconds, 1e-9)
+  eta = int((total_lines - stats["lines"]) / rate) if rate else 0
+  logging.info(
+    "features: %s/%s lines | %s tokens/s | ETA %d:%02d:%02d",
+    f"{stats['lines']:,}",
+    f"{total_lines:,}",
+    f"{stats['tokens'] / max(seconds, 1e-9):,.0f}",
+    eta // 3600,
+    eta // 60 % 60,
+    eta % 60,
+  )

@@ -1,0 +1,120 @@
+"""BERT's optimizers: AdamW (the default, as in BERT) or LAMB (You et al. 2019, the 76-minute BERT), both with
+weight decay except on LayerNorm and biases, linear warmup then linear decay, and global-norm clipping."""
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bert_jax.model import param_layout
+
+# Only matrices decay: Dense kernels and embedding tables. LayerNorm scales/biases and all biases do not,
+# as in the original BERT (`exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"]`).
+_DECAYED_LEAVES = ("kernel", "embedding")
+
+
+def weight_decay_mask(params):
+  """A tree of bools, True where weight decay applies."""
+
+  def decays(path, _):
+    return getattr(path[-1], "key", None) in _DECAYED_LEAVES
+
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+OPTIMIZERS = ("adamw", "lamb")
+
+
+def _is_stacked_layers(path) -> bool:
+  return any(getattr(key, "key", None) == param_layout.SCANNED_KEY for key in path)
+
+
+def scale_by_layerwise_trust_ratio() -> optax.GradientTransformation:
+  """`optax.scale_by_trust_ratio` with one ratio per layer: leaves of scanned layers (`bert/layers/...`, stacked
+  on a leading layer axis) take their norms per slice of that axis, so both layer layouts get the same update."""
+
+  def update_fn(updates, state, params):
+    if params is None:
+      raise ValueError("The trust ratio needs the params: call update(grads, state, params).")
+
+    def scale(path, update, param):
+      axis = tuple(range(1, param.ndim)) if _is_stacked_layers(path) else None
+      param_norm = optax.safe_norm(param, 0.0, axis=axis, keepdims=True)
+      update_norm = optax.safe_norm(update, 0.0, axis=axis, keepdims=True)
+      zero = jnp.logical_or(param_norm == 0.0, update_norm == 0.0)
+      return update * jnp.where(zero, 1.0, param_norm / update_norm).astype(update.dtype)
+
+    return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update_fn)
+
+
+def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float, mask) -> optax.GradientTransformation:
+  """LAMB: Adam's direction plus decoupled weight decay, each parameter's update scaled by the trust ratio
+  ||w|| / ||update||. As in the LAMB authors' BERT optimizer, the parameters without weight decay (LayerNorm,
+  biases) are also excluded from the trust ratio (`exclude_from_layer_adaptation` defaults to the decay exclusions).
+  The ratio is per layer in either layer layout (`scale_by_layerwise_trust_ratio`).
+  """
+  return optax.chain(
+    optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
+    optax.add_decayed_weights(weight_decay, mask),
+    optax.masked(scale_by_layerwise_trust_ratio(), mask),
+    optax.scale_by_learning_rate(learning_rate),
+  )
+
+
+def learning_rate_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
+  """Linear warmup from 0 to `learning_rate`, then the original BERT's linear decay to 0 at `total_steps`."""
+  if not 0 <= warmup_steps <= total_steps:
+    raise ValueError(f"warmup_steps={warmup_steps} must be within [0, num_train_steps={total_steps}].")
+  decay = optax.linear_schedule(
+    learning_rate * (1 - warmup_steps / max(total_steps, 1)), 0.0, max(total_steps - warmup_steps, 1)
+  )
+  if warmup_steps == 0:
+    return decay
+  warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+  return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+def schedule_end_step(config) -> int:
+  """The step at which the learning rate reaches zero: `schedule_end_step`, or `num_train_steps` if 0."""
+  return config.schedule_end_step or config.num_train_steps
+
+
+def make_schedule(config, learning_rate=None) -> optax.Schedule:
+  """The configured schedule, peaking at `learning_rate` (default: config.learning_rate; may be traced)."""
+  peak = config.learning_rate if learning_rate is None else learning_rate
+  return learning_rate_schedule(peak, config.warmup_steps, schedule_end_step(config))
+
+
+def make_optimizer(config, learning_rate=None) -> optax.GradientTransformation:
+  """From the top-level config: `optimizer`, `learning_rate` (unless given), `warmup_steps`,
+  `num_train_steps`, `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm` (inf: no clipping, since a
+  finite gradient's norm is always below it; run.check_config refuses 0, which would zero every update)."""
+  if config.optimizer not in OPTIMIZERS:
+    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+  make = optax.adamw if config.optimizer == "adamw" else lamb
+  return optax.chain(
+    optax.clip_by_global_norm(config.max_grad_norm),
+    make(
+      make_schedule(config, learning_rate),
+      b1=config.adam_b1,
+      b2=config.adam_b2,
+      eps=config.adam_eps,
+      weight_decay=config.weight_decay,
+      mask=weight_decay_mask,
+    ),
+  )
+
+
+def make_sweep_optimizer(config) -> optax.GradientTransformation:
+  """`make_optimizer` with the peak learning rate held in the optimizer state (`hyperparams["learning_rate"]`),
+  so that the members of a vmapped sweep each train at their own; see `set_learning_rates`."""
+  return optax.inject_hyperparams(lambda learning_rate: make_optimizer(config, learning_rate))(
+    learning_rate=config.learning_rate
+  )
+
+
+def set_learning_rates(opt_state, learning_rates: jax.Array):
+  """A sweep's optimizer state (leading member axis) with member i's peak learning rate `learning_rates[i]`."""
+  hyperparams = dict(opt_state.hyperparams, learning_rate=learning_rates.astype(jnp.float32))
+  return opt_state._replace(hyperparams=hyperparams)

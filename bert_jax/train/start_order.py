@@ -1,0 +1,264 @@
+"""Where a pretraining run starts, in this order (one place, so the order is never in doubt):
+
+1. the workdir's newest committed checkpoint: state, data position and history (a resume);
+2. else `config.init_from`: a workdir (a previous phase) gives its state and step, the data stream starts afresh;
+   any other source (bundle, Hugging Face, Google) gives weights, heads it lacks from the seed, a fresh optimizer;
+3. else a fresh initialisation from `config.seed`.
+
+`check_start` runs before anything is written; it refuses a checkpoint that does not fit the config, or whose data
+stream was defined over another number of readers (unless `data.restart_stream_on_reader_change`; any host count
+continues the same stream, see `data/pipeline.py`). A workdir with checkpoints never
+reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are gone.
+
+A checkpoint that fails its checksums (`checkpoints.CorruptCheckpointError`) stops the run, or with
+`restore_fallback` the previous committed step is restored instead: the bad step is moved aside to
+`<workdir>/corrupt_checkpoints/<step>` (kept for inspection, and never deleted or overwritten by the new saves).
+Every host takes the same decisions: they read the same files, and the checksums are verified by one jitted
+computation over the global arrays.
+"""
+
+import copy
+import dataclasses
+import functools
+
+import jax
+from absl import logging
+from etils import epath
+from jax.experimental import multihost_utils
+
+from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.handoff import pretrained
+from bert_jax.model import param_layout
+from bert_jax.model.bert_config import SIZE_FIELDS, BertConfig
+from bert_jax.model.encoder import BertForPretraining
+from bert_jax.train import step as step_lib
+from bert_jax.train.run import Run
+from bert_jax.workdir import checkpoints
+
+
+def _check_compatible(saved: dict, config, where: str) -> None:
+  """Raises if the checkpoint's config (a dict) has other parameter or optimizer-state shapes than `config`."""
+  different = [
+    f"model.{name}: {saved['model'][name]} vs {config.model[name]}"
+    for name in SIZE_FIELDS
+    if saved["model"][name] != config.model[name]
+  ]
+  if saved.get("optimizer", "adamw") != config.optimizer:
+    different.append(f"optimizer: {saved.get('optimizer', 'adamw')!r} vs {config.optimizer!r}")
+  if different:
+    raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
+
+
+CORRUPT = "corrupt_checkpoints"
+
+
+def same_tokenizer(a: dict | None, b: dict | None) -> bool:
+  """Whether two tokenizer identities name the same tokenizer: kind, content and casing; the path is informative
+  only (a moved, copied or symlinked workdir keeps its tokenizer)."""
+  if a is None or b is None:
+    return a is b
+  return {k: v for k, v in a.items() if k != "path"} == {k: v for k, v in b.items() if k != "path"}
+
+
+def saved_readers(data_position: dict) -> int | None:
+  """The number of readers a checkpoint's data stream was defined over; before readers existed, each host was one."""
+  return data_position.get("readers", data_position.get("hosts"))
+
+
+def _other_stream(config, data_position: dict) -> bool:
+  """Whether the checkpoint's stream was defined over another number of readers than the config names (0 names
+  none: the checkpoint's; the synthetic source is one stream whatever the readers)."""
+  readers = config.data.num_readers
+  return bool(readers) and config.data.source != "synthetic" and saved_readers(data_position) not in (None, readers)
+
+
+def _check_readers(config, data_position: dict, step: int) -> None:
+  """A checkpoint continues the same stream on any host count, but only over the same number of readers."""
+  if not _other_stream(config, data_position):
+    return
+  saved = saved_readers(data_position)
+  if config.data.restart_stream_on_reader_change:
+    logging.warning(
+      "Checkpoint step %d's data stream was defined over %d reader(s), this run's over data.num_readers=%d: the "
+      "stream restarts from its beginning (data.restart_stream_on_reader_change).",
+      step,
+      saved,
+      config.data.num_readers,
+    )
+    return
+  raise ValueError(
+    f"Checkpoint step {step}'s data stream was defined over {saved} reader(s) (one per host before readers existed); "
+    f"this run's over data.num_readers={config.data.num_readers}, a different stream that would repeat and skip "
+    f"examples. Set data.num_readers={saved} (or 0: the checkpoint's) to continue it exactly on any host count, or "
+    f"data.restart_stream_on_reader_change=True to continue from step {step} with the stream restarted."
+  )
+
+
+def resolve_readers(config, data_position: dict | None):
+  """A copy of `config` whose `data.num_readers` is the run's: the config's if set, else the resumed checkpoint's,
+  else one per host of this (first) launch. Checkpoints and pipeline states record the resolved count."""
+  resolved = copy.deepcopy(config)
+  saved = saved_readers(data_position) if data_position is not None else None
+  resolved.data.num_readers = config.data.num_readers or saved or jax.process_count()
+  if config.data.source != "synthetic" and config.batch_size % resolved.data.num_readers:
+    raise ValueError(
+      f"batch_size={config.batch_size} does not split over the checkpoint's {resolved.data.num_readers} data readers."
+    )
+  return resolved
+
+
+def _usable_steps(config, directory) -> list[int]:
+  """The committed steps to try, newest first: all with `restore_fallback`, else the newest alone."""
+  steps = sorted(checkpoints.committed_steps(directory), reverse=True)
+  return steps if config.restore_fallback else steps[:1]
+
+
+def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
+  """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
+  `init_from`'s) exists where the config names it and fits the config. Returns the run's config (`resolve_readers`)
+  and `init_from`'s source when the run will start from it (else None)."""
+  if checkpoints.has_checkpoint(workdir):
+    with checkpoints.read_only_manager(workdir) as manager:
+      for step in _usable_steps(config, checkpoints.checkpoint_dir(workdir)):
+        try:
+          saved, data_position = checkpoints.read_config(manager, step), checkpoints.read_data_position(manager, step)
+        except checkpoints.CorruptCheckpointError as error:
+          if not config.restore_fallback:
+            raise
+          logging.warning("%s Trying the previous step (restore_fallback).", error)
+          continue
+        _check_compatible(saved, config, "the workdir")
+        _check_readers(config, data_position, step)
+        return resolve_readers(config, data_position), None
+    raise checkpoints.CorruptCheckpointError(f"No readable checkpoint in {checkpoints.checkpoint_dir(workdir)}.")
+  if not config.init_from:
+    return resolve_readers(config, None), None
+  where = f"init_from={config.init_from}"
+  try:
+    source = pretrained.describe(config.init_from)
+  except (FileNotFoundError, ValueError) as error:
+    raise type(error)(f"{where}: {error}") from None
+  if source.format == "workdir":  # A previous phase: its optimizer state and step too.
+    _check_compatible(source.info, config, where)
+  else:  # Weights only: a fresh optimizer.
+    pretrained.check_fits(source, model_cfg, where)
+  if config.data.source != "synthetic":
+    if not config.tokenizer.path:
+      raise ValueError(
+        f"{where} was trained with the tokenizer {source.tokenizer_file}; set tokenizer.path to it (the run would "
+        "train a new one)."
+      )
+    tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+    pretrained.check_tokenizer(source, tokenizer.identity(), where)
+  return resolve_readers(config, None), source  # A previous phase's stream is not continued.
+
+
+def _restore(manager, step: int | None, run: Run, model_cfg: BertConfig):
+  """(state, data position) from `manager`'s `step` in `run.shardings`, converted to this model's layer layout
+  (scanned or unrolled) if it was saved in the other one; None if `step` is None (no checkpoint)."""
+  if step is None:
+    return None
+  saved = checkpoints.read_config(manager, step)  # Checked by check_start before anything ran.
+  saved_scanned = saved["model"].get("scan_layers", False)
+  if saved_scanned == model_cfg.scan_layers:
+    return checkpoints.restore(manager, step, run.abstract, run.shardings)
+  logging.info(
+    "Converting step %d's %s layer layout to this model's.", step, "scanned" if saved_scanned else "unrolled"
+  )
+  saved_model = BertForPretraining(dataclasses.replace(model_cfg, scan_layers=saved_scanned))
+  saved_abstract, saved_shardings = step_lib.state_shardings(saved_model, run.tx, run.mesh, run.rules)
+  state, data_position = checkpoints.restore(manager, step, saved_abstract, saved_shardings)
+  convert = functools.partial(param_layout.convert, scanned=model_cfg.scan_layers)
+  return jax.jit(convert, out_shardings=run.shardings)(state), data_position
+
+
+def start_state(
+  config,
+  run: Run,
+  model_cfg: BertConfig,
+  manager,
+  identity,
+  init_source: pretrained.Source | None,
+  init_params: dict | None,
+):
+  """(state, data position, resumed, where it started: a line for the run's header), in the order of this module's
+  docstring. `init_params` are `init_source`'s weights when it is not a workdir (read before anything was
+  written)."""
+  restore = functools.partial(_restore, run=run, model_cfg=model_cfg)
+  restored, resumed = _restore_newest(config, manager, restore), True
+  if restored is None and init_source is not None and init_source.format == "workdir":
+    with checkpoints.reader(epath.Path(init_source.path).parent) as source_manager:
+      restored, resumed = restore(source_manager, init_source.step), False
+  elif restored is None and init_source is not None:
+    state = run.init_state(config.seed, init_params)
+    fresh = step_lib.overwrite_params(run.abstract.params, init_params)[1]
+    started = (
+      f"step 0: initialised from the {init_source.format} weights in {config.init_from} (heads initialised from "
+      f"seed {config.seed}: {fresh or 'none'}); a fresh optimizer"
+    )
+    return state, {"examples": 0}, False, started
+  if restored is None:
+    return run.init_state(config.seed), {"examples": 0}, False, f"step 0: a new run from seed {config.seed}"
+  state, data_position = restored
+  if not resumed:
+    started = f"step {int(state.step)}: initialised from {config.init_from}; the data stream starts afresh"
+    return state, {"examples": 0}, False, started
+  if not same_tokenizer(data_position.get("tokenizer"), identity):
+    raise ValueError(
+      f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
+      "Use the same tokenizer, or a new workdir."
+    )
+  started = f"Resumed from step {int(state.step)} ({data_position['examples']:,} examples consumed)"
+  if _other_stream(config, data_position):  # Allowed by check_start.
+    return state, dict(data_position, examples=0), True, started
+  return state, data_position, True, started
+
+
+def _restore_newest(config, manager, restore):
+  """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step. The
+  newer steps that did not are moved aside only once an older one has restored: if none does, the cause is more
+  likely this code or its libraries than the storage, and nothing is moved."""
+  steps, failed = _usable_steps(config, manager.directory), []
+  for step in steps:
+    try:
+      state, data_position = restore(manager, step)
+      if data_position.get("step", step) != step:
+        raise checkpoints.CorruptCheckpointError(
+          f"Checkpoint step {step}: its data item is from step {data_position['step']} "
+          f"({epath.Path(manager.directory) / str(step) / 'data'})."
+        )
+    except checkpoints.CorruptCheckpointError as error:
+      if not config.restore_fallback:
+        raise
+      logging.warning("%s Trying the previous step (restore_fallback).", error)
+      failed.append((step, error))
+      continue
+    for bad, _ in failed:
+      aside = epath.Path(manager.directory).parent / CORRUPT / str(bad)
+      logging.warning("Restored step %d instead of step %d; moving step %d to %s.", step, bad, bad, aside)
+      if jax.process_index() == 0:
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        (epath.Path(manager.directory) / str(bad)).rename(aside)
+      multihost_utils.sync_global_devices(f"bert_jax: checkpoint {bad} moved aside")
+    if failed:
+      manager.reload()
+    return state, data_position
+  if failed:
+    raise checkpoints.CorruptCheckpointError(
+      f"No checkpoint in {manager.directory} reads back whole (nothing was moved); the newest: {failed[0][1]}"
+    )
+  return None
+
+
+def history(manager, step: int, init_source: pretrained.Source | None) -> dict:
+  """What the model has been trained on before this run's first step (examples and sequence positions, padding
+  included, over every phase), and its latest metrics: the resumed checkpoint's record, else a previous phase's."""
+  record = {}
+  if manager is not None:
+    record = checkpoints.read_history(manager, step)
+  elif init_source is not None and init_source.format == "workdir":
+    with checkpoints.reader(epath.Path(init_source.path).parent) as source_manager:
+      record = checkpoints.read_history(source_manager, init_source.step)
+  elif init_source is not None and init_source.format == "bundle":
+    record = init_source.info.get("history", {})
+  return dict({"examples_seen": 0, "token_positions_seen": 0}, **record)

@@ -1,0 +1,218 @@
+"""The train state and the pure train and eval steps, for any model and loss.
+
+`train_step(state, batch, dropout_key, *, model, loss, tx)` and `eval_step(params, batch, *, model, loss)` are
+pure functions of global arrays; `run.make_run` binds the model, the loss and the optimizer and jits them with
+explicit shardings over a mesh. A `Loss` is the task's: pretraining's (`train/pretraining.py`) or a fine-tuning head's
+(`finetune/losses.py`). Metrics leave a step as sums with their denominators (`*_count`), so hosts and steps add
+up exactly and padding never skews them. Parameters are initialised from the model's shape-only
+`dummy_inputs()`: their shapes never depend on a batch.
+"""
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jax.sharding import Mesh, PartitionSpec
+
+from bert_jax import sharding
+from bert_jax.model.attention import target_platform
+from bert_jax.model.encoder import activation_rules, init_params
+from bert_jax.train.guard import DEFAULT_GUARD, Guard
+
+
+@struct.dataclass
+class TrainState:
+  step: jax.Array  # int32 scalar: steps taken so far (skipped ones included; see `train_step`).
+  params: Any
+  opt_state: optax.OptState
+  # The step guard's memory: {"loss_average": float32, "finite_steps": int32} (see `guard.Guard`).
+  guard: Any = None
+
+
+def initial_guard() -> dict:
+  return {"loss_average": jnp.zeros((), jnp.float32), "finite_steps": jnp.zeros((), jnp.int32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+  """What a step minimises.
+
+  `value(params, batch, model, dropout_key=None, normalizers=None) -> (loss, metric sums)`: deterministic when
+  `dropout_key` is None; its sums are divided by `normalizers` when given (else by the batch's own).
+  `normalizers(batch)`: those denominators computed from a whole batch, so that the losses of its microbatches
+  add up to the whole batch's loss.
+  """
+
+  value: Callable
+  normalizers: Callable
+
+
+def state_shardings(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules):
+  """The abstract train state (shapes only, nothing allocated) and its NamedShardings."""
+  boxed = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
+  param_specs = nn.get_partition_spec(boxed)
+  abstract_params = nn.meta.unbox(boxed)
+  abstract_opt_state = jax.eval_shape(tx.init, abstract_params)
+  # Optimizer moments follow their parameter; counts and other scalars are replicated.
+  opt_specs = optax.tree_map_params(
+    tx,
+    lambda _, spec: spec,
+    abstract_opt_state,
+    param_specs,
+    transform_non_params=lambda _: PartitionSpec(),
+    is_leaf=lambda x: isinstance(x, PartitionSpec),
+  )
+  guard = jax.eval_shape(initial_guard)
+  specs = TrainState(
+    step=PartitionSpec(), params=param_specs, opt_state=opt_specs, guard=jax.tree.map(lambda _: PartitionSpec(), guard)
+  )
+  abstract = TrainState(
+    step=jax.ShapeDtypeStruct((), jnp.int32), params=abstract_params, opt_state=abstract_opt_state, guard=guard
+  )
+  return abstract, sharding.logical_to_sharding(specs, mesh, rules)
+
+
+def overwrite_params(fresh: dict, loaded: dict, prefix: str = "") -> tuple[dict, list[str]]:
+  """`fresh` with every subtree that `loaded` has replaced by `loaded`'s; also the paths left fresh."""
+  merged, left = {}, []
+  for key, value in fresh.items():
+    path = f"{prefix}{key}"
+    if key not in loaded:
+      merged[key] = value
+      left.append(path)
+    elif isinstance(value, dict):
+      merged[key], more = overwrite_params(value, loaded[key], path + "/")
+      left += more
+    else:
+      merged[key] = loaded[key]
+  return merged, left
+
+
+def create_train_state(
+  model: nn.Module, tx: optax.GradientTransformation, shardings, seed: int, params: dict | None = None
+) -> TrainState:
+  """Initialises the state directly into `shardings`: the full model never exists on one device. With `params`
+  (pretrained weights, possibly without some heads; see `overwrite_params`), those replace the fresh ones and
+  the optimizer starts on them."""
+
+  def init(loaded):
+    params = nn.meta.unbox(init_params(model, jax.random.key(seed)))
+    if loaded is not None:
+      params = overwrite_params(params, loaded)[0]
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), guard=initial_guard())
+
+  return jax.jit(init, out_shardings=shardings)(params)
+
+
+def microbatches(batch: dict, num_microbatches: int) -> dict:
+  """[batch, ...] -> [num_microbatches, batch / num_microbatches, ...], microbatch i holding rows i, i + n, ...
+
+  Strided, so every microbatch keeps the batch's split over the data-parallel devices.
+  """
+
+  def split(x):
+    x = x.reshape(x.shape[0] // num_microbatches, num_microbatches, *x.shape[1:]).swapaxes(0, 1)
+    if jax.sharding.get_abstract_mesh().empty:  # Not traced under a mesh (see with_activation_rules).
+      return x
+    return jax.lax.with_sharding_constraint(x, PartitionSpec(None, sharding.BATCH_AXES))
+
+  return jax.tree.map(split, batch)
+
+
+def gradients(params, batch: dict, dropout_key, *, model: nn.Module, loss: Loss, num_microbatches: int = 1):
+  """((loss, metric sums), gradients) of the whole batch, computed over `num_microbatches` sequential slices.
+
+  Each microbatch's loss is normalised by the whole batch's `loss.normalizers`, so the accumulated gradient equals
+  the full-batch gradient (up to float32 summation order); activation memory is that of one microbatch.
+  """
+  grad_fn = jax.value_and_grad(loss.value, has_aux=True)
+  if num_microbatches == 1:
+    return grad_fn(params, batch, model, dropout_key)
+  normalizers = loss.normalizers(batch)
+
+  parts = microbatches(batch, num_microbatches)
+
+  def microbatch_grads(index, microbatch):
+    key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
+    return grad_fn(params, microbatch, model, key, normalizers)
+
+  def accumulate(totals, inputs):
+    return jax.tree.map(jnp.add, totals, microbatch_grads(*inputs)), None
+
+  first = jax.tree.map(lambda x: x[0], parts)
+  zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(microbatch_grads, 0, first))
+  totals, _ = jax.lax.scan(accumulate, zeros, (jnp.arange(num_microbatches), parts))
+  return totals
+
+
+def train_step(
+  state: TrainState,
+  batch: dict,
+  dropout_key: jax.Array,
+  *,
+  model: nn.Module,
+  loss: Loss,
+  tx: optax.GradientTransformation,
+  num_microbatches: int = 1,
+  guard: Guard = DEFAULT_GUARD,
+) -> tuple[TrainState, dict]:
+  """One optimizer update, unless `guard` skips the step: then the parameters, the optimizer state (its step count,
+  and so the learning rate schedule, included) and the running loss average stay as they were, the batch counts as
+  consumed and `step` advances, so the data position and dropout stay those of an uninterrupted run. The metrics
+  of a skipped step are zero but for `skipped_count` (1), `nonfinite_count` (1 if something was not finite) and the
+  step's raw `skipped_loss` and `skipped_grad_norm`. Dropout is a pure function of (dropout_key, step): resumes
+  replay it exactly."""
+  step_key = jax.random.fold_in(dropout_key, state.step)
+  (value, metrics), grads = gradients(
+    state.params, batch, step_key, model=model, loss=loss, num_microbatches=num_microbatches
+  )
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  grad_norm = optax.global_norm(grads)
+  params_not_finite = optax.skip_not_finite(params, state.step, None)[0]
+  finite = jnp.isfinite(value) & jnp.isfinite(grad_norm) & ~params_not_finite
+  average, seen = state.guard["loss_average"], state.guard["finite_steps"]
+  spike = (guard.spike_factor > 0) & (seen >= guard.spike_window) & (value > guard.spike_factor * average)
+  skip = ~finite | spike
+  keep = functools.partial(jax.tree.map, lambda old, new: jnp.where(skip, old, new))
+  params, opt_state = keep(state.params, params), keep(state.opt_state, opt_state)
+  rate = 1.0 / jnp.minimum(seen + 1, guard.spike_window).astype(jnp.float32)
+  new_guard = {
+    "loss_average": jnp.where(skip, average, average + rate * (value - average)),
+    "finite_steps": seen + (~skip).astype(jnp.int32),
+  }
+  metrics = jax.tree.map(
+    lambda x: jnp.where(skip, jnp.zeros_like(x), x), dict(metrics, loss=value, grad_norm=grad_norm)
+  )
+  metrics.update(
+    skipped_count=skip.astype(jnp.float32),
+    nonfinite_count=(~finite).astype(jnp.float32),
+    skipped_loss=jnp.where(skip, value, 0.0),
+    skipped_grad_norm=jnp.where(skip, grad_norm, 0.0),
+  )
+  return TrainState(step=state.step + 1, params=params, opt_state=opt_state, guard=new_guard), metrics
+
+
+def eval_step(params, batch: dict, *, model: nn.Module, loss: Loss) -> dict:
+  """The loss's metric sums on `batch`, without dropout."""
+  _, metrics = loss.value(params, batch, model)
+  return metrics
+
+
+def with_activation_rules(fn, mesh: Mesh, rules):
+  """`fn` traced with the abstract `mesh` and the logical axis `rules` in context: the model's `act_*`
+  constraints apply, and attention kernels are chosen for the platform of the mesh's devices."""
+  platform = mesh.devices.flat[0].platform
+
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), activation_rules(rules), target_platform(platform):
+      return fn(*args, **kwargs)
+
+  return wrapped

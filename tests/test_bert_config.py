@@ -1,0 +1,39 @@
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.model.bert_config import PRESETS, BertConfig, preset
+from bert_jax.model.encoder import BertForPretraining
+
+
+def _param_count(config: BertConfig) -> int:
+  """Counted from shapes alone (jax.eval_shape): nothing is allocated, even for BERT-Large."""
+  ids = jax.ShapeDtypeStruct((1, 8), np.int32)
+  positions = jax.ShapeDtypeStruct((1, 2), np.int32)
+  variables = jax.eval_shape(BertForPretraining(config).init, jax.random.key(0), ids, ids, ids, positions)
+  return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(variables))
+
+
+@pytest.mark.parametrize("name, millions", [("base", 110), ("large", 340)])
+def test_paper_sizes_have_the_papers_parameter_counts(name, millions):
+  count = _param_count(BertConfig(**preset(name)))
+  # The paper's figures are rounded; the encoder with pooler and heads is within 2% of them.
+  assert abs(count / 1e6 - millions) / millions < 0.02, count
+
+
+def test_miniatures_grid_follows_the_bert_recipe():
+  for layers in (2, 4, 6, 8, 10, 12):
+    for hidden in (128, 256, 512, 768):
+      size = PRESETS[f"L{layers}_H{hidden}"]
+      assert size == dict(num_layers=layers, hidden_size=hidden, num_heads=hidden // 64, intermediate_size=4 * hidden)
+  assert PRESETS["tiny"] == PRESETS["L2_H128"]
+  assert PRESETS["large"] == dict(num_layers=24, hidden_size=1024, num_heads=16, intermediate_size=4096)
+
+
+def test_bad_model_configs_name_the_value():
+  with pytest.raises(ValueError, match="hidden_size=100 is not divisible by model.num_heads=12"):
+    BertConfig(hidden_size=100, num_heads=12)
+  with pytest.raises(ValueError, match="dtype='float16'"):
+    BertConfig(dtype="float16")
+  with pytest.raises(ValueError, match="Unknown model preset 'huge'"):
+    preset("huge")
