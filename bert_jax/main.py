@@ -5,8 +5,9 @@ configured mesh, on this machine's devices or a Cloud TPU topology (`dry_run.top
 collectives and shardings (see dry_run/ahead_of_time.py); `--mode=plan` finds the largest per-chip batch that fits a TPU
 topology for each remat policy (dry_run/planner.py); `--mode=export` writes the workdir's
 newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (handoff/export.py); `--mode=features` writes
-per-token vectors of text lines (handoff/extract_features.py); the default mode trains: it pretrains, or, when
-`finetune.task` is set (configs/glue.py, squad.py, ner.py, swag.py), fine-tunes (finetune/job.py).
+per-token vectors of text lines (handoff/extract_features.py); `--mode=pretrain` pretrains (train/loop.py) and
+`--mode=finetune` fine-tunes (finetune/job.py; configs/glue.py, squad.py, ner.py, swag.py). Without `--mode`, a
+config that sets `finetune.task` fine-tunes and any other pretrains.
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error. `--verbose` shows what the libraries underneath print (see console.py); `--log_dir=DIR` keeps
@@ -30,9 +31,10 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoard logs go (a path or gs://).")
 _MODE = flags.DEFINE_enum(
   "mode",
-  "pretrain",
-  ["pretrain", "prepare", "dry_run", "plan", "export", "features"],
-  "pretrain: train (resuming from the workdir): pretraining, or fine-tuning when finetune.task is set. "
+  None,
+  ["pretrain", "finetune", "prepare", "dry_run", "plan", "export", "features"],
+  "pretrain: pretrain (resuming from the workdir). finetune: fine-tune finetune.task (resuming from the workdir). "
+  "Without --mode: finetune when the config sets finetune.task, else pretrain. "
   "prepare: train the SentencePiece vocabulary if tokenizer.path is "
   "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir. dry_run: compile the train "
   "and eval steps on abstract inputs and report per-chip memory, whether it fits, FLOPs, collectives and parameter "
@@ -88,14 +90,15 @@ def main(argv):
   except ValueError as error:
     raise app.UsageError(str(error)) from None
   sys.unraisablehook = _quiet_closed_loop_callbacks
+  config = _CONFIG.value
+  mode = _mode(config)
   from bert_jax import distributed  # After the console (see the docstring).
   from bert_jax.data import prepare
   from bert_jax.handoff import export, extract_features
 
-  config = _CONFIG.value
-  if _MODE.value in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
-    sys.exit(f"--mode={_MODE.value} runs on one machine; unset the distributed settings (process count > 1).")
-  if _MODE.value in ("dry_run", "plan"):
+  if mode in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
+    sys.exit(f"--mode={mode} runs on one machine; unset the distributed settings (process count > 1).")
+  if mode in ("dry_run", "plan"):
     if config.dry_run.topology:
       # Compile-only TPU devices come from libtpu (tpu_topology.devices); this process runs on the CPU backend, so
       # JAX's look at the devices below does not load libtpu before its settings are made.
@@ -104,7 +107,7 @@ def main(argv):
       _fake_cpu_devices_for_dry_run(config)
   # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
   with console.native_noise_left_out():
-    if _MODE.value == "pretrain":  # Preparation, export and features run on one machine: they join no job.
+    if mode in ("pretrain", "finetune"):  # Preparation, export and features run on one machine: they join no job.
       distributed.initialize(config.distributed)  # Before anything touches a device.
     jax.devices()
   # Progress and evaluation lines come from process 0; the others' consoles show warnings and errors.
@@ -118,37 +121,49 @@ def main(argv):
     jax.device_count(),
     jax.devices()[0].platform,
   )
-  if _MODE.value == "prepare":
+  if mode == "prepare":
     prepare.prepare_for_run(config, _WORKDIR.value)
-  elif _MODE.value in ("dry_run", "plan"):
-    _compile_ahead_of_time(config)
-  elif _MODE.value == "export":
+  elif mode in ("dry_run", "plan"):
+    _compile_ahead_of_time(config, mode)
+  elif mode == "export":
     export.export(
       config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
     )
-  elif _MODE.value == "features":
+  elif mode == "features":
     extract_features.extract(config, _WORKDIR.value)
   else:
-    _train(config, _WORKDIR.value)
+    _train(config, _WORKDIR.value, mode)
 
 
-def _compile_ahead_of_time(config) -> None:
+def _mode(config) -> str:
+  """The job: --mode, else finetune when the config names a task, else pretrain; a mode the config contradicts
+  ends with one line."""
+  task = config.finetune.task
+  mode = _MODE.value or ("finetune" if task else "pretrain")
+  if mode == "pretrain" and task:
+    sys.exit(f"--mode=pretrain, but the config sets finetune.task={task!r}: use --mode=finetune, or unset the task.")
+  if mode == "finetune" and not task:
+    sys.exit("--mode=finetune needs finetune.task (configs/glue.py, squad.py, ner.py and swag.py set it).")
+  return mode
+
+
+def _compile_ahead_of_time(config, mode: str) -> None:
   """--mode=dry_run or plan: a bad value, or no libtpu, ends with one line; a step that does not fit exits 1."""
   from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 
   try:
-    if _MODE.value == "plan":
+    if mode == "plan":
       if not any(row["per_chip_batch"] for row in planner.plan(config)):
         sys.exit(f"No per-chip batch fits {config.dry_run.topology}: see the plan above.")
       return
     report = ahead_of_time.dry_run(config)
   except (ValueError, tpu_topology.LibtpuMissing) as error:
-    sys.exit(f"--mode={_MODE.value}: {error}")
+    sys.exit(f"--mode={mode}: {error}")
   if not all(step["fits"] for step in report["steps"].values()):
     sys.exit(f"The job does not fit {report['target']}: see the report above.")
 
 
-def _train(config, workdir: str) -> None:
+def _train(config, workdir: str, mode: str) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
   save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
   from bert_jax.finetune import job
@@ -156,7 +171,7 @@ def _train(config, workdir: str) -> None:
   from bert_jax.workdir import checkpoints, lease
 
   try:
-    if config.finetune.task:
+    if mode == "finetune":
       job.finetune(config, workdir)
     else:
       loop.train_and_evaluate(config, workdir)

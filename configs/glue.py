@@ -1,6 +1,6 @@
 """Fine-tune on a GLUE task with the BERT paper's hyperparameters (batch 32, 3 epochs, 10% warmup, dropout 0.1):
 
-    python -m bert_jax.main --config=configs/glue.py --config.finetune.task=mrpc \
+    python -m bert_jax.main --mode=finetune --config=configs/glue.py --config.finetune.task=mrpc \
         --config.finetune.data_dir=gs://bucket/glue_data/MRPC --config.init_from=gs://bucket/run --workdir=...
 
 `init_from` is any pretrained source (a pretraining workdir, a bundle, a Hugging Face or Google BERT directory);

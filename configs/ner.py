@@ -2,7 +2,7 @@
 each word, rows of 128 tokens (longer sentences split at word boundaries), batch 32, learning rate 5e-5,
 3 epochs, 10% warmup, dropout 0.1; entity-level F1 as conlleval computes it.
 
-    python -m bert_jax.main --config=configs/ner.py --config.finetune.data_dir=gs://bucket/conll2003 \
+    python -m bert_jax.main --mode=finetune --config=configs/ner.py --config.finetune.data_dir=gs://bucket/conll2003 \
         --config.init_from=gs://bucket/run --workdir=...
 
 `data_dir` holds train.txt, valid.txt and test.txt in CoNLL column layout (word first, tag last). Tags in the

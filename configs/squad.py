@@ -2,7 +2,7 @@
 windows of 384 tokens every 128 with questions cut to 64, batch 32, learning rate 5e-5, 3 epochs (v2.0: 2),
 10% warmup, dropout 0.1.
 
-    python -m bert_jax.main --config=configs/squad.py --config.finetune.data_dir=gs://bucket/squad \
+    python -m bert_jax.main --mode=finetune --config=configs/squad.py --config.finetune.data_dir=gs://bucket/squad \
         --config.init_from=gs://bucket/run --workdir=...
 
 `data_dir` holds the official train-v1.1.json and dev-v1.1.json (v2.0: train-v2.0.json, dev-v2.0.json);

@@ -281,3 +281,17 @@ def test_importing_bert_jax_touches_no_device():
   )
   result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True, text=True)
   assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+  "mode, config, message",
+  [
+    ("pretrain", "configs/glue.py", "--mode=pretrain, but the config sets finetune.task='mrpc': use --mode=finetune"),
+    ("finetune", "configs/tiny.py", "--mode=finetune needs finetune.task"),
+  ],
+)
+def test_a_mode_the_config_contradicts_is_named_before_anything_runs(tmp_path, mode, config, message):
+  command = [sys.executable, "-m", "bert_jax.main", f"--config={config}", f"--workdir={tmp_path}", f"--mode={mode}"]
+  result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
+  assert result.returncode == 1 and message in result.stderr, result.stderr[-2000:]
+  assert not list(tmp_path.iterdir())
