@@ -167,14 +167,14 @@ def _train(config, workdir: str, mode: str) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
   save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
   from bert_jax.finetune import job
-  from bert_jax.train import guard, loop
+  from bert_jax.train import guard, pretraining
   from bert_jax.workdir import checkpoints, lease
 
   try:
     if mode == "finetune":
       job.finetune(config, workdir)
     else:
-      loop.train_and_evaluate(config, workdir)
+      pretraining.pretrain(config, workdir)
   except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError) as error:
     logging.error("%s", error)
     # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the

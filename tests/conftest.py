@@ -76,7 +76,7 @@ def wordpiece_run(tmp_path_factory, data_config):
   import numpy as np
 
   from bert_jax.data import prepare
-  from bert_jax.train import loop
+  from bert_jax.train import pretraining
 
   root = tmp_path_factory.mktemp("wordpiece_run")
   words = [f"w{i}" for i in range(95)]
@@ -101,7 +101,7 @@ def wordpiece_run(tmp_path_factory, data_config):
   config.mesh.update(data=1, fsdp=-1)
   config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
   config.update(eval_every_steps=2, eval_steps=1)
-  state = loop.train_and_evaluate(config, str(root / "run"))
+  state = pretraining.pretrain(config, str(root / "run"))
   return str(root / "run"), config, jax.tree.map(np.asarray, jax.device_get(state.params))
 
 

@@ -12,7 +12,7 @@ import pytest
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.train import loop, pretraining
+from bert_jax.train import pretraining
 from bert_jax.workdir import checkpoints
 from configs import default
 
@@ -46,7 +46,7 @@ def _truncate_files(step_dir) -> None:
 def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked(small_config, tmp_path, caplog):
   small_config.update(eval_steps=0)
   original = str(tmp_path / "original")
-  uninterrupted = _params(loop.train_and_evaluate(small_config, original))  # Checkpoints 3 and 6.
+  uninterrupted = _params(pretraining.pretrain(small_config, original))  # Checkpoints 3 and 6.
 
   faults = {
     "flipped bit": (
@@ -62,7 +62,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
     damage(workdir / "checkpoints" / "6")
     small_config.restore_fallback = False
     with pytest.raises(checkpoints.CorruptCheckpointError, match=named):
-      loop.train_and_evaluate(small_config, str(workdir))
+      pretraining.pretrain(small_config, str(workdir))
     assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]  # Nothing written, nothing deleted.
 
   # With the fallback: step 3 is restored, the damaged step is kept aside, and the run ends where it would have.
@@ -72,7 +72,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
   with checkpoints.read_only_manager(str(workdir)) as manager:  # pretrained.load's (and fine-tuning's) reader.
     with pytest.raises(checkpoints.CorruptCheckpointError, match="query/kernel"):
       checkpoints.restore_params(manager, 6, run.abstract.params, run.shardings.params)
-  resumed = _params(loop.train_and_evaluate(small_config, str(workdir)))
+  resumed = _params(pretraining.pretrain(small_config, str(workdir)))
   assert "Restored step 3 instead of step 6; moving step 6 to" in caplog.text
   assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
   assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]

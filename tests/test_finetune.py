@@ -22,9 +22,10 @@ from bert_jax.finetune import ner as ner_task
 from bert_jax.finetune import swag as swag_task
 from bert_jax.handoff import export, pretrained
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
-from bert_jax.train import run
+from bert_jax.train import run, start_order
 from bert_jax.workdir import checkpoints
 from configs import glue, ner, squad, swag
+from tests.test_checkpoints import _flip_a_bit_through_orbax as flip_a_bit_through_orbax
 
 RATES = (1e-2, 3e-3)
 
@@ -112,28 +113,40 @@ def test_the_fine_tuned_model_loads_and_exports_with_its_head(sweep_run, tmp_pat
   _check_exports(sweep_run[0], TaskHead("sst2", "classification", ("0", "1")), tmp_path)
 
 
-def test_a_sweep_member_equals_the_run_trained_alone(sweep_run, finetune_config, tmp_path, monkeypatch):
+def test_a_sweep_member_equals_the_run_trained_alone_through_a_crash_and_a_corrupt_checkpoint(
+  sweep_run, finetune_config, tmp_path, monkeypatch
+):
+  """The run alone crashes after its epoch-2 checkpoint (step 16), which storage then corrupts: the same command
+  falls back to epoch 1's (step 8), moves step 16 aside, and ends where the sweep's member did."""
   workdir, summary, _ = sweep_run
   alone = str(tmp_path / "alone")
   real = run.make_run
   calls = []
 
-  def crash_after_ten_steps(*args, **kwargs):  # After the checkpoint of epoch 1 (step 8).
+  def crash_after_eighteen_steps(*args, **kwargs):
     the_run = real(*args, **kwargs)
 
     def step(*a):
       calls.append(1)
-      if len(calls) == 11:
+      if len(calls) == 19:
         raise KeyboardInterrupt
       return the_run.train_step(*a)
 
     return dataclasses.replace(the_run, train_step=step)
 
+  def config():
+    made = finetune_config()
+    made.keep_checkpoints = 2
+    return made
+
   with monkeypatch.context() as patch:
-    patch.setattr(run, "make_run", crash_after_ten_steps)
+    patch.setattr(run, "make_run", crash_after_eighteen_steps)
     with pytest.raises(KeyboardInterrupt):
-      job.finetune(finetune_config(), alone)
-  resumed = job.finetune(finetune_config(), alone)  # Resumes at step 8.
+      job.finetune(config(), alone)
+  assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [8, 16]
+  flip_a_bit_through_orbax(checkpoints.checkpoint_dir(alone) / "16")
+  resumed = job.finetune(config(), alone)  # Resumes at step 8.
+  assert os.listdir(os.path.join(alone, start_order.CORRUPT)) == ["16"]
 
   member = summary["members"].index({"learning_rate": RATES[1], "seed": 0})
   for name, value in resumed["final"]["dev"][0].items():

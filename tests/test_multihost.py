@@ -230,7 +230,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     sources.PipelineSource, "_restore", lambda self, r, d: restored_readers.append((r, restore(self, r, d))) or True
   )
   config.update(num_train_steps=steps + 2, schedule_end_step=10_000)  # Stops early on the two hosts' schedule.
-  resumed = loop.train_and_evaluate(config, workdir)
+  resumed = pretraining.pretrain(config, workdir)
   assert restored_readers == [(0, True), (1, True)]  # Not replayed.
   config.data.num_readers = 2  # What the first launch recorded.
   uninterrupted = data.source(0, host=(0, 1))

@@ -20,7 +20,7 @@ from bert_jax.handoff.hf_format import TIED, hf_config_dict, load_safetensors, p
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
-from bert_jax.train import loop, pretraining
+from bert_jax.train import pretraining
 from bert_jax.workdir import checkpoints
 from tests.test_encoder import _inputs, _reference
 
@@ -180,7 +180,7 @@ def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece
     )
   loaded = pretrained.load(str(legacy))  # Its tokenizer from the recorded path, checked by hash.
   _assert_params_equal(loaded.params, params)
-  resumed = loop.train_and_evaluate(config, str(legacy))  # Step 2 of 2: restores, trains nothing.
+  resumed = pretraining.pretrain(config, str(legacy))  # Step 2 of 2: restores, trains nothing.
   assert int(resumed.step) == 2
   _assert_params_equal(resumed.opt_state, jax.device_get(state.opt_state))
 
@@ -337,12 +337,12 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   config.update(init_from=exports["google"], eval_steps=0)
   config.model.update(hidden_size=64)
   with pytest.raises(ValueError, match=r"init_from=.*google \(google at .*\) does not fit .*hidden_size: 32 vs 64"):
-    loop.train_and_evaluate(config, str(tmp_path / "run"))
+    pretraining.pretrain(config, str(tmp_path / "run"))
   config.model.update(hidden_size=32)
   config.tokenizer.path = str(tmp_path / "vocab.txt")
   (tmp_path / "vocab.txt").write_text(pathlib.Path(exports["google"], "vocab.txt").read_text().replace("w94", "w95"))
   with pytest.raises(ValueError, match=r"init_from=.*google \(.*\) was trained with tokenizer .*vocab.txt"):
-    loop.train_and_evaluate(config, str(tmp_path / "run"))
+    pretraining.pretrain(config, str(tmp_path / "run"))
   config.tokenizer.path = str(pathlib.Path(exports["google"], "vocab.txt"))  # The same bytes as the run's.
   broken = tmp_path / "broken_hf"  # Tensors that do not make the model: found before anything is written.
   shutil.copytree(exports["huggingface"], broken)
@@ -351,13 +351,13 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   save_safetensors(tensors, broken / "model.safetensors")
   config.init_from = str(broken)
   with pytest.raises(ValueError, match=r"broken_hf: The Hugging Face weights lack 1 tensor.*pooler.dense.weight"):
-    loop.train_and_evaluate(config, str(tmp_path / "run"))
+    pretraining.pretrain(config, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()  # All refused before anything was written.
 
   # Every source goes through `pretrained.load` (tested above for each); here the loop starts from one.
   config.init_from = exports["google"]
   config.update(num_train_steps=1)
-  state = loop.train_and_evaluate(config, str(tmp_path / "run"))
+  state = pretraining.pretrain(config, str(tmp_path / "run"))
   assert int(state.step) == 1 and int(state.opt_state[1][0].count) == 1  # A fresh optimizer's first step.
   _assert_params_equal(state.params, params)  # Warmup: step 0's learning rate is 0, so the weights are the source's.
 

@@ -12,7 +12,7 @@ import pytest
 
 from bert_jax import progress
 from bert_jax.model import param_layout
-from bert_jax.train import loop, pretraining
+from bert_jax.train import pretraining
 from bert_jax.workdir import checkpoints
 
 
@@ -44,14 +44,14 @@ def _params(state):
 
 def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path, monkeypatch):
   small_config.update(num_train_steps=7, checkpoint_every_steps=2)
-  uninterrupted = _params(loop.train_and_evaluate(small_config, str(tmp_path / "a")))
+  uninterrupted = _params(pretraining.pretrain(small_config, str(tmp_path / "a")))
 
   with monkeypatch.context() as patch:
     _crash_after(patch, 5)  # Checkpoints at 2 and 4; step 5 is lost with the crash at step 6.
     with pytest.raises(Crash):
-      loop.train_and_evaluate(small_config, str(tmp_path / "b"))
+      pretraining.pretrain(small_config, str(tmp_path / "b"))
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints"))[-1] == "4"
-  resumed = _params(loop.train_and_evaluate(small_config, str(tmp_path / "b")))
+  resumed = _params(pretraining.pretrain(small_config, str(tmp_path / "b")))
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
@@ -59,7 +59,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   small_config, tmp_path, monkeypatch
 ):
   monkeypatch.chdir(tmp_path.parent)
-  loop.train_and_evaluate(small_config, tmp_path.name)  # A relative workdir, as people type it.
+  pretraining.pretrain(small_config, tmp_path.name)  # A relative workdir, as people type it.
   step_dir = tmp_path / "checkpoints" / "6"
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "6"]
   assert {"params", "optimizer", "data", "history", "config"} <= set(os.listdir(step_dir))
@@ -81,7 +81,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   (partial / "params").mkdir(parents=True)
   (partial / "params" / "garbage").write_bytes(b"\0" * 10)
   small_config.num_train_steps = 9
-  state = loop.train_and_evaluate(small_config, str(tmp_path))
+  state = pretraining.pretrain(small_config, str(tmp_path))
   assert int(state.step) == 9
   assert not partial.exists()
 
@@ -108,33 +108,33 @@ def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, ove
   small_config.update(override)
   workdir = tmp_path / "run"
   with pytest.raises((ValueError, FileNotFoundError), match=message):
-    loop.train_and_evaluate(small_config, str(workdir))
+    pretraining.pretrain(small_config, str(workdir))
   assert not workdir.exists()
 
 
 def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
   small_config.update(num_train_steps=3, eval_steps=0)
-  unrolled = loop.train_and_evaluate(small_config, str(tmp_path))
+  unrolled = pretraining.pretrain(small_config, str(tmp_path))
   expected = jax.device_get(param_layout.convert((unrolled.params, unrolled.opt_state), scanned=True))
 
   small_config.model.update(scan_layers=True, remat="full")
-  restored = loop.train_and_evaluate(small_config, str(tmp_path))  # Step 3 of 3: restores, trains nothing.
+  restored = pretraining.pretrain(small_config, str(tmp_path))  # Step 3 of 3: restores, trains nothing.
   assert param_layout.is_scanned(restored.params) and int(restored.step) == 3
   jax.tree.map(np.testing.assert_array_equal, jax.device_get((restored.params, restored.opt_state)), expected)
 
   small_config.num_train_steps = 4  # And trains on in the scanned layout.
-  assert int(loop.train_and_evaluate(small_config, str(tmp_path)).step) == 4
+  assert int(pretraining.pretrain(small_config, str(tmp_path)).step) == 4
 
 
 def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_path):
   phase_1, phase_2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
   small_config.update(num_train_steps=4, schedule_end_step=6, warmup_steps=1, eval_steps=0)
   small_config.data.update(max_seq_length=32, max_predictions_per_seq=5)
-  end_of_phase_1 = loop.train_and_evaluate(small_config, phase_1)
+  end_of_phase_1 = pretraining.pretrain(small_config, phase_1)
 
   small_config.update(num_train_steps=6, init_from=phase_1)
   small_config.data.update(max_seq_length=40, max_predictions_per_seq=6)
-  state = loop.train_and_evaluate(small_config, phase_2)
+  state = pretraining.pretrain(small_config, phase_2)
   assert int(state.step) == 6
   assert int(state.opt_state[1][0].count) == 6  # Adam's step count (and so the schedule) went on from 4.
   assert sorted(os.listdir(os.path.join(phase_2, "checkpoints"))) == ["6"]
@@ -144,18 +144,18 @@ def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_pa
 
   # Started from phase 1's final state: phase 2 stopped at step 4 is phase 1's end, bit for bit.
   small_config.num_train_steps = 4
-  start = loop.train_and_evaluate(small_config, str(tmp_path / "phase2_at_4"))
+  start = pretraining.pretrain(small_config, str(tmp_path / "phase2_at_4"))
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(start.params), jax.device_get(end_of_phase_1.params))
 
   # Once phase 2 has checkpoints of its own, it resumes from them even with phase 1's gone.
   shutil.rmtree(phase_1)
   small_config.num_train_steps = 6
-  assert int(loop.train_and_evaluate(small_config, phase_2).step) == 6
+  assert int(pretraining.pretrain(small_config, phase_2).step) == 6
 
   small_config.update(init_from=phase_2)
   small_config.model.update(hidden_size=64, num_heads=4)
   with pytest.raises(ValueError, match=r"init_from=.*phase2 does not fit .*model.hidden_size: 32 vs 64"):
-    loop.train_and_evaluate(small_config, str(tmp_path / "mismatched"))
+    pretraining.pretrain(small_config, str(tmp_path / "mismatched"))
   assert not (tmp_path / "mismatched").exists()  # Refused before anything was written.
 
 

@@ -30,18 +30,17 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import console, paths, progress, sharding
+from bert_jax import paths, progress, sharding
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, losses, tasks
 from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.heads import task_model
-from bert_jax.train import guard, run
+from bert_jax.train import loop, run, start_order
 from bert_jax.train import step as step_lib
-from bert_jax.train.loop import train_dropout_key
 from bert_jax.train.optim import make_sweep_optimizer, set_learning_rates
-from bert_jax.workdir import checkpoints, lease
+from bert_jax.workdir import checkpoints
 
 METRICS_FILE = "metrics.json"
 
@@ -222,15 +221,201 @@ def _member_state(state, index: int):
   return jax.tree.map(lambda x: x[index], state)
 
 
-def finetune(config, workdir: str) -> dict:
-  """Fine-tunes (or resumes fine-tuning) `config.finetune.task`; returns what `metrics.json` holds."""
+class FinetuningJob(loop.Job):
+  """Fine-tuning as the loop's job: rows of the shared stream, the task's official metrics at every epoch's end
+  (and the best member's checkpoint in `best/`), a checkpoint at every epoch's end; at the end, the sweep's
+  table, the prediction files and `metrics.json`."""
+
+  title = "Fine-tuning"
+  finished = "Fine-tuning finished"
+
+  def __init__(
+    self, config, scheduled, workdir: str, task: Task, members: list[Member], source, tokenizer, splits: _Splits
+  ):
+    self.workdir, self.task, self.members, self.source, self.tokenizer = workdir, task, members, source, tokenizer
+    self.user_config = config
+    self.config = scheduled  # What the loop reads and the checkpoints record: the run's step counts.
+    self.splits = splits
+    self.num_rows = self.splits.train.num_rows
+    self.last_step = scheduled.num_train_steps
+    epochs = math.ceil(config.finetune.num_epochs)
+    ends = {min(self.last_step, math.ceil(e * self.num_rows / config.batch_size)) for e in range(1, 1 + epochs)}
+    self.epoch_ends = sorted(ends | {self.last_step})
+    self.tokens_per_step = config.batch_size * config.finetune.max_seq_length
+    self.model_cfg = BertConfig(**scheduled.model.to_dict())
+    model = task_model(self.model_cfg, task.head, task.num_labels)
+    self.run = run.make_run(
+      scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
+    )
+    self.predict_fn = make_predict(self.run)
+    self.tokenizer_item = checkpoints.tokenizer_item(tokenizer)
+    self.main_split = task.eval_splits[0]
+    self.summary = None
+
+  def header_rows(self) -> list[tuple[str, str]]:
+    config, task, members = self.user_config, self.task, self.members
+    return [
+      (
+        "task",
+        f"{task.name} ({task.head} head): {self.num_rows:,} training rows; evaluated on "
+        f"{', '.join(self.splits.evaluation)} ({task.main_metric})",
+      ),
+      ("from", config.init_from or "a random initialisation"),
+      ("model", progress.model_row(self.model_cfg, self.run.num_params)),
+      ("devices", progress.devices_row(self.run.mesh)),
+      (
+        "batch",
+        f"{config.batch_size} rows x {config.finetune.max_seq_length} tokens; {self.last_step} steps "
+        f"({config.finetune.num_epochs:g} epochs); {len(members)} member(s) (learning rate, seed): "
+        f"{', '.join(f'({m.learning_rate:g}, {m.seed})' for m in members)}",
+      ),
+      ("workdir", self.workdir),
+    ]
+
+  def start(self, manager) -> start_order.Start:
+    self.best_manager = checkpoints.make_manager(self.workdir, 1, checkpoints.BEST)
+
+    def restore(checkpoint_manager, step: int):
+      return checkpoints.restore(checkpoint_manager, step, self.run.abstract, self.run.shardings)
+
+    def fresh() -> start_order.Start:
+      """The encoder only: every member's head starts from its own seed, even from a fine-tuned source."""
+      encoder = None if self.source is None else {"bert": self.source.params["bert"]}
+      state = self.run.init_state([m.seed for m in self.members], encoder)
+      rates = jnp.array([m.learning_rate for m in self.members], jnp.float32)
+      state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
+      state = jax.device_put(state, self.run.shardings)  # The rates too: else step 2 compiles the step again.
+      started = "step 0: the encoder as `from` says, each member's head from its own seed"
+      return start_order.Start(state, {"examples": 0}, False, started)
+
+    begun = start_order.start(self.config, manager, restore, fresh)
+    step = int(jax.device_get(begun.state.step)[0])
+    self.record = checkpoints.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
+    return begun
+
+  def open_data(self, begun: start_order.Start) -> None:
+    self.ones = np.ones(self.config.batch_size, np.float32)  # The stream is a function of the step alone.
+
+  def batch(self, step: int) -> dict:
+    rows = training_rows(step, self.num_rows, self.config.batch_size, self.config.seed)
+    return sharding.global_batch(_host_batch(self.splits.train.features, rows, self.ones), self.run.mesh)
+
+  def dropout_key(self) -> jax.Array:
+    return jnp.stack([loop.train_dropout_key(m.seed) for m in self.members])
+
+  def ticker(self, first_step: int) -> progress.Progress:
+    return progress.Progress(self.last_step, self.tokens_per_step, first_step, shown=("task_loss", "task_accuracy"))
+
+  def summarize(self, step: int, sums: dict, steps: int) -> dict:
+    return progress.summarize(jax.tree.map(lambda x: x.mean(), sums), steps)
+
+  def evaluates_at(self, step: int) -> bool:
+    return step in self.epoch_ends
+
+  def evaluate(self, state, step: int, writer: progress.MetricWriter) -> None:
+    task, config, members = self.task, self.config, self.members
+    results = _evaluate(task, self.predict_fn, state.params, self.splits.evaluation, config, self.run.mesh, members)
+    self.record["evaluations"].append(dict(step=step, results=results))
+    for split, per_member in results.items():
+      for index, metrics_of_member in enumerate(per_member):
+        writer.write(step, {f"{split}/{name}/member_{index}": v for name, v in metrics_of_member.items()})
+    mains = [m[task.main_metric] for m in results[self.main_split]]
+    logging.info(
+      "eval at step %d (epoch %.2f): %s %s per member %s",
+      step,
+      step * config.batch_size / self.num_rows,
+      self.main_split,
+      task.main_metric,
+      [round(v, 4) for v in mains],
+    )
+    best_index = int(np.argmax(mains))
+    if self.record["best"] is None or mains[best_index] > self.record["best"]["value"]:
+      self.record["best"] = dict(
+        step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
+      )
+      checkpoints.save(
+        self.best_manager,
+        step,
+        _member_state(state, best_index),
+        self._position(step),
+        config,
+        self.tokenizer_item,
+        dict(self.record["best"], **task.task_head.to_json()),
+      )
+
+  def _position(self, step: int) -> dict:
+    return {"examples": step * self.config.batch_size, "tokenizer": self.tokenizer.identity(), "step": step}
+
+  def saves_at(self, step: int) -> bool:
+    return step in self.epoch_ends
+
+  def checkpoint(self, step: int) -> tuple[dict, dict]:
+    return self._position(step), json.loads(json.dumps(self.record))
+
+  def close(self, failed: bool) -> None:
+    checkpoints.finish(self.best_manager, None, raise_errors=not failed)
+
+  def finish(self, state, step: int, stopped: bool) -> list[tuple[str, str]]:
+    """The sweep's table, the best member's predictions of every eval and test split, `metrics.json`."""
+    if stopped or step < self.last_step or not self.record["evaluations"]:
+      return []
+    task, config, workdir, record = self.task, self.config, self.workdir, self.record
+    final = record["evaluations"][-1]["results"]
+    finals = [m[task.main_metric] for m in final[self.main_split]]
+    table = _sweep_table(self.members, finals, task.main_metric)
+    _log_table(table)
+    chosen = int(np.argmax(finals))
+    to_predict = {**self.splits.evaluation, **self.splits.test}
+    batch_size, mesh = config.finetune.eval_batch_size, self.run.mesh
+    logits = {
+      split: predict(self.predict_fn, state.params, encoded, batch_size, mesh)[chosen]
+      for split, encoded in to_predict.items()
+    }
+    calibration = task.calibrate(self.splits.evaluation[self.main_split], logits[self.main_split])
+    if calibration:
+      logging.info("Chosen on %s for the prediction files: %s.", self.main_split, calibration)
+    if jax.process_index() == 0:
+      (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
+      for split, encoded in to_predict.items():
+        task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
+    self.summary = dict(
+      task=task.name,
+      head=task.head,
+      main_metric=task.main_metric,
+      members=[dataclasses.asdict(m) for m in self.members],
+      final=final,
+      sweep=table,
+      best=record["best"],
+      evaluations=record["evaluations"],
+      predictions_from_member=chosen,
+      calibration=calibration,
+    )
+    if jax.process_index() == 0:
+      paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(self.summary, indent=1))
+    multihost_utils.sync_global_devices("finetune metrics written")
+    best = record["best"]
+    return [
+      (
+        "eval",
+        f"{self.main_split} {task.main_metric} per member at step {record['evaluations'][-1]['step']}: "
+        f"{[round(v, 4) for v in finals]}",
+      ),
+      ("best", f"{best['value']:.4f} (member {best['member']}, step {best['step']}): {epath.Path(workdir) / 'best'}"),
+      ("predictions", f"{epath.Path(workdir) / 'predictions'} (member {chosen})"),
+      ("metrics", str(epath.Path(workdir) / METRICS_FILE)),
+    ]
+
+
+def finetune(config, workdir: str) -> dict | None:
+  """Fine-tunes (or resumes fine-tuning) `config.finetune.task`; returns what `metrics.json` holds (None when a
+  preemption stopped the run: the same command resumes)."""
   started_at = time.perf_counter()
   members = check_config(config)
   task = tasks.make_task(config.finetune)
-  mesh = sharding.make_mesh(config.mesh.to_dict())
-  rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
   source = None
   if config.init_from:  # Read, and so checked, before anything is written.
+    mesh = sharding.make_mesh(config.mesh.to_dict())
+    rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
     source = pretrained.load(config.init_from, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
     tokenizer = source.tokenizer
   else:
@@ -242,185 +427,8 @@ def finetune(config, workdir: str) -> dict:
       f"max_position_embeddings={model_cfg.max_position_embeddings}."
     )
   splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
-  num_rows = splits.train.num_rows
-  total_steps = math.ceil(config.finetune.num_epochs * num_rows / config.batch_size)
-  epoch_ends = sorted(
-    {
-      min(total_steps, math.ceil(e * num_rows / config.batch_size))
-      for e in range(1, 1 + math.ceil(config.finetune.num_epochs))
-    }
-    | {total_steps}
-  )
+  total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)
   scheduled = run_config(config, total_steps, model_cfg)
-  model = task_model(model_cfg, task.head, task.num_labels)
-  the_run = run.make_run(
-    scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
-  )
-  predict_fn = make_predict(the_run)
-  header = [
-    (
-      "task",
-      f"{task.name} ({task.head} head): {num_rows:,} training rows; evaluated on "
-      f"{', '.join(splits.evaluation)} ({task.main_metric})",
-    ),
-    ("from", config.init_from or "a random initialisation"),
-    ("model", progress.model_row(model_cfg, the_run.num_params)),
-    ("devices", progress.devices_row(the_run.mesh)),
-    (
-      "batch",
-      f"{config.batch_size} rows x {config.finetune.max_seq_length} tokens; {total_steps} steps "
-      f"({config.finetune.num_epochs:g} epochs); {len(members)} member(s) (learning rate, seed): "
-      f"{', '.join(f'({m.learning_rate:g}, {m.seed})' for m in members)}",
-    ),
-    ("workdir", workdir),
-  ]
-
-  with lease.claim(workdir, config.lease_timeout_seconds, [checkpoints.checkpoint_dir(workdir)]) as held:
-    manager = checkpoints.make_manager(workdir, config.keep_checkpoints)
-    best_manager = checkpoints.make_manager(workdir, 1, checkpoints.BEST)
-    train_writer = progress.MetricWriter(workdir, "train")
-    eval_writer = progress.MetricWriter(workdir, "eval")
-    tokenizer_item = checkpoints.tokenizer_item(tokenizer)
-    saving = None  # The step of the newest save started.
-    try:
-      latest = manager.latest_step()
-      if latest is not None:
-        state, _ = checkpoints.restore(manager, latest, the_run.abstract, the_run.shardings)
-        record = checkpoints.read_history(manager, latest)
-        started = f"Resumed fine-tuning at step {latest}"
-      else:
-        # The encoder only: every member's head starts from its own seed, even from a fine-tuned source.
-        encoder = None if source is None else {"bert": source.params["bert"]}
-        state = the_run.init_state([m.seed for m in members], encoder)
-        rates = jnp.array([m.learning_rate for m in members], jnp.float32)
-        state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
-        state = jax.device_put(state, the_run.shardings)  # The rates too: else step 2 compiles the step again.
-        record = {"evaluations": [], "best": None}
-        started = "step 0: the encoder as `from` says, each member's head from its own seed"
-      logging.info("%s", console.block("Fine-tuning", [*header, ("start", started)]))
-      dropout_keys = jnp.stack([train_dropout_key(m.seed) for m in members])
-      first = int(jax.device_get(state.step)[0])
-      tokens_per_step = config.batch_size * config.finetune.max_seq_length
-      ticker, sums, steps_in_sums = None, None, 0
-      main_split = task.eval_splits[0]
-      ones = np.ones(config.batch_size, np.float32)
-      monitor = guard.Monitor(config)
-      for step in range(first + 1, total_steps + 1):
-        rows = training_rows(step, num_rows, config.batch_size, config.seed)
-        batch = sharding.global_batch(_host_batch(splits.train.features, rows, ones), the_run.mesh)
-        state, metrics = the_run.train_step(state, batch, dropout_keys)
-        monitor.observe(step, metrics)
-        checkpoints.check_saves(manager, saving)
-        sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
-        steps_in_sums += 1
-        if ticker is None:
-          jax.block_until_ready(metrics)
-          ticker = progress.Progress(total_steps, tokens_per_step, step, shown=("task_loss", "task_accuracy"))
-        if step % config.log_every_steps == 0 or step == total_steps:
-          host_sums = jax.device_get(sums)
-          summary = progress.summarize(jax.tree.map(lambda x: x.mean(), host_sums), steps_in_sums)
-          summary.update(ticker.report(step, summary))
-          train_writer.write(step, summary)
-          sums, steps_in_sums = None, 0
-        if step in epoch_ends:
-          monitor.flush()
-          held.check()
-          checkpoints.check_saves(manager, saving, wait=True)
-          eval_start = time.perf_counter()
-          results = _evaluate(task, predict_fn, state.params, splits.evaluation, config, the_run.mesh, members)
-          ticker.exclude(time.perf_counter() - eval_start)
-          record["evaluations"].append(dict(step=step, results=results))
-          for split, per_member in results.items():
-            for index, metrics_of_member in enumerate(per_member):
-              eval_writer.write(step, {f"{split}/{name}/member_{index}": v for name, v in metrics_of_member.items()})
-          mains = [m[task.main_metric] for m in results[main_split]]
-          logging.info(
-            "eval at step %d (epoch %.2f): %s %s per member %s",
-            step,
-            step * config.batch_size / num_rows,
-            main_split,
-            task.main_metric,
-            [round(v, 4) for v in mains],
-          )
-          best_index = int(np.argmax(mains))
-          if record["best"] is None or mains[best_index] > record["best"]["value"]:
-            record["best"] = dict(
-              step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
-            )
-            checkpoints.save(
-              best_manager,
-              step,
-              _member_state(state, best_index),
-              {"examples": step * config.batch_size, "tokenizer": tokenizer.identity(), "step": step},
-              scheduled,
-              tokenizer_item,
-              dict(record["best"], **task.task_head.to_json()),
-            )
-          checkpoints.save(
-            manager,
-            step,
-            state,
-            {"examples": step * config.batch_size, "tokenizer": tokenizer.identity(), "step": step},
-            scheduled,
-            tokenizer_item,
-            json.loads(json.dumps(record)),
-          )
-          saving = step
-    except BaseException:
-      checkpoints.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
-      checkpoints.finish(best_manager, None, raise_errors=False)
-      raise
-    else:
-      checkpoints.finish(manager, saving)
-      checkpoints.finish(best_manager, None)
-    finally:
-      train_writer.close()
-      eval_writer.close()
-
-    final = record["evaluations"][-1]["results"]
-    finals = [m[task.main_metric] for m in final[main_split]]
-    table = _sweep_table(members, finals, task.main_metric)
-    _log_table(table)
-    chosen = int(np.argmax(finals))
-    to_predict = {**splits.evaluation, **splits.test}
-    logits = {
-      split: predict(predict_fn, state.params, encoded, config.finetune.eval_batch_size, the_run.mesh)[chosen]
-      for split, encoded in to_predict.items()
-    }
-    calibration = task.calibrate(splits.evaluation[main_split], logits[main_split])
-    if calibration:
-      logging.info("Chosen on %s for the prediction files: %s.", main_split, calibration)
-    if jax.process_index() == 0:
-      (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
-      for split, encoded in to_predict.items():
-        task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
-    summary = dict(
-      task=task.name,
-      head=task.head,
-      main_metric=task.main_metric,
-      members=[dataclasses.asdict(m) for m in members],
-      final=final,
-      sweep=table,
-      best=record["best"],
-      evaluations=record["evaluations"],
-      predictions_from_member=chosen,
-      calibration=calibration,
-    )
-    if jax.process_index() == 0:
-      paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(summary, indent=1))
-    multihost_utils.sync_global_devices("finetune metrics written")
-    rows = [
-      ("steps", progress.launch_row(ticker, first, total_steps, time.perf_counter() - started_at)),
-      (
-        "eval",
-        f"{main_split} {task.main_metric} per member at step {record['evaluations'][-1]['step']}: "
-        f"{[round(v, 4) for v in finals]}",
-      ),
-      ("best", f"{record['best']['value']:.4f} (member {record['best']['member']}, step {record['best']['step']})"),
-      ("predictions", f"{epath.Path(workdir) / 'predictions'} (member {chosen})"),
-      ("metrics", str(epath.Path(workdir) / METRICS_FILE)),
-      ("checkpoints", f"{checkpoints.checkpoint_dir(workdir)}, best: {epath.Path(workdir) / checkpoints.BEST}"),
-      ("tensorboard", f"tensorboard --logdir {workdir}/tensorboard"),
-    ]
-    logging.info("%s", console.block(f"Fine-tuning finished at step {total_steps}", rows))
-    return summary
+  job = FinetuningJob(config, scheduled, workdir, task, members, source, tokenizer, splits)
+  loop.train(job, workdir, started_at)
+  return job.summary

@@ -1,54 +1,36 @@
-"""The pretraining loop: steps, logging, evaluation, checkpoints, preemption.
+"""The training loop, one for every job: steps, progress, evaluation, checkpoints, preemption.
 
-What the loop steps comes from `pretraining.make_run` (the run setup every tool shares), where it starts from
-`train/start_order.py` (the start order), what it reads from `data/corpus.py`. Everything that can be checked without
-compiling (config, mesh, batch divisibility, the starting checkpoint) is checked first, before anything is compiled
-or written.
+A job (pretraining in `train/pretraining.py`, fine-tuning in `finetune/job.py`) is a `Job`: it supplies what
+differs (its run, batches, start, evaluation, what a checkpoint holds, what is written at the end). The loop owns
+the rest, the same for every job:
+- the workdir's lease, the checkpoint manager and the TensorBoard writers;
+- the guard monitor (a non-finite step stops the run or is skipped, see `guard.py`), the metric sums, the ticker
+  and the profile window;
+- the cadence: a progress line every `log_every_steps`, an evaluation and a save where the job asks for one, and
+  both at the last step;
+- preemption: SIGTERM (or JAX's preemption sync point on several hosts) stops every host at one agreed step, with a
+  checkpoint; the same command resumes;
+- the header before the first step and the summary after the last.
+
+Where a run starts (the workdir's newest readable checkpoint, else `init_from`, else a fresh seed) is
+`train/start_order.py`, which the job's `start` calls with its own policy.
 """
 
-import copy
+import abc
 import signal
 import threading
 import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import logging
 from jax.experimental import multihost_utils
 
-from bert_jax import console, flops, progress, sharding
-from bert_jax.data.corpus import Corpus
-from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances
-from bert_jax.handoff import pretrained
-from bert_jax.model.bert_config import BertConfig
-from bert_jax.train import guard, pretraining, start_order
-from bert_jax.train.optim import make_schedule, schedule_end_step
+from bert_jax import console, progress
+from bert_jax.train import guard
+from bert_jax.train.run import Run
+from bert_jax.train.start_order import Start
 from bert_jax.workdir import checkpoints, lease
-
-
-def _device_batch(source, config, model: BertConfig, mesh) -> dict:
-  host_batch = next(source)
-  check_pretraining_batch(
-    host_batch,
-    batch_size=config.batch_size // jax.process_count(),
-    max_seq_length=config.data.max_seq_length,
-    max_predictions_per_seq=config.data.max_predictions_per_seq,
-    vocab_size=model.vocab_size,
-    type_vocab_size=model.type_vocab_size,
-    max_instances=max_instances(config.data),
-  )
-  return sharding.global_batch(host_batch, mesh)
-
-
-def evaluate(eval_step, params, config, model: BertConfig, mesh, data: Corpus) -> dict:
-  """The same `eval_steps` batches every time (a fixed stream), summed then averaged."""
-  source = data.source(0, evaluation=True)
-  totals = None
-  for _ in range(config.eval_steps):
-    metrics = eval_step(params, _device_batch(source, config, model, mesh))
-    totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
-  return progress.summarize(jax.device_get(totals), config.eval_steps)
 
 
 def train_dropout_key(seed: int) -> jax.Array:
@@ -86,115 +68,105 @@ class StopRequest:
       signal.signal(signal.SIGTERM, self._previous)
 
 
-def train_and_evaluate(config, workdir: str):
-  """Pretrains to `config.num_train_steps`, resuming from the workdir's newest checkpoint if there is one.
+class Job(abc.ABC):
+  """What a job supplies to the loop. `title` heads the console's header; `finished` its summary."""
 
-  On SIGTERM it saves a checkpoint at the current step and returns; the same command resumes.
-  """
-  started_at = time.perf_counter()
-  model_cfg = pretraining.check_config(config)
-  run = pretraining.make_run(config)
-  config, init_source = start_order.check_start(config, workdir, model_cfg)
-  init_params = None
-  if init_source is not None and init_source.format != "workdir":  # Read, and so checked, before any write.
-    init_params = pretrained.load(
-      config.init_from, scan_layers=model_cfg.scan_layers, mesh=run.mesh, rules=run.rules
-    ).params
+  title: str
+  finished: str
+  config: object
+  run: Run
+  last_step: int
+  tokens_per_step: int
+
+  @abc.abstractmethod
+  def header_rows(self) -> list[tuple[str, str]]:
+    """The header's rows before `start` (the job, its model, devices, data, batch, workdir)."""
+
+  @abc.abstractmethod
+  def start(self, manager) -> Start:
+    """The state this launch starts from (see `train/start_order.py`), and the job's own bookkeeping from it."""
+
+  @abc.abstractmethod
+  def open_data(self, start: Start) -> None:
+    """Opens the batch stream at `start`'s data position."""
+
+  @abc.abstractmethod
+  def batch(self, step: int) -> dict:
+    """Step `step`'s global batch (a dict of global arrays)."""
+
+  @abc.abstractmethod
+  def dropout_key(self) -> jax.Array:
+    """The dropout key of every step (the step derives its own from it): one per member for a sweep."""
+
+  @abc.abstractmethod
+  def ticker(self, first_step: int) -> progress.Progress:
+    """The ticker of the console's progress lines, from the end of `first_step` (the compiling one)."""
+
+  @abc.abstractmethod
+  def summarize(self, step: int, sums: dict, steps: int) -> dict:
+    """The metric sums of `steps` steps -> the means a progress line and TensorBoard show."""
+
+  def evaluates_at(self, step: int) -> bool:
+    """Whether the loop evaluates after `step`."""
+    return False
+
+  def evaluate(self, state, step: int, writer: progress.MetricWriter) -> None:
+    """Evaluates `state` at `step`: logs, writes `writer`, keeps what the checkpoint and the summary need."""
+    raise NotImplementedError(f"{type(self).__name__} evaluates at step {step} but has no evaluate().")
+
+  @abc.abstractmethod
+  def saves_at(self, step: int) -> bool:
+    """Whether the loop checkpoints after `step` (it also does at the last step and where it stops)."""
+
+  @abc.abstractmethod
+  def checkpoint(self, step: int) -> tuple[dict, dict]:
+    """Before a save of `step`: writes what lives beside the checkpoint, and returns its (data position,
+    history)."""
+
+  tokenizer_item: dict | None = None
+
+  def close(self, failed: bool) -> None:
+    """Ends what the job opened (its own checkpoint managers) once the loop's saves have finished; `failed`: an
+    error is on its way out, the one to show (a failed save of the job's then only logs)."""
+    return None
+
+  @abc.abstractmethod
+  def finish(self, state, step: int, stopped: bool) -> list[tuple[str, str]]:
+    """After the loop (its saves finished): what the job writes at the end, and its rows of the summary."""
+
+
+def train(job: Job, workdir: str, started_at: float):
+  """Runs `job` to its last step (or to a preemption's stop step) under the workdir's lease; returns the final
+  state. Everything a job checks without compiling or writing must be checked before this is called."""
+  config = job.config
   with lease.claim(workdir, config.lease_timeout_seconds, [checkpoints.checkpoint_dir(workdir)]) as held:
-    return _train(config, workdir, run, model_cfg, init_source, init_params, held, started_at)
+    return _train(job, workdir, held, started_at)
 
 
-EVAL_SHOWN = ("mlm_loss", "mlm_accuracy", "nsp_accuracy", "nsp_loss")
-
-
-def _header(config, workdir: str, run, model: BertConfig, data: Corpus, started: str) -> str:
-  """The run's header (process 0's console): model, devices and mesh, data, batch and schedule, workdir, where it
-  starts, and the mark the MLM metrics must clear."""
-  packed = f", up to {config.data.max_instances_per_row} instances packed per row" if config.data.pack_instances else ""
-  rows = [
-    ("model", progress.model_row(model, run.num_params)),
-    ("devices", progress.devices_row(run.mesh)),
-    ("data", data.describe()),
-    (
-      "batch",
-      f"{config.batch_size} sequences x {config.data.max_seq_length} tokens, {config.data.max_predictions_per_seq} "
-      f"masked positions each{packed}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
-      f"({config.warmup_steps} warmup)",
-    ),
-    ("workdir", workdir),
-    ("start", started),
-  ]
-  if data.unigram:
-    rows.append(
-      (
-        "baseline",
-        f"unigram MLM loss {data.unigram['mlm_loss']:.4f}, accuracy {data.unigram['mlm_accuracy']:.4f} (the "
-        "training documents' token frequencies at the held-out masked positions: what the model must beat)",
-      )
-    )
-  return console.block("Pretraining", rows)
-
-
-def _summary(
-  title: str, workdir: str, ticker, first_step: int, step: int, history: dict, baseline, saved, wall: float
-) -> str:
-  """The run's end (process 0's console): steps, time and tokens of this launch, the last train and eval metrics,
-  where the checkpoint and TensorBoard logs are."""
-  rows = [("steps", progress.launch_row(ticker, first_step, step, wall))]
-  train_shown = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy")
-  # This launch's metrics only: a history carried over from a previous phase (init_from) is another corpus's.
-  history = {
-    name: value for name, value in history.items() if isinstance(value, dict) and value.get("step", -1) > first_step
-  }
-  if "train" in history:
-    rows.append(("train", f"step {history['train']['step']}" + progress.format_metrics(history["train"], train_shown)))
-  if "eval" in history:
-    eval_summary = history["eval"]
-    metrics = progress.format_metrics(eval_summary, EVAL_SHOWN, baseline)
-    rows.append(("eval", f"step {eval_summary['step']}{metrics}"))
-  if saved is not None:
-    rows.append(("checkpoint", f"{checkpoints.checkpoint_dir(workdir)}/{saved}"))
-  rows.append(("tensorboard", f"tensorboard --logdir {workdir}/tensorboard"))
-  return console.block(title, rows)
-
-
-def _train(
-  config, workdir: str, run, model_cfg: BertConfig, init_source, init_params, held: lease.Holder, started_at: float
-):
-  """The loop of `train_and_evaluate`, once the run holds the workdir's lease (`held`)."""
-  data = Corpus(config, workdir, model_cfg)
+def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
+  config = job.config
   manager = checkpoints.make_manager(workdir, config.keep_checkpoints)
   stop = StopRequest()
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
   profile = progress.ProfileWindow(workdir, config.profile.start_step, config.profile.num_steps)
   saving = None  # The step of the newest save started.
+  stopped = False
   try:
-    seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-    state, data_position, resumed, started = start_order.start_state(
-      config, run, model_cfg, manager, data.identity, init_source, init_params
-    )
-    logging.info("%s", _header(config, workdir, run, model_cfg, data, started))
-    first_step = int(state.step)
-    state_dir = checkpoints.data_state_dir(workdir, first_step) if resumed else None
-    source = data.source(data_position["examples"], state_dir=state_dir)
-    dropout_key = train_dropout_key(config.seed)
-    schedule = make_schedule(config)
-    tokens_per_step = config.batch_size * seq
-    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, config.peak_tflops_per_device)
-    flops_per_step = flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds)
-    last_step = config.num_train_steps
+    start = job.start(manager)
+    state = start.state
+    logging.info("%s", console.block(job.title, [*job.header_rows(), ("start", start.started)]))
+    first_step = _step(state)
+    job.open_data(start)
+    dropout_key = job.dropout_key()
+    last_step = job.last_step
     if first_step >= last_step:
-      logging.info("Step %d is already at num_train_steps=%d: nothing to train.", first_step, last_step)
-    elif schedule_end_step(config) > last_step:
-      logging.info("Stopping at step %d of a schedule that ends at %d.", last_step, schedule_end_step(config))
-    history = start_order.history(manager if resumed else None, first_step, init_source)
-    tokenizer_item = checkpoints.tokenizer_item(data.tokenizer) if data.tokenizer else None
+      logging.info("Step %d is already at the last step, %d: nothing to train.", first_step, last_step)
     ticker, sums, steps_in_sums = None, None, 0
     monitor = guard.Monitor(config)
-    for step in range(int(state.step) + 1, last_step + 1):
+    for step in range(first_step + 1, last_step + 1):
       profile.before(step)
-      state, metrics = run.train_step(state, _device_batch(source, config, model_cfg, run.mesh), dropout_key)
+      state, metrics = job.run.train_step(state, job.batch(step), dropout_key)
       profiled = profile.after(step, metrics)
       if ticker:
         ticker.exclude(profiled)
@@ -202,71 +174,59 @@ def _train(
       checkpoints.check_saves(manager, saving)
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
       steps_in_sums += 1
-      history["examples_seen"] += config.batch_size
-      history["token_positions_seen"] += tokens_per_step
       if ticker is None:  # Time from the end of the first (compiling) step.
         jax.block_until_ready(metrics)
-        ticker = progress.Progress(
-          last_step,
-          tokens_per_step,
-          step,
-          flops_per_step,
-          peak * jax.device_count() if peak else None,
-          packed=config.data.pack_instances,
-          baseline=data.unigram,
-        )
-      stopping = stop.at(step)
-      if step % config.log_every_steps == 0 or step == last_step or stopping:
-        summary = progress.summarize(jax.device_get(sums), steps_in_sums)
-        history["train"] = dict(summary, step=step)
-        summary.update(ticker.report(step, summary), learning_rate=float(schedule(step - 1)))
+        ticker = job.ticker(step)
+      stopped = stop.at(step)
+      if step % config.log_every_steps == 0 or step == last_step or stopped:
+        summary = job.summarize(step, jax.device_get(sums), steps_in_sums)
+        summary.update(ticker.report(step, summary))
         train_writer.write(step, summary)
         sums, steps_in_sums = None, 0
-      if config.eval_steps and (step % config.eval_every_steps == 0 or step == last_step):
-        eval_start = time.perf_counter()
-        eval_summary = evaluate(run.eval_step, state.params, config, model_cfg, run.mesh, data)
-        ticker.exclude(time.perf_counter() - eval_start)
-        metrics = progress.format_metrics(eval_summary, EVAL_SHOWN, data.unigram)
-        logging.info("eval at step %d%s", step, metrics)
-        eval_writer.write(step, eval_summary)
-        history["eval"] = dict(eval_summary, step=step)
-      if step % config.checkpoint_every_steps == 0 or step == last_step or stopping:
-        save_start = time.perf_counter()
-        monitor.flush()  # A step the guard stops at is never saved.
+      evaluating = job.evaluates_at(step)
+      saving_now = job.saves_at(step) or step == last_step or stopped
+      if evaluating or saving_now:
+        monitor.flush()  # A step the guard stops at is never evaluated as a result, nor saved.
         held.check()  # Nor one of a run whose workdir another run has taken over.
+      if evaluating:
+        eval_start = time.perf_counter()
+        job.evaluate(state, step, eval_writer)
+        ticker.exclude(time.perf_counter() - eval_start)
+      if saving_now:
+        save_start = time.perf_counter()
         checkpoints.check_saves(manager, saving, wait=True)
-        checkpoints.save_data_state(source, checkpoints.data_state_dir(workdir, step), step)
-        position = dict(
-          examples=source.position,
-          tokenizer=data.identity,
-          step=step,
-          readers=config.data.num_readers,
-          hosts=jax.process_count(),
-        )
-        checkpoints.save(manager, step, state, position, config, tokenizer_item, copy.deepcopy(history))  # Async.
+        position, history = job.checkpoint(step)
+        checkpoints.save(manager, step, state, position, config, job.tokenizer_item, history)  # Async.
         saving = step
-        checkpoints.remove_stale_data_states(workdir, step)
         ticker.exclude(time.perf_counter() - save_start)
-      if stopping:
+      if stopped:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)
         break
     else:
       monitor.flush()
   except BaseException:
     checkpoints.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
+    job.close(failed=True)
     raise
   else:
     checkpoints.finish(manager, saving)
-    step = int(state.step)
-    title = "Training finished" if step >= last_step else "Stopped"
-    wall = time.perf_counter() - started_at
-    summary = _summary(
-      f"{title} at step {step}", workdir, ticker, first_step, step, history, data.unigram, saving, wall
-    )
-    logging.info("%s", summary)
+    job.close(failed=False)
   finally:
     profile.close()
     train_writer.close()
     eval_writer.close()
     stop.close()
+  step = _step(state)
+  rows = [("steps", progress.launch_row(ticker, first_step, step, time.perf_counter() - started_at))]
+  rows += job.finish(state, step, stopped)
+  if saving is not None:
+    rows.append(("checkpoint", f"{checkpoints.checkpoint_dir(workdir)}/{saving}"))
+  rows.append(("tensorboard", f"tensorboard --logdir {workdir}/tensorboard"))
+  title = job.finished if step >= job.last_step else "Stopped"
+  logging.info("%s", console.block(f"{title} at step {step}", rows))
   return state
+
+
+def _step(state) -> int:
+  """The state's step (a sweep's members share it)."""
+  return int(jax.device_get(state.step).reshape(-1)[0])

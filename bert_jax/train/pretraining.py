@@ -1,22 +1,32 @@
-"""The pretraining objective: masked-LM cross-entropy plus next-sentence cross-entropy, as a step's `Loss`.
+"""Pretraining: the objective (masked-LM cross-entropy plus next-sentence cross-entropy, as a step's `Loss`) and
+the job that runs it on the loop (`pretrain`).
 
 Reads the pretraining batch (`data/pretraining_batch.py`); the step machinery (`train/step.py`) takes it like any
 task's loss. `make_run` is the pretraining run (BertForPretraining, this loss, the configured optimizer) that the
-loop, the dry run and the benchmarks compile.
+loop, the dry run and the benchmarks compile. `PretrainingJob` supplies what the loop (`train/loop.py`) needs:
+the corpus's batches, evaluation on the held-out stream, the pipeline's state beside every checkpoint.
 """
 
+import copy
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from absl import logging
 
-from bert_jax import flops
+from bert_jax import flops, progress, sharding
+from bert_jax.data.corpus import Corpus
+from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances
+from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
-from bert_jax.train import run
-from bert_jax.train.optim import make_optimizer
+from bert_jax.train import loop, run, start_order
+from bert_jax.train.optim import make_optimizer, make_schedule, schedule_end_step
 from bert_jax.train.step import Loss
+from bert_jax.workdir import checkpoints
 
 
 def next_sentence_weights(batch: dict) -> jax.Array:
@@ -162,3 +172,173 @@ def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.R
   model = BertForPretraining(model_cfg or checked)
   loss = make_loss(config.data.next_sentence_prediction)
   return run.make_run(config, model, loss, make_optimizer(config), devices=devices)
+
+
+EVAL_SHOWN = ("mlm_loss", "mlm_accuracy", "nsp_accuracy", "nsp_loss")
+
+
+class PretrainingJob(loop.Job):
+  """Pretraining as the loop's job: batches from the prepared corpus (or the synthetic source), evaluation on the
+  held-out stream every `eval_every_steps`, checkpoints every `checkpoint_every_steps` with the pipeline's reader
+  states and the run's history (examples and token positions seen over every phase, the latest metrics)."""
+
+  title = "Pretraining"
+  finished = "Training finished"
+
+  def __init__(self, config, workdir: str, the_run: run.Run, model_cfg: BertConfig, init_source, init_params):
+    self.config, self.workdir, self.run, self.model_cfg = config, workdir, the_run, model_cfg
+    self.init_source, self.init_params = init_source, init_params
+    self.last_step = config.num_train_steps
+    self.tokens_per_step = config.batch_size * config.data.max_seq_length
+    self.data = Corpus(config, workdir, model_cfg)
+    self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
+    self.schedule = make_schedule(config)
+
+  def header_rows(self) -> list[tuple[str, str]]:
+    config = self.config
+    packed = ""
+    if config.data.pack_instances:
+      packed = f", up to {config.data.max_instances_per_row} instances packed per row"
+    rows = [
+      ("model", progress.model_row(self.model_cfg, self.run.num_params)),
+      ("devices", progress.devices_row(self.run.mesh)),
+      ("data", self.data.describe()),
+      (
+        "batch",
+        f"{config.batch_size} sequences x {config.data.max_seq_length} tokens, {config.data.max_predictions_per_seq} "
+        f"masked positions each{packed}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
+        f"({config.warmup_steps} warmup)",
+      ),
+      ("workdir", self.workdir),
+    ]
+    if self.data.unigram:
+      unigram = self.data.unigram
+      rows.append(
+        (
+          "baseline",
+          f"unigram MLM loss {unigram['mlm_loss']:.4f}, accuracy {unigram['mlm_accuracy']:.4f} (the training "
+          "documents' token frequencies at the held-out masked positions: what the model must beat)",
+        )
+      )
+    return rows
+
+  def start(self, manager) -> start_order.Start:
+    begun = start_order.pretraining_start(
+      self.config, self.run, self.model_cfg, manager, self.data.identity, self.init_source, self.init_params
+    )
+    self.first_step = int(begun.state.step)
+    self.history = start_order.history(manager if begun.resumed else None, self.first_step, self.init_source)
+    self.examples_before = self.history["examples_seen"]
+    self.positions_before = self.history["token_positions_seen"]
+    if schedule_end_step(self.config) > self.last_step > self.first_step:
+      logging.info("Stopping at step %d of a schedule that ends at %d.", self.last_step, schedule_end_step(self.config))
+    return begun
+
+  def open_data(self, begun: start_order.Start) -> None:
+    state_dir = checkpoints.data_state_dir(self.workdir, self.first_step) if begun.resumed else None
+    self.source = self.data.source(begun.data_position["examples"], state_dir=state_dir)
+
+  def _device_batch(self, source) -> dict:
+    config = self.config
+    host_batch = next(source)
+    check_pretraining_batch(
+      host_batch,
+      batch_size=config.batch_size // jax.process_count(),
+      max_seq_length=config.data.max_seq_length,
+      max_predictions_per_seq=config.data.max_predictions_per_seq,
+      vocab_size=self.model_cfg.vocab_size,
+      type_vocab_size=self.model_cfg.type_vocab_size,
+      max_instances=max_instances(config.data),
+    )
+    return sharding.global_batch(host_batch, self.run.mesh)
+
+  def batch(self, step: int) -> dict:
+    return self._device_batch(self.source)
+
+  def dropout_key(self) -> jax.Array:
+    return loop.train_dropout_key(self.config.seed)
+
+  def ticker(self, first_step: int) -> progress.Progress:
+    config, seq = self.config, self.config.data.max_seq_length
+    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, config.peak_tflops_per_device)
+    return progress.Progress(
+      self.last_step,
+      self.tokens_per_step,
+      first_step,
+      flops.train_flops_per_step(self.model_cfg, config.batch_size, seq, config.data.max_predictions_per_seq),
+      peak * jax.device_count() if peak else None,
+      packed=config.data.pack_instances,
+      baseline=self.data.unigram,
+    )
+
+  def summarize(self, step: int, sums: dict, steps: int) -> dict:
+    summary = progress.summarize(sums, steps)
+    self.history["train"] = dict(summary, step=step)
+    return dict(summary, learning_rate=float(self.schedule(step - 1)))
+
+  def evaluates_at(self, step: int) -> bool:
+    config = self.config
+    return bool(config.eval_steps) and (step % config.eval_every_steps == 0 or step == self.last_step)
+
+  def evaluate(self, state, step: int, writer: progress.MetricWriter) -> None:
+    """The same `eval_steps` batches every time (a fixed stream), summed then averaged."""
+    source = self.data.source(0, evaluation=True)
+    totals = None
+    for _ in range(self.config.eval_steps):
+      metrics = self.run.eval_step(state.params, self._device_batch(source))
+      totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
+    summary = progress.summarize(jax.device_get(totals), self.config.eval_steps)
+    logging.info("eval at step %d%s", step, progress.format_metrics(summary, EVAL_SHOWN, self.data.unigram))
+    writer.write(step, summary)
+    self.history["eval"] = dict(summary, step=step)
+
+  def saves_at(self, step: int) -> bool:
+    return step % self.config.checkpoint_every_steps == 0
+
+  def checkpoint(self, step: int) -> tuple[dict, dict]:
+    config = self.config
+    checkpoints.save_data_state(self.source, checkpoints.data_state_dir(self.workdir, step), step)
+    checkpoints.remove_stale_data_states(self.workdir, step)
+    position = dict(
+      examples=self.source.position,
+      tokenizer=self.data.identity,
+      step=step,
+      readers=config.data.num_readers,
+      hosts=jax.process_count(),
+    )
+    done = step - self.first_step
+    self.history["examples_seen"] = self.examples_before + done * config.batch_size
+    self.history["token_positions_seen"] = self.positions_before + done * self.tokens_per_step
+    return position, copy.deepcopy(self.history)
+
+  def finish(self, state, step: int, stopped: bool) -> list[tuple[str, str]]:
+    """The last train and eval metrics of this launch (a history carried over from a previous phase, init_from's,
+    is another corpus's)."""
+    rows = []
+    history = self.history
+    train, evaluation = history.get("train", {}), history.get("eval", {})
+    if train.get("step", -1) > self.first_step:
+      shown = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy")
+      rows.append(("train", f"step {train['step']}" + progress.format_metrics(train, shown)))
+    if evaluation.get("step", -1) > self.first_step:
+      metrics = progress.format_metrics(evaluation, EVAL_SHOWN, self.data.unigram)
+      rows.append(("eval", f"step {evaluation['step']}{metrics}"))
+    return rows
+
+
+def pretrain(config, workdir: str):
+  """Pretrains to `config.num_train_steps`, resuming from the workdir's newest checkpoint if there is one; returns
+  the final state. On SIGTERM it saves a checkpoint at the current step and returns; the same command resumes.
+  Everything that can be checked without compiling (config, mesh, batch divisibility, the starting checkpoint) is
+  checked before anything is compiled or written."""
+  started_at = time.perf_counter()
+  model_cfg = check_config(config)
+  the_run = make_run(config)
+  config, init_source = start_order.check_start(config, workdir, model_cfg)
+  init_params = None
+  if init_source is not None and init_source.format != "workdir":  # Read, and so checked, before any write.
+    init_params = pretrained.load(
+      config.init_from, scan_layers=model_cfg.scan_layers, mesh=the_run.mesh, rules=the_run.rules
+    ).params
+  job = PretrainingJob(config, workdir, the_run, model_cfg, init_source, init_params)
+  return loop.train(job, workdir, started_at)

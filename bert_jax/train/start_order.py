@@ -1,8 +1,10 @@
-"""Where a pretraining run starts, in this order (one place, so the order is never in doubt):
+"""Where a run starts, in this order, for every job (one place, so the order is never in doubt):
 
 1. the workdir's newest committed checkpoint: state, data position and history (a resume);
-2. else `config.init_from`: a workdir (a previous phase) gives its state and step, the data stream starts afresh;
-   any other source (bundle, Hugging Face, Google) gives weights, heads it lacks from the seed, a fresh optimizer;
+2. else `config.init_from`, as the job's policy says: pretraining takes a workdir's (a previous phase's) state and
+   step with the data stream afresh, or any other source's (bundle, Hugging Face, Google) weights, heads it lacks
+   from the seed and a fresh optimizer; fine-tuning takes the encoder only, with one head per sweep member from its
+   own seed (`finetune/job.py`);
 3. else a fresh initialisation from `config.seed`.
 
 `check_start` runs before anything is written; it refuses a checkpoint that does not fit the config, or whose data
@@ -172,7 +174,30 @@ def _restore(manager, step: int | None, run: Run, model_cfg: BertConfig):
   return jax.jit(convert, out_shardings=run.shardings)(state), data_position
 
 
-def start_state(
+@dataclasses.dataclass
+class Start:
+  """Where a launch starts: the state, the data position to read from, whether it resumed this workdir's own
+  checkpoint, and a line for the run's header."""
+
+  state: object
+  data_position: dict
+  resumed: bool
+  started: str
+
+
+def start(config, manager, restore, fresh) -> Start:
+  """The start order, for every job: the workdir's newest step that reads back whole (`restore(manager, step)` ->
+  (state, data position), in the run's shardings; see the module docstring for `restore_fallback`), else
+  `fresh()`: the job's policy for `init_from`, else for a fresh seed."""
+  restored = _restore_newest(config, manager, restore)
+  if restored is None:
+    return fresh()
+  state, data_position = restored
+  step = int(jax.device_get(state.step).reshape(-1)[0])
+  return Start(state, data_position, True, f"Resumed from step {step}")
+
+
+def pretraining_start(
   config,
   run: Run,
   model_cfg: BertConfig,
@@ -180,38 +205,41 @@ def start_state(
   identity,
   init_source: pretrained.Source | None,
   init_params: dict | None,
-):
-  """(state, data position, resumed, where it started: a line for the run's header), in the order of this module's
-  docstring. `init_params` are `init_source`'s weights when it is not a workdir (read before anything was
-  written)."""
+) -> Start:
+  """Pretraining's start: a resume must use the same tokenizer; `init_from` a workdir (a previous phase) gives
+  its state and step, other sources their weights (heads they lack from the seed) and a fresh optimizer.
+  `init_params` are `init_source`'s weights when it is not a workdir (read before anything was written)."""
   restore = functools.partial(_restore, run=run, model_cfg=model_cfg)
-  restored, resumed = _restore_newest(config, manager, restore), True
-  if restored is None and init_source is not None and init_source.format == "workdir":
-    with checkpoints.reader(epath.Path(init_source.path).parent) as source_manager:
-      restored, resumed = restore(source_manager, init_source.step), False
-  elif restored is None and init_source is not None:
-    state = run.init_state(config.seed, init_params)
-    fresh = step_lib.overwrite_params(run.abstract.params, init_params)[1]
-    started = (
-      f"step 0: initialised from the {init_source.format} weights in {config.init_from} (heads initialised from "
-      f"seed {config.seed}: {fresh or 'none'}); a fresh optimizer"
-    )
-    return state, {"examples": 0}, False, started
-  if restored is None:
-    return run.init_state(config.seed), {"examples": 0}, False, f"step 0: a new run from seed {config.seed}"
-  state, data_position = restored
-  if not resumed:
-    started = f"step {int(state.step)}: initialised from {config.init_from}; the data stream starts afresh"
-    return state, {"examples": 0}, False, started
+
+  def fresh() -> Start:
+    if init_source is not None and init_source.format == "workdir":
+      with checkpoints.reader(epath.Path(init_source.path).parent) as source_manager:
+        state, _ = restore(source_manager, init_source.step)
+      started = f"step {int(state.step)}: initialised from {config.init_from}; the data stream starts afresh"
+      return Start(state, {"examples": 0}, False, started)
+    if init_source is not None:
+      state = run.init_state(config.seed, init_params)
+      fresh = step_lib.overwrite_params(run.abstract.params, init_params)[1]
+      started = (
+        f"step 0: initialised from the {init_source.format} weights in {config.init_from} (heads initialised from "
+        f"seed {config.seed}: {fresh or 'none'}); a fresh optimizer"
+      )
+      return Start(state, {"examples": 0}, False, started)
+    return Start(run.init_state(config.seed), {"examples": 0}, False, f"step 0: a new run from seed {config.seed}")
+
+  begun = start(config, manager, restore, fresh)
+  if not begun.resumed:
+    return begun
+  data_position = begun.data_position
   if not same_tokenizer(data_position.get("tokenizer"), identity):
     raise ValueError(
       f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
       "Use the same tokenizer, or a new workdir."
     )
-  started = f"Resumed from step {int(state.step)} ({data_position['examples']:,} examples consumed)"
+  begun.started += f" ({data_position['examples']:,} examples consumed)"
   if _other_stream(config, data_position):  # Allowed by check_start.
-    return state, dict(data_position, examples=0), True, started
-  return state, data_position, True, started
+    begun.data_position = dict(data_position, examples=0)
+  return begun
 
 
 def _restore_newest(config, manager, restore):
