@@ -264,3 +264,33 @@ def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothin
   config = data_config(input_pattern=str(tmp_path / "long_line.txt"), prepare_unit_bytes=8192)
   with pytest.raises(ValueError, match=r"long_line.txt has a line of more than 4096 bytes \(read from byte \d+\)"):
     prepare.prepare(config, tokenizer_args, str(tmp_path / "long"), 1)
+
+
+def _module_imports(module: str) -> set[str]:
+  """The bert_jax modules `module` imports when it is imported (its module-level imports, not those in functions)."""
+  import ast
+
+  def source(name):  # The file of a bert_jax module or package, or None (a name imported from a module).
+    path = epath.Path(__file__).parent.parent / name.replace(".", "/")
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.exists()), None)
+
+  found = set()
+  for node in ast.parse(source(module).read_text()).body:
+    if isinstance(node, ast.Import):
+      found |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+      found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+  return {name for name in found if name.startswith("bert_jax") and source(name)}
+
+
+def test_a_run_reads_its_prepared_corpus_without_importing_preparation():
+  """The run-time path reads the manifest through data/manifest.py; preparation (prepare, its text reading and
+  shard writing) is imported only where it runs: --mode=prepare, or the embedded corpus on first use."""
+  seen, todo = set(), ["bert_jax.data.corpus", "bert_jax.train.loop", "bert_jax.train.pretraining"]
+  while todo:
+    module = todo.pop()
+    if module not in seen:
+      seen.add(module)
+      todo += _module_imports(module)
+  assert "bert_jax.data.manifest" in seen
+  assert not seen & {"bert_jax.data.prepare", "bert_jax.data.shards", "bert_jax.data.text"}
