@@ -94,7 +94,7 @@ def devices_row(mesh) -> str:
 
 def format_metrics(summary: dict, shown: tuple[str, ...], baseline: dict | None = None) -> str:
   """` | name value` for each of `shown` in `summary` (accuracy shortened to acc), with `baseline`'s value beside
-  it in brackets where it has one (the unigram model's, see `prepare.unigram_baseline`)."""
+  it in brackets where it has one (the unigram model's, see `shards.unigram_baseline`)."""
   baseline = baseline or {}
   return "".join(
     f" | {name.replace('accuracy', 'acc')} {summary[name]:.4f}"
@@ -111,7 +111,7 @@ def duration(seconds: float) -> str:
 
 class Progress:
   """Console lines: step, loss, the metrics named in `shown` (beside each, in brackets, its value in `baseline`:
-  the unigram model's, see `prepare.unigram_baseline`), the rows' fill (and instances per row when `packed`),
+  the unigram model's, see `shards.unigram_baseline`), the rows' fill (and instances per row when `packed`),
   tokens/s, model FLOPs utilisation and ETA, measured since the previous line. Tokens/s and MFU count real tokens
   only: a step's tokens and model FLOPs are scaled by the fill of its rows (`row_fill` in the summary), so padding
   earns nothing. MFU needs the model FLOPs of a full step and the peak FLOP/s of all devices (see flops.py)."""

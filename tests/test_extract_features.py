@@ -7,20 +7,10 @@ import numpy as np
 import pytest
 
 from bert_jax.data.pretraining_batch import pretraining_shapes
+from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import extract_features, pretrained
 from bert_jax.model.encoder import BertModel, encoder_intermediates
 from bert_jax.train import pretraining
-
-
-def test_windows_cover_a_long_line_and_each_token_takes_the_window_where_it_has_most_context():
-  spans = extract_features.windows(10, 4, 2)
-  assert spans == [(0, 4), (2, 4), (4, 4), (6, 4)]
-  assert extract_features.windows(3, 4, 2) == [(0, 3)] and extract_features.windows(0, 4, 2) == [(0, 0)]
-  best = extract_features.best_window(spans, 10)
-  assert list(best) == [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]  # Token 3: no right context in window 0, 1 each side in 1.
-  for token, window in enumerate(best):
-    start, length = spans[window]
-    assert start <= token < start + length
 
 
 def _compiled_train_step(small_config, small_model_config):
@@ -79,8 +69,8 @@ def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_win
       start, end = shard["token_offsets"][row], shard["token_offsets"][row + 1]
       tokens = tokenizer.encode(line)
       np.testing.assert_array_equal(shard["token_ids"][start:end], tokens)
-      spans = extract_features.windows(len(tokens), 14, 9)
-      best = extract_features.best_window(spans, len(tokens))
+      spans = doc_spans(len(tokens), 14, 9)
+      best = max_context_spans(spans, len(tokens))
       for window, (window_start, length) in enumerate(spans):
         hidden, pooled = _encode_window(
           model_cfg, params, [tokenizer.cls_id, *tokens[window_start : window_start + length], tokenizer.sep_id]
@@ -90,7 +80,11 @@ def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_win
         for token in np.flatnonzero(best == window):
           expected = hidden[layers, 1 + token - window_start]
           np.testing.assert_allclose(shard["token_vectors"][start + token], expected, atol=1e-5)
-  assert len(spans) == 4 and shards[1]["token_vectors"].shape == (41, 3, 32)  # Nothing of the long line was cut.
+  assert shards[1]["token_vectors"].shape == (41, 3, 32)  # Nothing of the long line was cut.
+  # The long line's windows and which one each token's vectors come from, by run_squad's rule: min(left, right
+  # context) + 0.01 * the window's length, the first window on a tie (tokens 11, 20 and 29: two each side in two).
+  assert spans == [(0, 14), (9, 14), (18, 14), (27, 14)]
+  assert best.tolist() == [0] * 12 + [1] * 9 + [2] * 9 + [3] * 11
 
   with pytest.raises(FileExistsError, match=r"features.output_dir=features is not empty"):  # Shards never mix.
     extract_features.extract(config, str(tmp_path / "unused"))

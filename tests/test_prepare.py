@@ -1,4 +1,5 @@
-"""Corpus preparation: documents, counts, determinism, re-runs, bad input."""
+"""Corpus preparation (data/prepare.py, text.py, shards.py, manifest.py): documents, counts, determinism, re-runs,
+bad input, a damaged corpus."""
 
 import json
 import os
@@ -10,7 +11,9 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import prepare
+from bert_jax.data import prepare, shards
+from bert_jax.data.manifest import count_records, read_manifest
+from bert_jax.data.text import split_sentences
 from bert_jax.data.tokenizer import load_tokenizer, train_sentencepiece
 
 BERT_FORMAT = (
@@ -71,7 +74,7 @@ def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(
   paths.copy_tree(tmp_path / "in", f"{gcs_bucket}/prepare_in")
   two = epath.Path(f"{gcs_bucket}/prepare_out")
   prepare.prepare(data_config(input_pattern=f"{gcs_bucket}/prepare_in/*.txt"), tokenizer_args, str(two), 1)
-  assert prepare.read_manifest(str(two))["documents"] == 3
+  assert read_manifest(str(two))["documents"] == 3
   for name in ("documents-00000-of-00002.tfrecord", "documents-00001-of-00002.tfrecord"):
     assert (tmp_path / "one" / name).read_bytes() == (two / name).read_bytes()
   shard = tmp_path / "one" / "documents-00001-of-00002.tfrecord"
@@ -91,7 +94,7 @@ def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args,
   config = data_config(input_pattern=str(tmp_path / "*.txt"), input_format="document")
   manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
   assert manifest["documents"] == 1 and manifest["empty_documents"] == 1
-  assert prepare.split_sentences("A whole book. It has sentences! Does it?\nYes.") == [
+  assert split_sentences("A whole book. It has sentences! Does it?\nYes.") == [
     "A whole book.",
     "It has sentences!",
     "Does it?",
@@ -126,10 +129,10 @@ def test_bad_inputs_are_named(tmp_path, tokenizer_args, data_config):
   other = tmp_path / "other.txt"
   other.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"was prepared with tokenizer .*sentencepiece.* but the config's tokenizer"):
-    prepare.read_manifest(str(tmp_path / "ok"), load_tokenizer("wordpiece", str(other)))
+    read_manifest(str(tmp_path / "ok"), load_tokenizer("wordpiece", str(other)))
   with pytest.raises(FileNotFoundError, match="No manifest.json in"):
-    prepare.read_manifest(str(tmp_path / "nothing"))
-  assert np.isfinite(prepare.read_manifest(str(tmp_path / "ok"))["tokens"])
+    read_manifest(str(tmp_path / "nothing"))
+  assert np.isfinite(read_manifest(str(tmp_path / "ok"))["tokens"])
 
 
 def test_a_damaged_corpus_is_named_before_training(tmp_path, tokenizer_args, data_config):
@@ -185,7 +188,7 @@ def test_a_damaged_corpus_is_named_before_training(tmp_path, tokenizer_args, dat
     with pytest.raises(ValueError, match=rf"{name}/manifest.json is not a manifest"):
       Corpus(bad, str(tmp_path / "run"), model)
   with pytest.raises(ValueError, match="ends inside record 1"):
-    prepare.count_records(_cut_inside(tmp_path, prepared / first))
+    count_records(_cut_inside(tmp_path, prepared / first))
 
 
 def _cut_inside(tmp_path, path) -> str:
@@ -220,7 +223,7 @@ def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothin
   ]
   (tmp_path / "big.txt").write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
   calls = []
-  original = prepare.load_tokenizer
+  original = shards.load_tokenizer
 
   def spying_load(**args):
     tokenizer = original(**args)
@@ -228,8 +231,8 @@ def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothin
     tokenizer.encode_batch = lambda texts: calls.append(sum(map(len, texts))) or encode_batch(texts)
     return tokenizer
 
-  monkeypatch.setattr(prepare, "load_tokenizer", spying_load)
-  monkeypatch.setattr(prepare, "TOKENIZER_BATCH_BYTES", 4096)
+  monkeypatch.setattr(shards, "load_tokenizer", spying_load)
+  monkeypatch.setattr(shards, "TOKENIZER_BATCH_BYTES", 4096)
   size = (tmp_path / "big.txt").stat().st_size
   for input_format in ("bert", "document"):
     whole, parts = tmp_path / f"{input_format}_whole", tmp_path / f"{input_format}_parts"
@@ -261,3 +264,33 @@ def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothin
   config = data_config(input_pattern=str(tmp_path / "long_line.txt"), prepare_unit_bytes=8192)
   with pytest.raises(ValueError, match=r"long_line.txt has a line of more than 4096 bytes \(read from byte \d+\)"):
     prepare.prepare(config, tokenizer_args, str(tmp_path / "long"), 1)
+
+
+def _module_imports(module: str) -> set[str]:
+  """The bert_jax modules `module` imports when it is imported (its module-level imports, not those in functions)."""
+  import ast
+
+  def source(name):  # The file of a bert_jax module or package, or None (a name imported from a module).
+    path = epath.Path(__file__).parent.parent / name.replace(".", "/")
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.exists()), None)
+
+  found = set()
+  for node in ast.parse(source(module).read_text()).body:
+    if isinstance(node, ast.Import):
+      found |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+      found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+  return {name for name in found if name.startswith("bert_jax") and source(name)}
+
+
+def test_a_run_reads_its_prepared_corpus_without_importing_preparation():
+  """The run-time path reads the manifest through data/manifest.py; preparation (prepare, its text reading and
+  shard writing) is imported only where it runs: --mode=prepare, or the embedded corpus on first use."""
+  seen, todo = set(), ["bert_jax.data.corpus", "bert_jax.train.loop", "bert_jax.train.pretraining"]
+  while todo:
+    module = todo.pop()
+    if module not in seen:
+      seen.add(module)
+      todo += _module_imports(module)
+  assert "bert_jax.data.manifest" in seen
+  assert not seen & {"bert_jax.data.prepare", "bert_jax.data.shards", "bert_jax.data.text"}

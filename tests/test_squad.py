@@ -1,5 +1,6 @@
-"""SQuAD v1.1 / v2.0 tasks: reading and its checks, document-stride windows and their answer positions, decoding
-back to the exact answer text with WordPiece and SentencePiece, the official metrics and prediction files."""
+"""SQuAD v1.1 / v2.0 tasks: reading and its checks, document-stride windows (their rule: tests/test_windows.py)
+and their answer positions, decoding back to the exact answer text with WordPiece and SentencePiece, the official
+metrics and prediction files."""
 
 import json
 import logging
@@ -7,6 +8,7 @@ import logging
 import numpy as np
 import pytest
 
+from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.finetune import squad, squad_decode, squad_windows
 
@@ -95,33 +97,21 @@ def test_windows_point_at_the_answer_and_decode_to_its_exact_text(tmp_path, fixt
         assert list(words) == [examples[index].start_word, examples[index].end_word]
       holding += at >= 0
     assert 0 < holding < len(rows)
+    # The rows are the shared windows (run_squad's: tests/test_windows.py), each piece max-context in its owner's.
+    windows = encoded.extra
+    num_pieces, query_length = len(windows.documents[index].ids), int(windows.doc_offset[rows[0]]) - 2
+    spans = doc_spans(num_pieces, MAX_SEQ_LENGTH - query_length - 3, SMALL["doc_stride"])
+    assert [(windows.doc_start[row], windows.doc_length[row]) for row in rows] == spans
+    owner, expected_max_context = max_context_spans(spans, num_pieces), np.zeros((len(rows), MAX_SEQ_LENGTH), bool)
+    for k, (start, length) in enumerate(spans):
+      offset = windows.doc_offset[rows[k]]
+      expected_max_context[k, offset : offset + length] = owner[start : start + length] == k
+    np.testing.assert_array_equal(windows.token_is_max_context[rows], expected_max_context)
 
   predictions = task.predictions(encoded, _peaked_logits(encoded))
   assert predictions.answers == {f"q{i}": a for i, (_, a) in enumerate(questions)}
   assert predictions.null_odds is None
   assert task.metrics(encoded, _peaked_logits(encoded)) == {"exact_match": 1.0, "f1": 1.0}
-
-
-def test_windows_follow_run_squad_doc_spans_and_max_context():
-  def check_is_max_context(spans, index, position):  # run_squad's, as written there.
-    best_score, best_index = None, None
-    for span_index, (start, length) in enumerate(spans):
-      end = start + length - 1
-      if position < start or position > end:
-        continue
-      score = min(position - start, end - position) + 0.01 * length
-      if best_score is None or score > best_score:
-        best_score, best_index = score, span_index
-    return index == best_index
-
-  spans = [(s, n) for s, n, _ in squad_windows.document_windows(30, 12, 5)]
-  assert spans == [(0, 12), (5, 12), (10, 12), (15, 12), (20, 10)]
-  assert [(s, n) for s, n, _ in squad_windows.document_windows(0, 12, 5)] == [(0, 0)]
-  for num_tokens, max_tokens, stride in [(30, 12, 5), (7, 3, 4), (100, 20, 7), (5, 10, 2)]:
-    windows = squad_windows.document_windows(num_tokens, max_tokens, stride)
-    spans = [(s, n) for s, n, _ in windows]
-    for k, (start, length, max_context) in enumerate(windows):
-      assert list(max_context) == [check_is_max_context(spans, k, start + i) for i in range(length)]
 
 
 def test_improve_answer_span_and_get_final_text():

@@ -5,7 +5,8 @@ the batch sources made from them for training and evaluation: the tf.data pipeli
 import jax
 from absl import logging
 
-from bert_jax.data import prepare, sources
+from bert_jax.data import sources
+from bert_jax.data.manifest import check_shards, paths_for_run, read_manifest
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.model.bert_config import BertConfig
@@ -19,18 +20,20 @@ class Corpus:
     self.tokenizer, self.identity, self._train, self._eval, self.unigram = None, None, {}, {}, None
     if config.data.source == "synthetic":
       return
-    tokenizer_path, prepared_dir = prepare.paths_for_run(config, workdir)
-    if config.data.embedded_corpus:
+    tokenizer_path, prepared_dir = paths_for_run(config, workdir)
+    if config.data.embedded_corpus:  # Prepared on first use, then found prepared: preparation imported only here.
+      from bert_jax.data import prepare
+
       prepare.prepare_for_run(config, workdir)
     self.tokenizer = load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
     if self.tokenizer.vocab_size > model.vocab_size:
       raise ValueError(f"The tokenizer has {self.tokenizer.vocab_size} ids but model.vocab_size={model.vocab_size}.")
     self.identity = self.tokenizer.identity()
-    manifest = prepare.read_manifest(prepared_dir, self.tokenizer)
+    manifest = read_manifest(prepared_dir, self.tokenizer)
     self._train = dict(prepared_dir=prepared_dir, manifest=manifest)
     eval_dir = config.data.eval_prepared_dir
     if eval_dir:
-      self._eval = dict(prepared_dir=eval_dir, manifest=prepare.read_manifest(eval_dir, self.tokenizer))
+      self._eval = dict(prepared_dir=eval_dir, manifest=read_manifest(eval_dir, self.tokenizer))
     elif manifest.get("eval_documents", 0) >= 2:  # The split preparation set aside (two: a document and a partner).
       self._eval = dict(prepared_dir=prepared_dir, manifest=dict(manifest, shards=manifest["eval_shards"]))
       # What plain token frequencies score on that split: the mark the model's MLM metrics must clear.
@@ -44,7 +47,7 @@ class Corpus:
       )
       self._eval = self._train
     for corpus in (self._train, self._eval) if self._eval is not self._train else (self._train,):
-      prepare.check_shards(corpus["prepared_dir"], corpus["manifest"], config.data.verify_shard_hashes)
+      check_shards(corpus["prepared_dir"], corpus["manifest"], config.data.verify_shard_hashes)
 
   def describe(self) -> str:
     """One line for the run's header: what it trains on and what it evaluates on."""

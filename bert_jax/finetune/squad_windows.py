@@ -1,7 +1,7 @@
 """SQuAD's encoding, following Google BERT's `run_squad.py` (`convert_examples_to_features`): each context
 tokenized word by word into a `Document`, and per question the document-stride windows
-`[CLS] question [SEP] document piece [SEP]` with the answer's first and last piece in each; `Windows` keeps what
-decoding needs of them.
+`[CLS] question [SEP] document piece [SEP]` (cut by `bert_jax.data.windows`) with the answer's first and last piece
+in each; `Windows` keeps what decoding needs of them.
 
 Tokenizers: the context's words are run_squad's whitespace words (`SquadExample.words`), and each word is tokenized on
 its own, so every piece belongs to one word. SentencePiece pieces keep the case; the characters each piece covers in
@@ -14,6 +14,7 @@ import dataclasses
 
 import numpy as np
 
+from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.finetune.contract import Encoded, pad_row
 
 _WORD_START = "\u2581"  # SentencePiece's word-start mark.
@@ -81,9 +82,11 @@ def encode_examples(examples: list, tokenizer, max_seq_length: int, max_query_le
         f"{len(query)} pieces (max_query_length={max_query_length})."
       )
     answer = _token_answer(example, document, tokenizer, kind)
-    for start, length, max_context in document_windows(len(document.ids), max_tokens_for_doc, doc_stride):
+    spans = doc_spans(len(document.ids), max_tokens_for_doc, doc_stride)
+    owner = max_context_spans(spans, len(document.ids))
+    for span, (start, length) in enumerate(spans):
       rows.append(_row(tokenizer, query, document.ids[start : start + length], start, answer, max_seq_length))
-      layout.append((index, start, length, len(query) + 2, max_context))
+      layout.append((index, start, length, len(query) + 2, owner[start : start + length] == span))
   return Encoded(
     _features(rows, max_seq_length),
     list(examples),
@@ -213,24 +216,3 @@ def _pieces_text(pieces: list[str], kind: str) -> str:
   if kind == "wordpiece":
     return " ".join(pieces)
   return " ".join("".join(pieces).replace(_WORD_START, " ").split())
-
-
-def document_windows(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[tuple[int, int, np.ndarray]]:
-  """run_squad's doc spans as (start, length, max_context): each window starts `doc_stride` pieces (at most its
-  length) after the last, until one reaches the end; `max_context` [length] bool is `_check_is_max_context` of
-  each of its pieces: this is the window where the piece has the largest min(left, right) context (+ 0.01 * the
-  window's length; the first such window on ties). A document without pieces gets one empty window."""
-  spans, start = [], 0
-  while True:
-    length = min(num_tokens - start, max_tokens_for_doc)
-    spans.append((start, length))
-    if start + length >= num_tokens:
-      break
-    start += min(length, doc_stride)
-  best_score, best_span = np.full(num_tokens, -np.inf), np.full(num_tokens, -1)
-  for k, (start, length) in enumerate(spans):
-    position = np.arange(start, start + length)
-    score = np.minimum(position - start, start + length - 1 - position) + 0.01 * length
-    better = score > best_score[position]
-    best_score[position[better]], best_span[position[better]] = score[better], k
-  return [(start, length, best_span[start : start + length] == k) for k, (start, length) in enumerate(spans)]

@@ -3,7 +3,8 @@
 Text lines (files by glob, local or `gs://`) are tokenized with the model's own tokenizer and run through the
 encoder, sharded over the mesh, in batches of windows. A line longer than one window (`max_seq_length` tokens
 with [CLS] and [SEP]) is covered by windows `doc_stride` tokens apart, and each token's vectors come from the
-window in which it has the most context on both sides (as BERT's SQuAD code chooses), so nothing is cut.
+window in which it has the most context on both sides, so nothing is cut: BERT's SQuAD windows and their rule
+(`bert_jax.data.windows`, as SQuAD's encoding uses them).
 
 The output is numpy's own `.npz` format, readable without bert_jax: `<output_dir>/features-NNNNN.npz`, each with
 
@@ -29,32 +30,10 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths, sharding
+from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import pretrained
 from bert_jax.model.encoder import BertModel, encoder_intermediates
 from bert_jax.train import step
-
-
-def windows(num_tokens: int, max_tokens: int, stride: int) -> list[tuple[int, int]]:
-  """(start, length) of the windows that cover `num_tokens` tokens, `max_tokens` at most each, `stride` apart."""
-  spans, start = [], 0
-  while True:
-    length = min(max_tokens, num_tokens - start)
-    spans.append((start, length))
-    if start + length >= num_tokens:
-      return spans
-    start += stride
-
-
-def best_window(spans: list[tuple[int, int]], num_tokens: int) -> np.ndarray:
-  """[num_tokens] the index of the window in which each token has the most context (min of left and right,
-  ties to the longer window), as `_check_is_max_context` of BERT's run_squad.py."""
-  positions = np.arange(num_tokens)
-  scores = np.full((len(spans), num_tokens), -np.inf)
-  for index, (start, length) in enumerate(spans):
-    inside = (positions >= start) & (positions < start + length)
-    context = np.minimum(positions - start, start + length - 1 - positions) + 0.01 * length
-    scores[index, inside] = context[inside]
-  return np.argmax(scores, axis=0)
 
 
 def _layer_indices(layers, num_layers: int) -> list[int]:
@@ -207,12 +186,12 @@ def extract(config, workdir: str) -> dict:
 
   for index, text in enumerate(_input_lines(files)):
     token_ids = np.array(tokenizer.encode(text), np.int32)
-    spans = windows(len(token_ids), seq - 2, settings.doc_stride)
+    spans = doc_spans(len(token_ids), seq - 2, settings.doc_stride)
     line = _Line(
       index,
       token_ids,
       np.zeros((len(token_ids), len(layers), model_cfg.hidden_size), np.float32),
-      best_window(spans, len(token_ids)),
+      max_context_spans(spans, len(token_ids)),
       len(spans),
     )
     open_lines.append(line)

@@ -1,0 +1,218 @@
+"""The shard workers of corpus preparation: one work unit's documents tokenized into a training shard and an
+evaluation shard (the documents whose place, `document_place`, is below `data.eval_fraction`), with their
+statistics; the hold-out minimum (`data.eval_min_documents`) across shards; the unigram baseline the evaluation
+split is scored against.
+
+A worker tokenizes about a megabyte of sentences per call (`Tokenizer.encode_batch`: WordPiece compiled, through
+TensorFlow Text), so memory stays bounded whatever the file size. A shard is written to a temporary name and renamed
+when whole, with its statistics and input beside it, so a re-run skips finished shards. Each record is a
+`tf.train.Example` with `token_ids` (the document's tokens, flattened) and `sentence_lengths` (tokens per
+sentence), serialized deterministically: a shard's bytes depend only on its input.
+"""
+
+import dataclasses
+import hashlib
+import heapq
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+from etils import epath
+
+from bert_jax import paths
+from bert_jax.data import text
+from bert_jax.data.manifest import file_integrity
+from bert_jax.data.tokenizer import load_tokenizer
+
+# Text tokenized per tokenizer call: large enough to amortise the call, small enough to bound a worker's memory.
+TOKENIZER_BATCH_BYTES = 1 << 20
+
+
+@dataclasses.dataclass
+class ShardStats:
+  """A work unit's counts: what its shards hold, the empty documents dropped, and the text read (`text.TextCounts`)."""
+
+  documents: int = 0
+  sentences: int = 0
+  tokens: int = 0
+  empty_documents: int = 0
+  replaced_bytes: int = 0
+  text_bytes: int = 0
+
+
+def _example(token_ids: np.ndarray, sentence_lengths: np.ndarray) -> bytes:
+  feature = {
+    "token_ids": tf.train.Feature(int64_list=tf.train.Int64List(value=token_ids.tolist())),
+    "sentence_lengths": tf.train.Feature(int64_list=tf.train.Int64List(value=sentence_lengths.tolist())),
+  }
+  # Deterministic: map fields in a fixed order, so a shard's bytes depend only on its input.
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+
+
+_tokenizer = None  # This worker process's, set by `init_worker`.
+
+
+def init_worker(tokenizer_args: dict, pooled: bool = False) -> None:
+  """Loads the tokenizer `write_shard` uses in this process (a pool's initializer, or called once in-process)."""
+  global _tokenizer
+  if pooled:  # One worker per core: TensorFlow's ops in each run on one thread.
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+  _tokenizer = load_tokenizer(**tokenizer_args)
+
+
+def _unit_input(unit: dict) -> dict:
+  """What a shard was made from (recorded beside it): a re-run keeps the shard only if this is unchanged."""
+  return json.loads(json.dumps({key: value for key, value in unit.items() if key != "output"}, default=str))
+
+
+def document_place(token_ids: np.ndarray) -> float:
+  """A document's place in [0, 1), from its tokens alone: the evaluation split holds the documents whose place is
+  below a threshold (`data.eval_fraction`), wherever and however the corpus is cut into units."""
+  digest = hashlib.sha256(np.asarray(token_ids, "<i8").tobytes()).digest()
+  return int.from_bytes(digest[:8], "little") / 2**64
+
+
+class _Split:
+  """One shard being written: its writer and counts; the training shard also keeps the lowest places of its
+  documents (the candidates for the evaluation split's minimum)."""
+
+  def __init__(self, writer, vocab_size: int, candidates: int = 0):
+    self.writer, self.documents, self.sentences, self.tokens = writer, 0, 0, 0
+    self.token_counts = np.zeros(vocab_size, np.int64)  # For the unigram baseline.
+    self._uncounted = []  # Documents written since the last `count` (counted a batch at a time).
+    self._candidates, self._lowest = candidates, []  # A max-heap (negated) of the lowest places.
+
+  def write(self, token_ids: np.ndarray, sentence_lengths: np.ndarray, place: float) -> None:
+    self.writer.write(_example(token_ids, sentence_lengths))
+    self.documents += 1
+    self.sentences += len(sentence_lengths)
+    self.tokens += len(token_ids)
+    self._uncounted.append(token_ids)
+    if self._candidates:
+      heapq.heappush(self._lowest, -place)
+      if len(self._lowest) > self._candidates:
+        heapq.heappop(self._lowest)
+
+  def count(self) -> None:
+    if self._uncounted:
+      self.token_counts += np.bincount(np.concatenate(self._uncounted), minlength=len(self.token_counts))
+      self._uncounted = []
+
+  def counts(self) -> dict:
+    self.count()
+    return dict(
+      documents=self.documents,
+      sentences=self.sentences,
+      tokens=self.tokens,
+      token_counts=self.token_counts.tolist(),
+    )
+
+  def lowest(self) -> list[float]:
+    return sorted(-place for place in self._lowest)
+
+
+def _eval_output(unit: dict) -> str:
+  directory, name = os.path.split(unit["output"])
+  return os.path.join(directory, "eval-" + name)
+
+
+def write_shard(unit: dict) -> dict:
+  """Tokenizes one work unit into its training shard and its evaluation shard (the documents whose place is below
+  `eval_fraction`); returns their statistics. Skips shards already written from the same input (file, unit, sizes
+  and fraction; or TFDS slice)."""
+  final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", _eval_output(unit)
+  if all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
+    stats = json.loads(epath.Path(stats_path).read_text())
+    if stats.get("input") == _unit_input(unit):
+      return stats | {"skipped": True}
+  stats = ShardStats()
+  with (
+    paths.staged_file(final) as temporary,
+    tf.io.TFRecordWriter(temporary) as writer,
+    paths.staged_file(eval_final) as eval_temporary,
+    tf.io.TFRecordWriter(eval_temporary) as eval_writer,
+  ):
+    vocab_size = _tokenizer.vocab_size
+    train, held_out = _Split(writer, vocab_size, unit["eval_min_documents"]), _Split(eval_writer, vocab_size)
+    for documents in text.groups(text.unit_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
+      ids, lengths = _tokenizer.encode_batch([sentence for document in documents for sentence in document])
+      sentence_ends = np.cumsum([len(document) for document in documents])
+      token_ends = np.concatenate([[0], np.cumsum(lengths)])
+      for end, count in zip(sentence_ends, map(len, documents), strict=True):
+        document_lengths = lengths[end - count : end]
+        if not document_lengths.any():
+          stats.empty_documents += 1
+          continue
+        token_ids = ids[token_ends[end - count] : token_ends[end]]
+        place = document_place(token_ids)
+        split = held_out if place < unit["eval_fraction"] else train
+        split.write(token_ids, document_lengths[document_lengths > 0], place)
+      train.count()
+      held_out.count()
+  result = dataclasses.asdict(stats) | train.counts() | {"file": os.path.basename(final), "input": _unit_input(unit)}
+  result |= file_integrity(final) | {"lowest_places": train.lowest()}
+  result["eval"] = held_out.counts() | {"file": os.path.basename(eval_final)} | file_integrity(eval_final)
+  paths.write_text(stats_path, json.dumps(result))
+  return result
+
+
+def _move_to_eval(result: dict, output_dir: str, threshold: float) -> None:
+  """Moves the documents of a written training shard whose place is at most `threshold` to its evaluation shard
+  (both rewritten whole, each through a temporary name); updates `result` and its statistics file."""
+  train_path, eval_path = (os.path.join(output_dir, part["file"]) for part in (result, result["eval"]))
+  kept, moved = [], []
+  for record in tf.data.TFRecordDataset(train_path).as_numpy_iterator():
+    features = tf.train.Example.FromString(record).features.feature
+    token_ids = np.array(features["token_ids"].int64_list.value, np.int64)
+    lengths = np.array(features["sentence_lengths"].int64_list.value, np.int64)
+    (moved if document_place(token_ids) <= threshold else kept).append((token_ids, lengths))
+  held = [
+    (np.array(f["token_ids"].int64_list.value, np.int64), np.array(f["sentence_lengths"].int64_list.value, np.int64))
+    for f in (
+      tf.train.Example.FromString(r).features.feature for r in tf.data.TFRecordDataset(eval_path).as_numpy_iterator()
+    )
+  ]
+  for path, part, documents in ((train_path, result, kept), (eval_path, result["eval"], held + moved)):
+    with paths.staged_file(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+      for token_ids, lengths in documents:
+        writer.write(_example(token_ids, lengths))
+    part.update(
+      documents=len(documents),
+      sentences=sum(len(lengths) for _, lengths in documents),
+      tokens=sum(len(token_ids) for token_ids, _ in documents),
+      token_counts=np.bincount(
+        np.concatenate([token_ids for token_ids, _ in documents] or [np.zeros(0, np.int64)]),
+        minlength=len(part["token_counts"]),
+      ).tolist(),
+    )
+    part.update(file_integrity(path))
+  result["lowest_places"] = [place for place in result["lowest_places"] if place > threshold]
+  stats = {key: value for key, value in result.items() if key != "skipped"}
+  paths.write_text(os.path.join(output_dir, result["file"] + ".stats.json"), json.dumps(stats))
+
+
+def unigram_baseline(train_counts: np.ndarray, eval_counts: np.ndarray) -> dict:
+  """What predicting the training documents' token frequencies (add-one smoothed) at every masked position scores
+  on the held-out documents: the MLM loss (cross-entropy, nats) and accuracy (always the most frequent token) a
+  model must beat to have learned more than frequencies. Masked positions are a uniform sample of the tokens."""
+  probabilities = (train_counts + 1) / (train_counts.sum() + len(train_counts))
+  share = eval_counts / max(eval_counts.sum(), 1)
+  return dict(mlm_loss=float(-(share * np.log(probabilities)).sum()), mlm_accuracy=float(share[train_counts.argmax()]))
+
+
+def hold_out_minimum(results: list[dict], output_dir: str, minimum: int) -> None:
+  """The evaluation split holds at least `minimum` documents but never more than a tenth of the corpus: when the
+  places below the fraction gave fewer, the training documents with the lowest places join it."""
+  held = sum(r["eval"]["documents"] for r in results)
+  total = held + sum(r["documents"] for r in results)
+  need = min(minimum, total // 10) - held
+  if need <= 0:
+    return
+  threshold = sorted(place for r in results for place in r["lowest_places"])[need - 1]
+  logging.info("Holding out %d more document(s) for evaluation (data.eval_min_documents=%d).", need, minimum)
+  for result in results:
+    if result["lowest_places"] and result["lowest_places"][0] <= threshold:
+      _move_to_eval(result, output_dir, threshold)
