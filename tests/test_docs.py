@@ -221,3 +221,13 @@ def test_every_test_the_docs_name_exists():
       assert (ROOT / "tests" / f"{name}.py").exists() or name in all_names, f"{where}: no test file or test {name}"
       checked += 1
   assert checked > 20
+
+
+def test_every_file_the_docs_name_exists():
+  """Paths under bert_jax/, configs/, launch/ and tests/ named in the docs and the configs' docstrings (the package
+  moves; its docs must follow)."""
+  for path in MARKDOWN + CONFIGS:
+    text = path.read_text()
+    for name in re.findall(r"\b((?:bert_jax|configs|launch|tests)/[\w/.-]*\w)", text):
+      if "*" not in name and "NAME" not in name:  # configs/*.py, configs/NAME.py: patterns, not files.
+        assert (ROOT / name).exists(), f"{path.relative_to(ROOT)}: no file {name}"
