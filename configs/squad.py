@@ -1,13 +1,12 @@
-"""Fine-tune on SQuAD v1.1 (or v2.0: --config.finetune.task=squad_v2) with the BERT paper's hyperparameters:
-windows of 384 tokens every 128 with questions cut to 64, batch 32, learning rate 5e-5, 3 epochs (v2.0: 2),
-10% warmup, dropout 0.1.
+"""Fine-tune on SQuAD v1.1 with the BERT paper's hyperparameters: windows of 384 tokens every 128 with questions
+cut to 64, batch 32, learning rate 5e-5, 3 epochs, 10% warmup, dropout 0.1. SQuAD v2.0 has a config of its own,
+configs/squad_v2.py (the paper's 2 epochs at batch 48 for v2.0).
 
     python -m bert_jax.main --mode=finetune --config=configs/squad.py --config.finetune.data_dir=gs://bucket/squad \
         --config.init_from=gs://bucket/run --workdir=...
 
-`data_dir` holds the official train-v1.1.json and dev-v1.1.json (v2.0: train-v2.0.json, dev-v2.0.json);
-without it, TFDS `squad` (`finetune.tfds_data_dir` for a prepared TFDS directory). `predictions/dev.json` is in
-the official format; for v2.0 the null-score threshold is chosen on dev and written beside it.
+`data_dir` holds the official train-v1.1.json and dev-v1.1.json; without it, TFDS `squad/v1.1`
+(`finetune.tfds_data_dir` for a prepared TFDS directory). `predictions/dev.json` is in the official format.
 """
 
 from configs import glue

@@ -1,0 +1,233 @@
+"""The documentation holds: every `python -m bert_jax.main ...` command in README.md, docs/*.md, launch/README.md and
+the configs' docstrings parses as main.py parses it (nothing is run), the README stays a five-minute read, its
+links resolve, and every test the docs name exists."""
+
+import ast
+import pathlib
+import re
+import shlex
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from bert_jax import main
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MARKDOWN = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "launch" / "README.md"]
+CONFIGS = sorted(p for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
+COMMAND = "python -m bert_jax.main"
+# The flags `python -m bert_jax.main` accepts: main.py's own, and those of absl's app and logging (--log_dir, ...).
+FLAG_MODULES = (main.__name__, "absl.app", "absl.logging")
+FENCE = re.compile(r"^ *```[^\n]*\n(.*?)^ *```", re.MULTILINE | re.DOTALL)
+INLINE = re.compile(r"`([^`]+)`")
+SHELL_OPERATORS = {";", "&&", "||", "|", "&", "(", ")", "<", ">", ">>"}
+MORE_FLAGS = {"...", "[flags]"}  # A template's "and your flags".
+
+
+def _commands_in_block(text: str) -> list[str]:
+  """Commands in shell text: `\\` continuation lines joined, each command from `python -m bert_jax.main` on."""
+  joined = re.sub(r"\\\n", " ", text)
+  return [line[line.index(COMMAND) :] for line in joined.splitlines() if COMMAND in line]
+
+
+def _commands_in_markdown(text: str) -> list[str]:
+  commands = [c for block in FENCE.findall(text) for c in _commands_in_block(block)]
+  prose = FENCE.sub("", text)
+  # In prose, `python -m bert_jax.main` alone names the program; with flags it is a command.
+  spans = [" ".join(span.split()) for span in INLINE.findall(prose)]
+  return commands + [span for span in spans if span.startswith(COMMAND + " --")]
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+  """(where, command) for every command in the docs and the configs' docstrings."""
+  found = []
+  for path in MARKDOWN:
+    found += [(path.relative_to(ROOT).as_posix(), c) for c in _commands_in_markdown(path.read_text())]
+  for path in CONFIGS:
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    found += [(path.relative_to(ROOT).as_posix(), c) for c in _commands_in_block(docstring)]
+  return found
+
+
+COMMANDS = _documented_commands()
+
+
+def _words(command: str) -> list[str]:
+  """The command's words as a shell splits them, up to a comment or a shell operator (`&&`, `|`, ...)."""
+  lexer = shlex.shlex(command.split("`")[0], posix=True, punctuation_chars=True)
+  lexer.whitespace_split = True
+  words = []
+  for word in lexer:
+    if word in SHELL_OPERATORS or word in MORE_FLAGS:
+      break
+    words.append(word)
+  return words
+
+
+def _main_flags() -> dict:
+  return {flag.name: flag for module in FLAG_MODULES for flag in flags.FLAGS.get_flags_for_module(module)}
+
+
+def test_the_docs_hold_commands_and_every_config_docstring_has_its_own():
+  where = {w for w, _ in COMMANDS}
+  assert {"README.md", "docs/data.md", "docs/pretraining.md", "docs/finetuning.md", "docs/handoff.md"} <= where
+  assert {"docs/tpu.md", "launch/README.md"} <= where
+  for path in CONFIGS:
+    name = path.relative_to(ROOT).as_posix()
+    if path.stem != "default":  # Every key, no job of its own.
+      assert any(w == name and f"--config={name}" in c for w, c in COMMANDS), f"{name}: no command that runs it"
+
+
+def _problem(command: str) -> str | None:
+  """What `python -m bert_jax.main` would refuse in `command` before running anything, or None."""
+  words = _words(command)
+  if words[:3] != ["python", "-m", "bert_jax.main"]:
+    return f"not a bert_jax.main command: {words[:3]}"
+  main_flags = _main_flags()
+  config_path, overrides, given = None, [], {}
+  for word in words[3:]:
+    if not word.startswith("--"):
+      return f"{word!r} is not a flag"
+    name, has_value, value = word[2:].partition("=")
+    if name == "config":
+      config_path = value
+    elif name.startswith("config."):
+      overrides.append(word)
+    else:
+      flag_name = name[2:] if not has_value and name.startswith("no") and name[2:] in main_flags else name
+      if flag_name not in main_flags:
+        return f"--{name} is not a flag of bert_jax.main"
+      flag = main_flags[flag_name]
+      try:
+        if has_value or not flag.boolean:
+          flag.parser.parse(value)  # An enum (--mode) refuses what is not one of its values.
+      except ValueError as error:
+        return f"--{name}: {error}"
+      given[flag_name] = value
+  if not config_path or "workdir" not in given:
+    return "--config and --workdir are required"
+  if config_path.startswith("$"):  # A template (launch/run.sh's `--config=$CONFIG`): no file to read.
+    return "overrides of a config that is a variable" if overrides else None
+  if not (config_path.startswith("configs/") and (ROOT / config_path).is_file()):
+    return f"no config file {config_path}"
+
+  # The config flag as main.py defines it (a locked config file; every `--config.key` must name a key), fresh.
+  argv = ["bert_jax.main", f"--config={ROOT / config_path}", *overrides]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=values, lock_config=True, sys_argv=argv)
+  try:
+    values(argv)
+  except (AttributeError, KeyError, flags.Error) as error:  # AttributeError, KeyError: an unknown key.
+    return f"the config does not parse: {type(error).__name__} {error}"
+  # A mode the config contradicts stops main before anything runs (main._mode).
+  task = values.config.finetune.task
+  mode = given.get("mode") or ("finetune" if task else "pretrain")
+  if mode == "pretrain" and task:
+    return f"--mode=pretrain with finetune.task={task!r}"
+  if mode == "finetune" and not task:
+    return "--mode=finetune without finetune.task"
+  return None
+
+
+@pytest.mark.parametrize("where,command", COMMANDS, ids=[f"{w}:{i}" for i, (w, _) in enumerate(COMMANDS)])
+def test_each_documented_command_parses_as_main_parses_it(where, command):
+  assert _problem(command) is None, f"{where}: {command}\n  {_problem(command)}"
+
+
+@pytest.mark.parametrize(
+  "command, problem",
+  [
+    ("python -m bert_jax.main --config=configs/tiny.py", "--workdir are required"),
+    ("python -m bert_jax.main --config=configs/nope.py --workdir=/tmp/x", "no config file configs/nope.py"),
+    ("python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/x --config.nope=1", "does not parse"),
+    ("python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/x --config.batch_size=many", "does not parse"),
+    ("python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/x --mode=train", "--mode:"),
+    ("python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/x --steps=3", "--steps is not a flag"),
+    ("python -m bert_jax.main --config=configs/glue.py --workdir=/tmp/x --mode=pretrain", "--mode=pretrain with"),
+    ("python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/x --mode=finetune", "without finetune.task"),
+  ],
+)
+def test_the_check_refuses_what_main_refuses(command, problem):
+  assert problem in (_problem(command) or "")
+
+
+def test_the_check_accepts_mains_and_absls_flags():
+  flags_ = "--verbose --noverbose --log_dir=/tmp/logs --mode=features --config.features.layers=-1,-2"
+  assert _problem(f"python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/x {flags_}") is None
+
+
+def test_the_readme_is_a_five_minute_read():
+  lines = README.read_text().splitlines()
+  assert len(lines) <= 210, f"README.md has {len(lines)} lines: depth belongs in docs/"
+
+
+def test_the_readme_keeps_the_quick_start_that_ci_runs():
+  text = README.read_text()
+  assert "pip install -e . && python -m bert_jax.main --config=configs/tiny.py --workdir=/tmp/bert_tiny" in text
+  assert "pip install -e '.[test]' && pytest -q" in text
+
+
+def _slug(heading: str) -> str:
+  """GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped, spaces to `-`."""
+  return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: pathlib.Path) -> set[str]:
+  text = FENCE.sub("", path.read_text())
+  return {_slug(m) for m in re.findall(r"^#+ (.*)$", text, re.MULTILINE)}
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_resolves(path):
+  links = re.findall(r"\]\(([^)\s]+)\)", FENCE.sub("", path.read_text()))
+  for link in links:
+    if re.match(r"[a-z]+:", link):  # https:, mailto:
+      continue
+    target, _, anchor = link.partition("#")
+    resolved = (path.parent / target).resolve() if target else path
+    assert resolved.exists(), f"{path.name}: link {link} names no file"
+    if anchor and resolved.suffix == ".md":
+      assert anchor in _anchors(resolved), f"{path.name}: link {link}: no such heading in {resolved.name}"
+
+
+def test_the_readme_links_its_docs():
+  linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)", README.read_text()))
+  assert linked == {p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")}
+
+
+def _test_names(path: pathlib.Path) -> list[str]:
+  return re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE)
+
+
+def test_every_test_the_docs_name_exists():
+  """`tests/test_x.py`, `test_x::test_name...` (`...` stands for the rest of the name) and `test_x` name real tests."""
+  texts = {p.relative_to(ROOT).as_posix(): p.read_text() for p in MARKDOWN + CONFIGS}
+  all_names = {name for p in (ROOT / "tests").glob("test_*.py") for name in _test_names(p)}
+  checked = 0
+  for where, text in texts.items():
+    for module, name in re.findall(r"\b(test_\w+?)(?:\.py)?::(test_[\w.]+)", text):
+      pieces = [piece.strip("_") for piece in name.rstrip(".").split("...")]
+      names = _test_names(ROOT / "tests" / f"{module}.py") if (ROOT / "tests" / f"{module}.py").exists() else []
+      assert any(n.startswith(pieces[0]) and all(piece in n for piece in pieces[1:]) for n in names), (
+        f"{where}: no test {module}::{name}"
+      )
+      checked += 1
+    for module in re.findall(r"\b(test_\w+)\.py\b", text):
+      assert (ROOT / "tests" / f"{module}.py").exists(), f"{where}: no file tests/{module}.py"
+      checked += 1
+    for name in re.findall(r"`(test_\w+)`", text):
+      assert (ROOT / "tests" / f"{name}.py").exists() or name in all_names, f"{where}: no test file or test {name}"
+      checked += 1
+  assert checked > 20
+
+
+def test_every_file_the_docs_name_exists():
+  """Paths under bert_jax/, configs/, launch/ and tests/ named in the docs and the configs' docstrings (the package
+  moves; its docs must follow)."""
+  for path in MARKDOWN + CONFIGS:
+    text = path.read_text()
+    for name in re.findall(r"\b((?:bert_jax|configs|launch|tests)/[\w/.-]*\w)", text):
+      if "*" not in name and "NAME" not in name:  # configs/*.py, configs/NAME.py: patterns, not files.
+        assert (ROOT / name).exists(), f"{path.relative_to(ROOT)}: no file {name}"
