@@ -97,7 +97,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.short_seq_prob = 0.1
   # Select whole words (WordPiece ## continuations, SentencePiece pieces without a word-start marker).
   config.data.whole_word_masking = False
-  # Next-sentence prediction as in BERT; False: full-sentence sequences and no NSP loss (RoBERTa).
+  # Next-sentence prediction as in BERT; False: no NSP loss, and each sequence is sentences of one document (RoBERTa's
+  # DOC-SENTENCES, not its FULL-SENTENCES: sequences never cross documents, and short targets remain).
   config.data.next_sentence_prediction = True
   # The data stream is defined over this many virtual readers, whatever the number of hosts: reader r reads shards
   # r::num_readers (with fewer shards, stripes of their documents) and makes batch_size / num_readers rows of each
@@ -252,7 +253,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.guard.max_consecutive_skips = 10
 
   # Model FLOPs utilisation in the logs: peak dense bf16 TFLOP/s of one device. 0: looked up from the device
-  # kind (TPU v4/v5e/v5p/v6e, H100, A100; table in bert_jax/flops.py and the README); unknown kinds log no MFU.
+  # kind (TPU v4/v5e/v5p/v6e, H100, A100; table in bert_jax/flops.py and docs/benchmarks.md); unknown kinds log no MFU.
   config.peak_tflops_per_device = 0.0
 
   config.profile = ml_collections.ConfigDict()

@@ -21,7 +21,7 @@ def get_config():
   config.num_train_steps = large.TOTAL_STEPS
   config.data.max_seq_length = 512
   config.data.max_predictions_per_seq = 80
-  # At 512 tokens most rows are padding without packing; packed, rows are >= 95% real tokens (README Benchmarks).
+  # At 512 tokens most rows are padding without packing; packed, rows are >= 95% real tokens (docs/benchmarks.md).
   config.data.pack_instances = True
   # A placeholder that fails with a clear error until it names phase 1's workdir: phase 2 must not start from
   # scratch by accident.

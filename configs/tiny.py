@@ -12,9 +12,9 @@ from configs import default
 def get_config():
   config = default.get_config()
   config.model.update(preset("tiny"))
-  # Tuned for a minute on 2 CPU cores (~8 passes over ~150k tokens; README, "Quick start"): a 400-piece vocabulary
-  # leaves each piece enough examples; no dropout, which only slows a run this short; the highest learning rate
-  # that did not stall at the unigram solution (4e-3 and 5e-3 did).
+  # Tuned for a minute on 2 CPU cores (~8 passes over ~150k tokens; docs/benchmarks.md, "The quick start"): a
+  # 400-piece vocabulary leaves each piece enough examples; no dropout, which only slows a run this short; the
+  # highest learning rate that did not stall at the unigram solution (4e-3 and 5e-3 did).
   config.model.vocab_size = 400
   config.model.hidden_dropout_prob = 0.0
   config.model.attention_dropout_prob = 0.0

@@ -1,5 +1,6 @@
 """BERT-Tiny (L2 H128 A2) pretrained on a directory of English text with Google's uncased WordPiece vocabulary:
-the encoder of the fine-tuning evaluation in the README. Point it at the text and vocabulary, prepare once, train:
+the encoder of the fine-tuning evaluation in docs/benchmarks.md. Point it at the text and vocabulary, prepare
+once, train:
 
     VOCAB=../shared/data/vocab/bert-base-uncased-vocab.txt
     python -m bert_jax.main --config=configs/tiny_english.py --mode=prepare --workdir=/tmp/tiny_english \

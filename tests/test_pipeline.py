@@ -248,7 +248,7 @@ def test_a_truncated_shard_is_named_never_skipped(corpus, data_config, tmp_path)
       next(source)
 
 
-def test_without_next_sentence_prediction_sequences_are_full_sentences(corpus, data_config):
+def test_without_next_sentence_prediction_sequences_are_sentences_of_one_document(corpus, data_config):
   batch = _batches(_source(corpus, data_config, next_sentence_prediction=False), 1)[0]
   assert (batch["next_sentence_labels"] == 0).all() and (batch["segment_ids"] == 0).all()
   lengths = batch["input_mask"].sum(1)

@@ -5,11 +5,11 @@ initialisation of the same model, each a sweep of seeds in one program; dev metr
         --init_from=/tmp/tiny_english --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt \
         --workdir=/tmp/glue_eval --tasks=mrpc,rte,cola,sst2 --seeds=5
 
-`--init_from` is any source `pretrained.load` reads (configs/tiny_english.py writes the README's); the random
-initialisation takes its model sizes and `--vocab`. Every run is `bert_jax.finetune.job.finetune` with
-configs/glue.py and the overrides below, in `<workdir>/<task>/<init>`; a finished run is read back from its
-metrics.json rather than trained again, so an interrupted evaluation resumes. Prints a markdown table and writes
-`<workdir>/results.json`.
+`--init_from` is any source `pretrained.load` reads (configs/tiny_english.py writes the one in
+docs/benchmarks.md); the random initialisation takes its model sizes and `--vocab`. Every run is
+`bert_jax.finetune.job.finetune` with configs/glue.py and the overrides below, in `<workdir>/<task>/<init>`; a
+finished run is read back from its metrics.json rather than trained again, so an interrupted evaluation resumes.
+Prints a markdown table and writes `<workdir>/results.json`.
 """
 
 import json

@@ -170,7 +170,7 @@ def _contestants(dtype: str, members: int) -> tuple[dict, list, BertConfig]:
 
 
 def _markdown(results: dict, members: int, flops: float, header: str) -> str:
-  """The README table: one row per contestant, the speedups in the last two columns."""
+  """The table of docs/benchmarks.md: one row per contestant, the speedups in the last two columns."""
   lines = [
     header,
     "",

@@ -72,7 +72,7 @@ def document_instances(
   token_ids [T], sentence_lengths [S] (this document); partner_* (another document, for random next
   sentences); seed [2]. Returns input_ids, segment_ids, input_mask [n, max_seq_length] int32 and
   next_sentence_labels [n] (1 = B is a random next sentence). Without next-sentence prediction (RoBERTa's
-  full sentences), each instance is `[CLS] sentences... [SEP]` from one chunk, labelled 0.
+  DOC-SENTENCES: never across documents), each instance is `[CLS] sentences... [SEP]` from one chunk, labelled 0.
   """
   nsp = next_sentence_prediction
   max_tokens = max_seq_length - (3 if nsp else 2)  # [CLS] A [SEP] B [SEP], or [CLS] A [SEP]

@@ -123,6 +123,10 @@ class Job(abc.ABC):
     """Before a save of `step`: writes what lives beside the checkpoint, and returns its (data position,
     history)."""
 
+  def saved(self, step: int) -> None:
+    """After the (asynchronous) save of `step` has started: tidies what the job keeps beside the checkpoints."""
+    return None
+
   tokenizer_item: dict | None = None
 
   def close(self, failed: bool) -> None:
@@ -198,6 +202,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
         position, history = job.checkpoint(step)
         checkpoints.save(manager, step, state, position, config, job.tokenizer_item, history)  # Async.
         saving = step
+        job.saved(step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopped:
         logging.warning("Stopped at step %d with a checkpoint; run the same command to resume.", step)

@@ -298,7 +298,6 @@ class PretrainingJob(loop.Job):
   def checkpoint(self, step: int) -> tuple[dict, dict]:
     config = self.config
     checkpoints.save_data_state(self.source, checkpoints.data_state_dir(self.workdir, step), step)
-    checkpoints.remove_stale_data_states(self.workdir, step)
     position = dict(
       examples=self.source.position,
       tokenizer=self.data.identity,
@@ -310,6 +309,9 @@ class PretrainingJob(loop.Job):
     self.history["examples_seen"] = self.examples_before + done * config.batch_size
     self.history["token_positions_seen"] = self.positions_before + done * self.tokens_per_step
     return position, copy.deepcopy(self.history)
+
+  def saved(self, step: int) -> None:
+    checkpoints.remove_stale_data_states(self.workdir, step)
 
   def finish(self, state, step: int, stopped: bool) -> list[tuple[str, str]]:
     """The last train and eval metrics of this launch (a history carried over from a previous phase, init_from's,
