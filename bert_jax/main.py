@@ -92,7 +92,13 @@ def main(argv):
   sys.unraisablehook = _quiet_closed_loop_callbacks
   config = _CONFIG.value
   mode = _mode(config)
-  from bert_jax import distributed  # After the console (see the docstring).
+  from bert_jax import config_checks  # After the console (see the docstring); it imports no TensorFlow.
+
+  try:
+    checked = config_checks.check(config, mode)  # Once, before anything is imported, read or written.
+  except ValueError as error:
+    sys.exit(f"--mode={mode}: {error}")
+  from bert_jax import distributed
   from bert_jax.data import prepare
   from bert_jax.handoff import export, extract_features
 
@@ -130,9 +136,9 @@ def main(argv):
       config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
     )
   elif mode == "features":
-    extract_features.extract(config, _WORKDIR.value)
+    extract_features.extract(config, _WORKDIR.value, checked)
   else:
-    _train(config, _WORKDIR.value, mode)
+    _train(config, _WORKDIR.value, checked)
 
 
 def _mode(config) -> str:
@@ -163,7 +169,7 @@ def _compile_ahead_of_time(config, mode: str) -> None:
     sys.exit(f"The job does not fit {report['target']}: see the report above.")
 
 
-def _train(config, workdir: str, mode: str) -> None:
+def _train(config, workdir: str, checked) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
   save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
   from bert_jax.finetune import job
@@ -171,10 +177,10 @@ def _train(config, workdir: str, mode: str) -> None:
   from bert_jax.workdir import checkpoints, lease
 
   try:
-    if mode == "finetune":
-      job.finetune(config, workdir)
+    if checked.mode == "finetune":
+      job.finetune(config, workdir, checked)
     else:
-      pretraining.pretrain(config, workdir)
+      pretraining.pretrain(config, workdir, checked)
   except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError) as error:
     logging.error("%s", error)
     # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the

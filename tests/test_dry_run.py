@@ -7,8 +7,8 @@ import jax
 import pytest
 
 from bert_jax import distributed, flops
+from bert_jax.config_checks import model_config
 from bert_jax.dry_run import ahead_of_time
-from bert_jax.train.pretraining import model_config
 from tests.test_main import ROOT, _env
 
 

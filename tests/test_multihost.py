@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax import sharding
+from bert_jax import config_checks, sharding
 from bert_jax.data import prepare, sources
 from bert_jax.data.corpus import Corpus
 from bert_jax.train import loop, pretraining
@@ -191,7 +191,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
 
   # Each host reads its own half of the corpus: the tokens of its batches come from its own shards.
   config = _config(prepared)
-  model_cfg = pretraining.check_config(config)
+  model_cfg = config_checks.check_pretraining(config)
   data = Corpus(config, workdir, model_cfg)
   hosts = [data.source(0, host=(index, HOSTS)) for index in range(HOSTS)]
   host_batches = [[next(source) for _ in range(steps)] for source in hosts]

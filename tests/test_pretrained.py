@@ -15,12 +15,14 @@ import torch
 import transformers
 
 from bert_jax import sharding
+from bert_jax.data import corpus, prepare, shards
+from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.handoff import export, pretrained
 from bert_jax.handoff.hf_format import TIED, hf_config_dict, load_safetensors, params_from_hf, save_safetensors
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
-from bert_jax.train import pretraining
+from bert_jax.train import pretraining, start_order
 from bert_jax.workdir import checkpoints
 from tests.test_encoder import _inputs, _reference
 
@@ -330,7 +332,7 @@ def test_google_bert_checkpoints_load_and_export_both_ways_as_transformers_reads
 
 
 def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_refuses_what_does_not_fit(
-  wordpiece_run, exports, tmp_path
+  wordpiece_run, exports, tmp_path, monkeypatch
 ):
   _, config, params = wordpiece_run
   config = config.copy_and_resolve_references()
@@ -354,10 +356,25 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
     pretraining.pretrain(config, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists()  # All refused before anything was written.
 
-  # Every source goes through `pretrained.load` (tested above for each); here the loop starts from one.
+  # Every source goes through `pretrained.load` (tested above for each); here the loop starts from one, describing
+  # init_from once and loading the tokenizer once (it is checked against the source's, then tokenizes the corpus).
   config.init_from = exports["google"]
   config.update(num_train_steps=1)
+  calls = {"describe": 0, "load_tokenizer": 0}
+
+  def counted(name, function):
+    def wrapper(*args, **kwargs):
+      calls[name] += 1
+      return function(*args, **kwargs)
+
+    return wrapper
+
+  monkeypatch.setattr(pretrained, "describe", counted("describe", pretrained.describe))
+  load = counted("load_tokenizer", tokenizer_lib.load_tokenizer)
+  for module in (start_order, corpus, pretrained, prepare, shards):
+    monkeypatch.setattr(module, "load_tokenizer", load)
   state = pretraining.pretrain(config, str(tmp_path / "run"))
+  assert calls == {"describe": 1, "load_tokenizer": 1}
   assert int(state.step) == 1 and int(state.opt_state[1][0].count) == 1  # A fresh optimizer's first step.
   _assert_params_equal(state.params, params)  # Warmup: step 0's learning rate is 0, so the weights are the source's.
 

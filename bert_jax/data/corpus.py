@@ -8,14 +8,15 @@ from absl import logging
 from bert_jax.data import sources
 from bert_jax.data.manifest import check_shards, paths_for_run, read_manifest
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 from bert_jax.model.bert_config import BertConfig
 
 
 class Corpus:
-  """The tokenizer and prepared corpus of `config` (none for the synthetic source), checked against the model."""
+  """The tokenizer and prepared corpus of `config` (none for the synthetic source), checked against the model;
+  `tokenizer` is config.tokenizer's when the caller has loaded it already."""
 
-  def __init__(self, config, workdir: str, model: BertConfig):
+  def __init__(self, config, workdir: str, model: BertConfig, tokenizer: Tokenizer | None = None):
     self._config, self._model = config, model
     self.tokenizer, self.identity, self._train, self._eval, self.unigram = None, None, {}, {}, None
     if config.data.source == "synthetic":
@@ -25,7 +26,7 @@ class Corpus:
       from bert_jax.data import prepare
 
       prepare.prepare_for_run(config, workdir)
-    self.tokenizer = load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
+    self.tokenizer = tokenizer or load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
     if self.tokenizer.vocab_size > model.vocab_size:
       raise ValueError(f"The tokenizer has {self.tokenizer.vocab_size} ids but model.vocab_size={model.vocab_size}.")
     self.identity = self.tokenizer.identity()

@@ -173,8 +173,6 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
   tokenizer_path, prepared_dir = paths_for_run(config, workdir)
   data = config.data
   if data.embedded_corpus:
-    if data.embedded_corpus != "python_docs":
-      raise ValueError(f"data.embedded_corpus={data.embedded_corpus!r}; expected 'python_docs' or ''.")
     corpus = os.path.join(workdir, "corpus", "python_docs.txt")
     if not epath.Path(corpus).exists():
       epath.Path(corpus).parent.mkdir(parents=True, exist_ok=True)

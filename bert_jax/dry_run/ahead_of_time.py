@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import console, flops, sharding
+from bert_jax import config_checks, console, flops, sharding
 from bert_jax.data.pretraining_batch import max_instances, pretraining_shapes
 from bert_jax.dry_run import hlo_stats, tpu_topology
 from bert_jax.model.attention import resolve
@@ -36,11 +36,10 @@ gib = hlo_stats.format_bytes
 
 def target_devices(config) -> tuple[list[jax.Device], str]:
   """The devices to compile for and how to name them: `dry_run.topology`'s, else this machine's."""
+  config_checks.check_dry_run(config)
   if config.dry_run.topology:
     topology = tpu_topology.parse(config.dry_run.topology, config.dry_run.num_slices)
     return tpu_topology.devices(topology), f"{topology}, compiled by XLA's TPU compiler"
-  if config.dry_run.num_slices != 1:
-    raise ValueError(f"dry_run.num_slices={config.dry_run.num_slices} needs dry_run.topology (a TPU slice).")
   devices = jax.devices()
   note = ": an estimate (CPU fusion and buffers; the state's shards are exact)" if devices[0].platform == "cpu" else ""
   return devices, f"{len(devices)} x {devices[0].device_kind} (this machine){note}"
@@ -89,7 +88,7 @@ def _probe(model_cfg, layers: int | None):
 
 
 def pretraining_job(config, devices, layers: int | None = None) -> Job:
-  model_cfg = _probe(pretraining.check_config(config), layers)
+  model_cfg = _probe(config_checks.check_pretraining(config), layers)
   the_run = pretraining.make_run(config, devices, model_cfg)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   batch = _abstract(
@@ -115,23 +114,13 @@ def pretraining_job(config, devices, layers: int | None = None) -> Job:
 def finetuning_job(config, devices, layers: int | None = None) -> Job:
   from bert_jax.finetune import job, losses, tasks
   from bert_jax.handoff import pretrained
-  from bert_jax.model.heads import task_model
-  from bert_jax.train.optim import make_sweep_optimizer
 
-  members = job.check_config(config)
+  _, members = config_checks.check_finetuning(config)
   task = tasks.make_task(config.finetune)
   source = pretrained.describe(config.init_from) if config.init_from else None  # Metadata only.
   model_cfg = _probe(job.model_config(config, source), layers)
-  scheduled = job.run_config(config, config.num_train_steps, model_cfg)
-  model = task_model(model_cfg, task.head, task.num_labels)
-  the_run = run.make_run(
-    scheduled,
-    model,
-    losses.make_loss(task.head),
-    make_sweep_optimizer(scheduled),
-    members=len(members),
-    devices=devices,
-  )
+  plan = job.Plan.of(config, config.num_train_steps, model_cfg, members)
+  the_run = job.make_run(config, plan, task, devices)
   seq = config.finetune.max_seq_length
   batch_sharding = sharding.batch_sharding(the_run.mesh)
   train_batch = _abstract(losses.batch_shapes(task.head, config.batch_size, seq, task.num_choices), batch_sharding)

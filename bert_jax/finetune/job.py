@@ -30,7 +30,8 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import paths, progress, sharding
+from bert_jax import config_checks, paths, progress, sharding
+from bert_jax.config_checks import Member
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, losses, tasks
 from bert_jax.finetune.contract import Encoded, Task
@@ -39,53 +40,10 @@ from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.heads import task_model
 from bert_jax.train import loop, run, start_order
 from bert_jax.train import step as step_lib
-from bert_jax.train.optim import make_sweep_optimizer, set_learning_rates
+from bert_jax.train.optim import Steps, make_sweep_optimizer, set_learning_rates
 from bert_jax.workdir import checkpoints
 
 METRICS_FILE = "metrics.json"
-
-
-@dataclasses.dataclass(frozen=True)
-class Member:
-  learning_rate: float
-  seed: int
-
-
-def sweep_members(config) -> list[Member]:
-  """Every (learning rate, seed) pair of `config.sweep`, learning rate major."""
-  text = config.sweep.learning_rates
-  try:
-    rates = [float(x) for x in text.split(",")] if text else [config.learning_rate]
-  except ValueError:
-    raise ValueError(f"sweep.learning_rates={text!r} is not a comma-separated list of numbers.") from None
-  if any(not rate > 0 for rate in rates) or config.sweep.seeds < 1:
-    raise ValueError(f"Learning rates {rates} must be positive and sweep.seeds={config.sweep.seeds} at least 1.")
-  return [Member(rate, config.seed + index) for rate in rates for index in range(config.sweep.seeds)]
-
-
-def check_config(config) -> list[Member]:
-  """Raises ValueError naming the bad value, before anything is read, compiled or written."""
-  run.check_config(config)
-  run.check_ranges(
-    config,
-    [
-      (f"finetune.{key}", run.AT_LEAST_ONE)
-      for key in ("doc_stride", "max_query_length", "n_best_size", "max_answer_length")
-    ],
-  )
-  finetune = config.finetune
-  if finetune.task.lower() not in tasks.NAMES and finetune.task.lower().replace("-", "") not in tasks.NAMES:
-    raise ValueError(f"finetune.task={finetune.task!r}; expected one of {tasks.NAMES}.")
-  if not finetune.num_epochs > 0:
-    raise ValueError(f"finetune.num_epochs={finetune.num_epochs} must be positive.")
-  if not 0 <= finetune.warmup_fraction < 1:
-    raise ValueError(f"finetune.warmup_fraction={finetune.warmup_fraction} must be in [0, 1).")
-  if finetune.max_seq_length < 8 or finetune.eval_batch_size < 1:
-    raise ValueError(
-      f"finetune.max_seq_length={finetune.max_seq_length} must be at least 8 and "
-      f"finetune.eval_batch_size={finetune.eval_batch_size} at least 1."
-    )
-  return sweep_members(config)
 
 
 def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.ndarray:
@@ -117,17 +75,37 @@ def model_config(config, source: pretrained.Pretrained | pretrained.Source | Non
   return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
 
 
-def run_config(config, total_steps: int, model_cfg: BertConfig):
-  """`config` as this run trains: the step counts of fine-tuning (the optimizer reads them) and the encoder's
-  architecture (init_from's), which its checkpoints record."""
-  scheduled = ml_collections.ConfigDict(config.to_dict())
-  scheduled.update(
-    num_train_steps=total_steps,
-    warmup_steps=int(round(config.finetune.warmup_fraction * total_steps)),
-    schedule_end_step=0,
-  )
-  scheduled.model.update(dataclasses.asdict(model_cfg))
-  return scheduled
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What this run computes from its config and what it reads, kept beside the config rather than written into
+  it: the step counts (from epochs, rows and batch size; warmup from its fraction), the encoder (init_from's
+  architecture, this run's dtype and layout) and the sweep's members."""
+
+  num_train_steps: int
+  steps: Steps
+  model: BertConfig
+  members: tuple[Member, ...]
+
+  @classmethod
+  def of(cls, config, num_train_steps: int, model: BertConfig, members) -> "Plan":
+    warmup = int(round(config.finetune.warmup_fraction * num_train_steps))
+    return cls(num_train_steps, Steps(warmup, num_train_steps), model, tuple(members))
+
+  def record(self, config) -> ml_collections.ConfigDict:
+    """What a checkpoint records as its config: `config` with the plan's step counts and encoder, so that a
+    reader of the checkpoint (export, `pretrained.load`, a resume) sees the architecture and schedule that ran."""
+    recorded = ml_collections.ConfigDict(config.to_dict())
+    recorded.update(num_train_steps=self.num_train_steps, warmup_steps=self.steps.warmup_steps, schedule_end_step=0)
+    recorded.model.update(dataclasses.asdict(self.model))
+    return recorded
+
+
+def make_run(config, plan: Plan, task: Task, devices=None) -> run.Run:
+  """The sweep's run: `task`'s model on the plan's encoder, one member per (learning rate, seed), the optimizer on
+  the plan's step counts."""
+  model = task_model(plan.model, task.head, task.num_labels)
+  tx = make_sweep_optimizer(config, plan.steps)
+  return run.make_run(config, model, losses.make_loss(task.head), tx, members=len(plan.members), devices=devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,31 +207,30 @@ class FinetuningJob(loop.Job):
   title = "Fine-tuning"
   finished = "Fine-tuning finished"
 
-  def __init__(
-    self, config, scheduled, workdir: str, task: Task, members: list[Member], source, tokenizer, splits: _Splits
-  ):
-    self.workdir, self.task, self.members, self.source, self.tokenizer = workdir, task, members, source, tokenizer
-    self.user_config = config
-    self.config = scheduled  # What the loop reads and the checkpoints record: the run's step counts.
+  def __init__(self, config, plan: Plan, workdir: str, task: Task, source, tokenizer, splits: _Splits):
+    self.config, self.plan, self.workdir, self.task = config, plan, workdir, task
+    self.members, self.source, self.tokenizer = plan.members, source, tokenizer
+    self._recorded = plan.record(config)
     self.splits = splits
     self.num_rows = self.splits.train.num_rows
-    self.last_step = scheduled.num_train_steps
+    self.last_step = plan.num_train_steps
     epochs = math.ceil(config.finetune.num_epochs)
     ends = {min(self.last_step, math.ceil(e * self.num_rows / config.batch_size)) for e in range(1, 1 + epochs)}
     self.epoch_ends = sorted(ends | {self.last_step})
     self.tokens_per_step = config.batch_size * config.finetune.max_seq_length
-    self.model_cfg = BertConfig(**scheduled.model.to_dict())
-    model = task_model(self.model_cfg, task.head, task.num_labels)
-    self.run = run.make_run(
-      scheduled, model, losses.make_loss(task.head), make_sweep_optimizer(scheduled), members=len(members)
-    )
+    self.model_cfg = plan.model
+    self.run = make_run(config, plan, task)
     self.predict_fn = make_predict(self.run)
     self.tokenizer_item = checkpoints.tokenizer_item(tokenizer)
     self.main_split = task.eval_splits[0]
     self.summary = None
 
+  @property
+  def recorded_config(self):
+    return self._recorded
+
   def header_rows(self) -> list[tuple[str, str]]:
-    config, task, members = self.user_config, self.task, self.members
+    config, task, members = self.config, self.task, self.members
     return [
       (
         "task",
@@ -338,7 +315,7 @@ class FinetuningJob(loop.Job):
         step,
         _member_state(state, best_index),
         self._position(step),
-        config,
+        self.recorded_config,
         self.tokenizer_item,
         dict(self.record["best"], **task.task_head.to_json()),
       )
@@ -406,11 +383,12 @@ class FinetuningJob(loop.Job):
     ]
 
 
-def finetune(config, workdir: str) -> dict | None:
+def finetune(config, workdir: str, checked: config_checks.Checked | None = None) -> dict | None:
   """Fine-tunes (or resumes fine-tuning) `config.finetune.task`; returns what `metrics.json` holds (None when a
-  preemption stopped the run: the same command resumes)."""
+  preemption stopped the run: the same command resumes). `checked` is `config_checks.check`'s result when main
+  ran it."""
   started_at = time.perf_counter()
-  members = check_config(config)
+  checked = checked or config_checks.check(config, "finetune")
   task = tasks.make_task(config.finetune)
   source = None
   if config.init_from:  # Read, and so checked, before anything is written.
@@ -424,11 +402,11 @@ def finetune(config, workdir: str) -> dict | None:
   if config.finetune.max_seq_length > model_cfg.max_position_embeddings:
     raise ValueError(
       f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the model's "
-      f"max_position_embeddings={model_cfg.max_position_embeddings}."
+      f"max_position_embeddings={model_cfg.max_position_embeddings} ({config.init_from})."
     )
   splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
   total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)
-  scheduled = run_config(config, total_steps, model_cfg)
-  job = FinetuningJob(config, scheduled, workdir, task, members, source, tokenizer, splits)
+  plan = Plan.of(config, total_steps, model_cfg, checked.members)
+  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits)
   loop.train(job, workdir, started_at)
   return job.summary

@@ -34,14 +34,14 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from bert_jax import paths
+from bert_jax import config_checks, paths
 from bert_jax.data.tokenizer import file_sha256
 from bert_jax.handoff import google_format, hf_format, pretrained
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints
 
-FORMATS = ("bundle", "huggingface", "google")
+FORMATS = config_checks.EXPORT_FORMATS
 # The file whose presence makes a directory a model of each format (written last).
 _COMMIT_FILE = {"bundle": pretrained.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model"}

@@ -29,7 +29,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import paths, sharding
+from bert_jax import config_checks, paths, sharding
 from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import pretrained
 from bert_jax.model.encoder import BertModel, encoder_intermediates
@@ -46,23 +46,6 @@ def _layer_indices(layers, num_layers: int) -> list[int]:
       )
     indices.append(layer % (num_layers + 1))
   return indices
-
-
-def check_settings(settings) -> None:
-  """Raises ValueError naming the bad `config.features` value."""
-  if not settings.input_pattern or not settings.output_dir:
-    raise ValueError("--mode=features needs features.input_pattern and features.output_dir.")
-  if settings.max_seq_length < 3:
-    raise ValueError(f"features.max_seq_length={settings.max_seq_length} must be at least 3 ([CLS] x [SEP]).")
-  if not 0 < settings.doc_stride <= settings.max_seq_length - 2:
-    raise ValueError(
-      f"features.doc_stride={settings.doc_stride} must be in [1, max_seq_length - 2 = {settings.max_seq_length - 2}]."
-    )
-  for name in ("batch_size", "lines_per_shard"):
-    if settings[name] < 1:
-      raise ValueError(f"features.{name}={settings[name]} must be at least 1.")
-  if not settings.layers:
-    raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
 
 
 @dataclasses.dataclass
@@ -111,10 +94,12 @@ def _input_lines(files: list[epath.Path]):
         yield line.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
-def extract(config, workdir: str) -> dict:
-  """Writes the features of `config.features.input_pattern`'s lines; returns the manifest (see module docstring)."""
+def extract(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
+  """Writes the features of `config.features.input_pattern`'s lines; returns the manifest (see module docstring).
+  `checked` is `config_checks.check`'s result when main ran it."""
   settings = config.features
-  check_settings(settings)
+  if checked is None:
+    config_checks.check(config, "features")
   files = [epath.Path(p) for p in paths.glob(settings.input_pattern)]
   if not files:
     raise FileNotFoundError(f"features.input_pattern={settings.input_pattern!r} matches no file.")

@@ -395,6 +395,15 @@ def load(
   """
   source = describe(path, lower_case)
   tokenizer = _load_tokenizer(source)  # Checked before any parameter is read.
+  config, params = read_weights(source, scan_layers=scan_layers, mesh=mesh, rules=rules)
+  return Pretrained(config=config, params=params, tokenizer=tokenizer, source=source)
+
+
+def read_weights(
+  source: Source, *, scan_layers: bool = False, mesh: jax.sharding.Mesh | None = None, rules=None
+) -> tuple[BertConfig, dict]:
+  """(config, params) of a described `source`, as `load` returns them, without its tokenizer: for a run that has
+  checked the source's tokenizer against its own."""
   params = _read_params(source, mesh, rules)
   # The layout asked for, and the reference attention: the kernel is the loading job's choice, not the model's.
   config = dataclasses.replace(source.config, scan_layers=scan_layers, attention="xla")
@@ -409,4 +418,4 @@ def load(
     source.format,
     f", step {source.step}" if source.step is not None else "",
   )
-  return Pretrained(config=config, params=params, tokenizer=tokenizer, source=source)
+  return config, params

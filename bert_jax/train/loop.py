@@ -129,6 +129,11 @@ class Job(abc.ABC):
 
   tokenizer_item: dict | None = None
 
+  @property
+  def recorded_config(self):
+    """The config a checkpoint records: the job's, unless the job planned values of its own (fine-tuning)."""
+    return self.config
+
   def close(self, failed: bool) -> None:
     """Ends what the job opened (its own checkpoint managers) once the loop's saves have finished; `failed`: an
     error is on its way out, the one to show (a failed save of the job's then only logs)."""
@@ -200,7 +205,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
         save_start = time.perf_counter()
         checkpoints.check_saves(manager, saving, wait=True)
         position, history = job.checkpoint(step)
-        checkpoints.save(manager, step, state, position, config, job.tokenizer_item, history)  # Async.
+        checkpoints.save(manager, step, state, position, job.recorded_config, job.tokenizer_item, history)  # Async.
         saving = step
         job.saved(step)
         ticker.exclude(time.perf_counter() - save_start)

@@ -1,6 +1,8 @@
 """BERT's optimizers: AdamW (the default, as in BERT) or LAMB (You et al. 2019, the 76-minute BERT), both with
 weight decay except on LayerNorm and biases, linear warmup then linear decay, and global-norm clipping."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import optax
@@ -19,9 +21,6 @@ def weight_decay_mask(params):
     return getattr(path[-1], "key", None) in _DECAYED_LEAVES
 
   return jax.tree_util.tree_map_with_path(decays, params)
-
-
-OPTIMIZERS = ("adamw", "lamb")
 
 
 def _is_stacked_layers(path) -> bool:
@@ -75,28 +74,37 @@ def learning_rate_schedule(learning_rate: float, warmup_steps: int, total_steps:
   return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
-def schedule_end_step(config) -> int:
-  """The step at which the learning rate reaches zero: `schedule_end_step`, or `num_train_steps` if 0."""
-  return config.schedule_end_step or config.num_train_steps
+@dataclasses.dataclass(frozen=True)
+class Steps:
+  """The schedule's step counts: warmup over `warmup_steps`, decay to zero at `end_step`. Pretraining's come from
+  the config (`Steps.of`); fine-tuning computes its own from epochs and rows (its run plan)."""
+
+  warmup_steps: int
+  end_step: int
+
+  @classmethod
+  def of(cls, config) -> "Steps":
+    """`warmup_steps`, and `schedule_end_step` (0: `num_train_steps`)."""
+    return cls(config.warmup_steps, config.schedule_end_step or config.num_train_steps)
 
 
-def make_schedule(config, learning_rate=None) -> optax.Schedule:
-  """The configured schedule, peaking at `learning_rate` (default: config.learning_rate; may be traced)."""
+def make_schedule(config, learning_rate=None, steps: Steps | None = None) -> optax.Schedule:
+  """The schedule peaking at `learning_rate` (default: config.learning_rate; may be traced), over `steps`
+  (default: the config's)."""
   peak = config.learning_rate if learning_rate is None else learning_rate
-  return learning_rate_schedule(peak, config.warmup_steps, schedule_end_step(config))
+  steps = steps or Steps.of(config)
+  return learning_rate_schedule(peak, steps.warmup_steps, steps.end_step)
 
 
-def make_optimizer(config, learning_rate=None) -> optax.GradientTransformation:
-  """From the top-level config: `optimizer`, `learning_rate` (unless given), `warmup_steps`,
-  `num_train_steps`, `schedule_end_step`, `adam_*`, `weight_decay`, `max_grad_norm` (inf: no clipping, since a
-  finite gradient's norm is always below it; run.check_config refuses 0, which would zero every update)."""
-  if config.optimizer not in OPTIMIZERS:
-    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+def make_optimizer(config, learning_rate=None, steps: Steps | None = None) -> optax.GradientTransformation:
+  """From the top-level config (checked by config_checks): `optimizer`, `learning_rate` (unless given), the
+  schedule's `steps` (default: the config's), `adam_*`, `weight_decay`, `max_grad_norm` (inf: no clipping, since a
+  finite gradient's norm is always below it; 0 is refused, which would zero every update)."""
   make = optax.adamw if config.optimizer == "adamw" else lamb
   return optax.chain(
     optax.clip_by_global_norm(config.max_grad_norm),
     make(
-      make_schedule(config, learning_rate),
+      make_schedule(config, learning_rate, steps),
       b1=config.adam_b1,
       b2=config.adam_b2,
       eps=config.adam_eps,
@@ -106,10 +114,10 @@ def make_optimizer(config, learning_rate=None) -> optax.GradientTransformation:
   )
 
 
-def make_sweep_optimizer(config) -> optax.GradientTransformation:
+def make_sweep_optimizer(config, steps: Steps | None = None) -> optax.GradientTransformation:
   """`make_optimizer` with the peak learning rate held in the optimizer state (`hyperparams["learning_rate"]`),
   so that the members of a vmapped sweep each train at their own; see `set_learning_rates`."""
-  return optax.inject_hyperparams(lambda learning_rate: make_optimizer(config, learning_rate))(
+  return optax.inject_hyperparams(lambda learning_rate: make_optimizer(config, learning_rate, steps))(
     learning_rate=config.learning_rate
   )
 

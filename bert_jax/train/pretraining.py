@@ -17,14 +17,14 @@ import numpy as np
 import optax
 from absl import logging
 
-from bert_jax import flops, progress, sharding
+from bert_jax import config_checks, flops, progress, sharding
 from bert_jax.data.corpus import Corpus
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
 from bert_jax.train import loop, run, start_order
-from bert_jax.train.optim import make_optimizer, make_schedule, schedule_end_step
+from bert_jax.train.optim import Steps, make_optimizer, make_schedule
 from bert_jax.train.step import Loss
 from bert_jax.workdir import checkpoints
 
@@ -108,68 +108,10 @@ def make_loss(next_sentence_prediction: bool = True) -> Loss:
   return Loss(value=value, normalizers=loss_normalizers)
 
 
-def model_config(config) -> BertConfig:
-  return BertConfig(**config.model.to_dict())
-
-
-# Pretraining's own keys, beside run.RANGES.
-RANGES = (
-  ("data.masked_lm_prob", run.Range(0, 1, low_open=True, high_open=False)),
-  ("data.short_seq_prob", run.Range(0, 1, high_open=False)),
-  ("data.shuffle_buffer", run.AT_LEAST_ONE),
-  ("data.num_readers", run.NON_NEGATIVE, "0: one per host of the first launch."),
-  ("data.max_instances_per_row", run.AT_LEAST_ONE),
-  ("data.packing_group", run.AT_LEAST_ONE),
-  ("data.num_shards", run.AT_LEAST_ONE),
-  ("data.prepare_unit_bytes", run.Range(1024)),
-  ("data.max_document_bytes", run.Range(1024)),
-  ("data.eval_fraction", run.Range(0, 0.5, high_open=False)),
-  ("data.eval_min_documents", run.NON_NEGATIVE),
-  ("tokenizer.train_max_sentences", run.AT_LEAST_ONE),
-  ("eval_every_steps", run.AT_LEAST_ONE),
-  ("profile.start_step", run.NON_NEGATIVE, "0: no profile."),
-  ("profile.num_steps", run.AT_LEAST_ONE),
-  ("eval_steps", run.NON_NEGATIVE, "0 disables evaluation."),
-)
-
-
-def check_config(config) -> BertConfig:
-  """Raises ValueError naming the bad value; returns the model config. Before anything is compiled or written."""
-  run.check_config(config)
-  run.check_ranges(config, RANGES)
-  model = model_config(config)
-  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  if seq > model.max_position_embeddings:
-    raise ValueError(
-      f"data.max_seq_length={seq} exceeds model.max_position_embeddings="
-      f"{model.max_position_embeddings}: positions beyond it have no embedding."
-    )
-  if seq < 5:
-    raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
-  if not 0 < preds <= seq:
-    raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
-  if config.schedule_end_step and config.schedule_end_step < config.num_train_steps:
-    raise ValueError(
-      f"schedule_end_step={config.schedule_end_step} is before num_train_steps={config.num_train_steps}: the "
-      "learning rate would reach zero before training ends (0: end the schedule at num_train_steps)."
-    )
-  flops.peak_flops_per_device("", config.peak_tflops_per_device)  # Raises on a negative peak.
-  if config.data.source not in ("pretraining", "synthetic"):
-    raise ValueError(f"data.source={config.data.source!r}; expected 'pretraining' or 'synthetic'.")
-  readers = config.data.num_readers
-  if config.data.source == "pretraining" and readers and config.batch_size % readers:
-    raise ValueError(
-      f"batch_size={config.batch_size} does not split over data.num_readers={readers}: each reader makes an equal "
-      "part of every batch."
-    )
-  return model
-
-
 def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.Run:
-  """The pretraining run of `config` (checked first); `model_cfg` replaces the config's model (e.g. another layer
-  layout)."""
-  checked = check_config(config)
-  model = BertForPretraining(model_cfg or checked)
+  """The pretraining run of `config` (checked by `config_checks.check_pretraining`); `model_cfg` replaces the
+  config's model (e.g. another layer layout)."""
+  model = BertForPretraining(model_cfg or config_checks.model_config(config))
   loss = make_loss(config.data.next_sentence_prediction)
   return run.make_run(config, model, loss, make_optimizer(config), devices=devices)
 
@@ -185,12 +127,14 @@ class PretrainingJob(loop.Job):
   title = "Pretraining"
   finished = "Training finished"
 
-  def __init__(self, config, workdir: str, the_run: run.Run, model_cfg: BertConfig, init_source, init_params):
+  def __init__(
+    self, config, workdir: str, the_run: run.Run, model_cfg: BertConfig, init_source, init_params, tokenizer=None
+  ):
     self.config, self.workdir, self.run, self.model_cfg = config, workdir, the_run, model_cfg
     self.init_source, self.init_params = init_source, init_params
     self.last_step = config.num_train_steps
     self.tokens_per_step = config.batch_size * config.data.max_seq_length
-    self.data = Corpus(config, workdir, model_cfg)
+    self.data = Corpus(config, workdir, model_cfg, tokenizer)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
 
@@ -230,8 +174,9 @@ class PretrainingJob(loop.Job):
     self.history = start_order.history(manager if begun.resumed else None, self.first_step, self.init_source)
     self.examples_before = self.history["examples_seen"]
     self.positions_before = self.history["token_positions_seen"]
-    if schedule_end_step(self.config) > self.last_step > self.first_step:
-      logging.info("Stopping at step %d of a schedule that ends at %d.", self.last_step, schedule_end_step(self.config))
+    end_step = Steps.of(self.config).end_step
+    if end_step > self.last_step > self.first_step:
+      logging.info("Stopping at step %d of a schedule that ends at %d.", self.last_step, end_step)
     return begun
 
   def open_data(self, begun: start_order.Start) -> None:
@@ -328,19 +273,19 @@ class PretrainingJob(loop.Job):
     return rows
 
 
-def pretrain(config, workdir: str):
+def pretrain(config, workdir: str, checked: config_checks.Checked | None = None):
   """Pretrains to `config.num_train_steps`, resuming from the workdir's newest checkpoint if there is one; returns
   the final state. On SIGTERM it saves a checkpoint at the current step and returns; the same command resumes.
   Everything that can be checked without compiling (config, mesh, batch divisibility, the starting checkpoint) is
-  checked before anything is compiled or written."""
+  checked before anything is compiled or written; `checked` is `config_checks.check`'s result when main ran it."""
   started_at = time.perf_counter()
-  model_cfg = check_config(config)
-  the_run = make_run(config)
-  config, init_source = start_order.check_start(config, workdir, model_cfg)
+  model_cfg = (checked or config_checks.check(config, "pretrain")).model
+  the_run = make_run(config, model_cfg=model_cfg)
+  config, init_source, tokenizer = start_order.check_start(config, workdir, model_cfg)
   init_params = None
   if init_source is not None and init_source.format != "workdir":  # Read, and so checked, before any write.
-    init_params = pretrained.load(
-      config.init_from, scan_layers=model_cfg.scan_layers, mesh=the_run.mesh, rules=the_run.rules
-    ).params
-  job = PretrainingJob(config, workdir, the_run, model_cfg, init_source, init_params)
+    _, init_params = pretrained.read_weights(
+      init_source, scan_layers=model_cfg.scan_layers, mesh=the_run.mesh, rules=the_run.rules
+    )
+  job = PretrainingJob(config, workdir, the_run, model_cfg, init_source, init_params, tokenizer)
   return loop.train(job, workdir, started_at)

@@ -9,7 +9,6 @@ would be), the step is `jax.vmap`ped over the state and the dropout key, and all
 
 import dataclasses
 import functools
-import math
 from collections.abc import Callable, Sequence
 
 import flax.linen as nn
@@ -21,82 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from bert_jax import sharding
 from bert_jax.model.encoder import init_params
 from bert_jax.train import step as step_lib
-from bert_jax.train.guard import POLICIES, Guard
-
-
-@dataclasses.dataclass(frozen=True)
-class Range:
-  """The values a numeric config key may take: from `low` to `high`, each end included unless open. NaN is in no
-  range, and `inf` only in one that includes it."""
-
-  low: float
-  high: float = math.inf
-  low_open: bool = False
-  high_open: bool = True
-
-  def __contains__(self, value) -> bool:
-    above = self.low < value if self.low_open else self.low <= value
-    below = value < self.high if self.high_open else value <= self.high
-    return above and below
-
-  def __str__(self) -> str:
-    if self.high == math.inf and self.high_open:
-      if self.low == 0:
-        return "positive" if self.low_open else "non-negative"
-      return f"greater than {self.low}" if self.low_open else f"at least {self.low}"
-    return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
-
-
-POSITIVE = Range(0, low_open=True)
-NON_NEGATIVE = Range(0)
-AT_LEAST_ONE = Range(1)
-
-
-def check_ranges(config, ranges: Sequence[tuple]) -> None:
-  """Raises ValueError naming the key, its value and its range for the first (dotted key, Range[, hint]) of `ranges`
-  whose value is out of range; the hint follows the message."""
-  for key, allowed, *hint in ranges:
-    value = functools.reduce(lambda node, name: node[name], key.split("."), config)
-    if value not in allowed:
-      raise ValueError(" ".join([f"{key}={value} must be {allowed}.", *hint]))
-
-
-# Checked for every run, pretraining or fine-tuning; each objective checks its own keys too (e.g.
-# pretraining.check_config). model.*_dropout_prob are checked by BertConfig.
-RANGES = (
-  ("seed", NON_NEGATIVE),
-  ("batch_size", AT_LEAST_ONE),
-  ("num_train_steps", AT_LEAST_ONE),
-  ("warmup_steps", NON_NEGATIVE),
-  ("schedule_end_step", NON_NEGATIVE, "0 ends the schedule at num_train_steps."),
-  ("learning_rate", POSITIVE),
-  ("adam_b1", Range(0, 1)),
-  ("adam_b2", Range(0, 1)),
-  ("adam_eps", POSITIVE),
-  ("weight_decay", NON_NEGATIVE),
-  ("max_grad_norm", Range(0, math.inf, low_open=True, high_open=False), "inf disables clipping."),
-  ("model.initializer_range", POSITIVE),
-  ("model.layer_norm_eps", POSITIVE),
-  ("log_every_steps", AT_LEAST_ONE),
-  ("checkpoint_every_steps", AT_LEAST_ONE),
-  ("keep_checkpoints", AT_LEAST_ONE),
-  ("lease_timeout_seconds", POSITIVE),
-  ("guard.spike_window", AT_LEAST_ONE),
-  ("guard.max_consecutive_skips", AT_LEAST_ONE),
-)
-
-
-def check_config(config) -> None:
-  """Raises ValueError naming the bad value, for the keys every run has."""
-  check_ranges(config, RANGES)
-  if config.num_microbatches < 1 or config.batch_size % config.num_microbatches:
-    raise ValueError(
-      f"num_microbatches={config.num_microbatches} must be at least 1 and divide batch_size={config.batch_size}."
-    )
-  if config.guard.nonfinite not in POLICIES:
-    raise ValueError(f"guard.nonfinite={config.guard.nonfinite!r}; expected one of {POLICIES}.")
-  if not (config.guard.spike_factor == 0 or config.guard.spike_factor > 1):
-    raise ValueError(f"guard.spike_factor={config.guard.spike_factor} must be 0 (off) or greater than 1.")
+from bert_jax.train.guard import Guard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +86,6 @@ def make_run(
 ) -> Run:
   """Mesh from `config.mesh`, the state's shapes and shardings, and the steps jitted over them; checks the
   batch against the mesh before anything is compiled."""
-  check_config(config)
   mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
   sharding.check_batch_size(config.batch_size, mesh, config.num_microbatches)
   rules = tuple(tuple(rule) for rule in config.logical_axis_rules)

@@ -117,8 +117,9 @@ def _usable_steps(config, directory) -> list[int]:
 
 def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
   """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
-  `init_from`'s) exists where the config names it and fits the config. Returns the run's config (`resolve_readers`)
-  and `init_from`'s source when the run will start from it (else None)."""
+  `init_from`'s) exists where the config names it and fits the config. Returns the run's config (`resolve_readers`),
+  `init_from`'s source when the run will start from it (else None: `init_from` is described here, once) and the
+  config's tokenizer when checking the source needed it (else None: the corpus loads it)."""
   if checkpoints.has_checkpoint(workdir):
     with checkpoints.read_only_manager(workdir) as manager:
       for step in _usable_steps(config, checkpoints.checkpoint_dir(workdir)):
@@ -131,10 +132,10 @@ def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
           continue
         _check_compatible(saved, config, "the workdir")
         _check_readers(config, data_position, step)
-        return resolve_readers(config, data_position), None
+        return resolve_readers(config, data_position), None, None
     raise checkpoints.CorruptCheckpointError(f"No readable checkpoint in {checkpoints.checkpoint_dir(workdir)}.")
   if not config.init_from:
-    return resolve_readers(config, None), None
+    return resolve_readers(config, None), None, None
   where = f"init_from={config.init_from}"
   try:
     source = pretrained.describe(config.init_from)
@@ -152,7 +153,8 @@ def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
       )
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
     pretrained.check_tokenizer(source, tokenizer.identity(), where)
-  return resolve_readers(config, None), source  # A previous phase's stream is not continued.
+    return resolve_readers(config, None), source, tokenizer  # A previous phase's stream is not continued.
+  return resolve_readers(config, None), source, None
 
 
 def _restore(manager, step: int | None, run: Run, model_cfg: BertConfig):

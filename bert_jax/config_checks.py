@@ -1,0 +1,294 @@
+"""Every check of a config that needs no I/O, in one place: value ranges, allowed names and the keys that must agree
+with each other, for every mode.
+
+`main` runs `check(config, mode)` once, right after the flags are parsed and before bert_jax's other modules are
+imported or anything is written, and ends with one line naming the bad value. The library entry points
+(`pretraining.pretrain`, `finetune.job.finetune`, `extract_features.extract`) take its result, or run it themselves
+when called from Python. What needs I/O (that a checkpoint fits the config, that `init_from` exists, that files
+match) is checked where it is read: train/start_order.py, handoff/pretrained.py, data/manifest.py.
+
+This module imports no TensorFlow and nothing that reads files; the allowed values it checks against live here or
+in the leaf that owns them (model.bert_config, train.guard, dry_run.tpu_topology, distributed).
+"""
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+
+from bert_jax import distributed
+from bert_jax.dry_run import tpu_topology
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.train.guard import POLICIES
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+  """The values a numeric config key may take: from `low` to `high`, each end included unless open. NaN is in no
+  range, and `inf` only in one that includes it."""
+
+  low: float
+  high: float = math.inf
+  low_open: bool = False
+  high_open: bool = True
+
+  def __contains__(self, value) -> bool:
+    above = self.low < value if self.low_open else self.low <= value
+    below = value < self.high if self.high_open else value <= self.high
+    return above and below
+
+  def __str__(self) -> str:
+    if self.high == math.inf and self.high_open:
+      if self.low == 0:
+        return "positive" if self.low_open else "non-negative"
+      return f"greater than {self.low}" if self.low_open else f"at least {self.low}"
+    return f"in {'(' if self.low_open else '['}{self.low}, {self.high}{')' if self.high_open else ']'}"
+
+
+POSITIVE = Range(0, low_open=True)
+NON_NEGATIVE = Range(0)
+AT_LEAST_ONE = Range(1)
+
+OPTIMIZERS = ("adamw", "lamb")
+DATA_SOURCES = ("pretraining", "synthetic")
+EMBEDDED_CORPORA = ("", "python_docs")  # data.embedded_corpus: none, or the text of Python's own documentation.
+# finetune.task: GLUE's nine, SQuAD, CoNLL-2003 and SWAG (finetune/tasks.py builds them; a test keeps the two equal).
+TASKS = (
+  "cola",
+  "mnli",
+  "mrpc",
+  "qnli",
+  "qqp",
+  "rte",
+  "sst2",
+  "stsb",
+  "wnli",
+  "squad_v1",
+  "squad_v2",
+  "conll2003",
+  "swag",
+)
+EXPORT_FORMATS = ("bundle", "huggingface", "google")
+
+
+def check_ranges(config, ranges: Sequence[tuple]) -> None:
+  """Raises ValueError naming the key, its value and its range for the first (dotted key, Range[, hint]) of `ranges`
+  whose value is out of range; the hint follows the message."""
+  for key, allowed, *hint in ranges:
+    value = functools.reduce(lambda node, name: node[name], key.split("."), config)
+    if value not in allowed:
+      raise ValueError(" ".join([f"{key}={value} must be {allowed}.", *hint]))
+
+
+# Every training run, pretraining or fine-tuning. model.*_dropout_prob are checked by BertConfig.
+TRAINING = (
+  ("seed", NON_NEGATIVE),
+  ("batch_size", AT_LEAST_ONE),
+  ("num_train_steps", AT_LEAST_ONE),
+  ("warmup_steps", NON_NEGATIVE),
+  ("schedule_end_step", NON_NEGATIVE, "0 ends the schedule at num_train_steps."),
+  ("learning_rate", POSITIVE),
+  ("adam_b1", Range(0, 1)),
+  ("adam_b2", Range(0, 1)),
+  ("adam_eps", POSITIVE),
+  ("weight_decay", NON_NEGATIVE),
+  ("max_grad_norm", Range(0, math.inf, low_open=True, high_open=False), "inf disables clipping."),
+  ("model.initializer_range", POSITIVE),
+  ("model.layer_norm_eps", POSITIVE),
+  ("log_every_steps", AT_LEAST_ONE),
+  ("checkpoint_every_steps", AT_LEAST_ONE),
+  ("keep_checkpoints", AT_LEAST_ONE),
+  ("lease_timeout_seconds", POSITIVE),
+  ("guard.spike_window", AT_LEAST_ONE),
+  ("guard.max_consecutive_skips", AT_LEAST_ONE),
+)
+
+PRETRAINING = (
+  ("data.masked_lm_prob", Range(0, 1, low_open=True, high_open=False)),
+  ("data.short_seq_prob", Range(0, 1, high_open=False)),
+  ("data.shuffle_buffer", AT_LEAST_ONE),
+  ("data.num_readers", NON_NEGATIVE, "0: one per host of the first launch."),
+  ("data.max_instances_per_row", AT_LEAST_ONE),
+  ("data.packing_group", AT_LEAST_ONE),
+  ("data.num_shards", AT_LEAST_ONE),
+  ("data.prepare_unit_bytes", Range(1024)),
+  ("data.max_document_bytes", Range(1024)),
+  ("data.eval_fraction", Range(0, 0.5, high_open=False)),
+  ("data.eval_min_documents", NON_NEGATIVE),
+  ("tokenizer.train_max_sentences", AT_LEAST_ONE),
+  ("eval_every_steps", AT_LEAST_ONE),
+  ("profile.start_step", NON_NEGATIVE, "0: no profile."),
+  ("profile.num_steps", AT_LEAST_ONE),
+  ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
+)
+
+FINETUNING = (
+  ("finetune.num_epochs", POSITIVE),
+  ("finetune.warmup_fraction", Range(0, 1)),
+  ("finetune.max_seq_length", Range(8)),
+  ("finetune.eval_batch_size", AT_LEAST_ONE),
+  ("finetune.doc_stride", AT_LEAST_ONE),
+  ("finetune.max_query_length", AT_LEAST_ONE),
+  ("finetune.n_best_size", AT_LEAST_ONE),
+  ("finetune.max_answer_length", AT_LEAST_ONE),
+  ("sweep.seeds", AT_LEAST_ONE),
+)
+
+FEATURES = (
+  ("features.max_seq_length", Range(3), "([CLS] x [SEP])"),
+  ("features.batch_size", AT_LEAST_ONE),
+  ("features.lines_per_shard", AT_LEAST_ONE),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Member:
+  """One model of a fine-tuning sweep: its peak learning rate and its seed (head initialisation and dropout)."""
+
+  learning_rate: float
+  seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+  """What checking a config found: the mode, the configured encoder (fine-tuning from `init_from` takes the
+  source's sizes instead) and a fine-tuning sweep's members."""
+
+  mode: str
+  model: BertConfig | None = None
+  members: tuple[Member, ...] = ()
+
+
+def model_config(config) -> BertConfig:
+  """`config.model` as the model's own dataclass, which checks its names and dropout probabilities."""
+  return BertConfig(**config.model.to_dict())
+
+
+def check_training(config) -> BertConfig:
+  """The keys every training run has; returns the configured encoder."""
+  check_ranges(config, TRAINING)
+  if config.optimizer not in OPTIMIZERS:
+    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+  if config.num_microbatches < 1 or config.batch_size % config.num_microbatches:
+    raise ValueError(
+      f"num_microbatches={config.num_microbatches} must be at least 1 and divide batch_size={config.batch_size}."
+    )
+  if config.guard.nonfinite not in POLICIES:
+    raise ValueError(f"guard.nonfinite={config.guard.nonfinite!r}; expected one of {POLICIES}.")
+  if not (config.guard.spike_factor == 0 or config.guard.spike_factor > 1):
+    raise ValueError(f"guard.spike_factor={config.guard.spike_factor} must be 0 (off) or greater than 1.")
+  if not 0 <= config.peak_tflops_per_device < math.inf:
+    raise ValueError(
+      f"peak_tflops_per_device={config.peak_tflops_per_device} must be positive (0: look up the device kind)."
+    )
+  distributed.settings(config.distributed)
+  return model_config(config)
+
+
+def check_pretraining(config) -> BertConfig:
+  """Pretraining's keys and how they fit together; returns the model config."""
+  model = check_training(config)
+  check_ranges(config, PRETRAINING)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  if seq > model.max_position_embeddings:
+    raise ValueError(
+      f"data.max_seq_length={seq} exceeds model.max_position_embeddings="
+      f"{model.max_position_embeddings}: positions beyond it have no embedding."
+    )
+  if seq < 5:
+    raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
+  if not 0 < preds <= seq:
+    raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
+  if config.schedule_end_step and config.schedule_end_step < config.num_train_steps:
+    raise ValueError(
+      f"schedule_end_step={config.schedule_end_step} is before num_train_steps={config.num_train_steps}: the "
+      "learning rate would reach zero before training ends (0: end the schedule at num_train_steps)."
+    )
+  end_step = config.schedule_end_step or config.num_train_steps
+  if config.warmup_steps > end_step:
+    raise ValueError(f"warmup_steps={config.warmup_steps} must be within [0, num_train_steps={end_step}].")
+  if config.data.embedded_corpus not in EMBEDDED_CORPORA:
+    raise ValueError(f"data.embedded_corpus={config.data.embedded_corpus!r}; expected one of {EMBEDDED_CORPORA}.")
+  if config.data.source not in DATA_SOURCES:
+    raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
+  readers = config.data.num_readers
+  if config.data.source == "pretraining" and readers and config.batch_size % readers:
+    raise ValueError(
+      f"batch_size={config.batch_size} does not split over data.num_readers={readers}: each reader makes an equal "
+      "part of every batch."
+    )
+  return model
+
+
+def sweep_members(config) -> tuple[Member, ...]:
+  """Every (learning rate, seed) pair of `config.sweep`, learning rate major."""
+  text = config.sweep.learning_rates
+  try:
+    rates = [float(x) for x in text.split(",")] if text else [config.learning_rate]
+  except ValueError:
+    raise ValueError(f"sweep.learning_rates={text!r} is not a comma-separated list of numbers.") from None
+  if not all(0 < rate < math.inf for rate in rates):
+    raise ValueError(f"sweep.learning_rates={text!r}: every learning rate must be positive and finite, got {rates}.")
+  return tuple(Member(rate, config.seed + index) for rate in rates for index in range(config.sweep.seeds))
+
+
+def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
+  """Fine-tuning's keys; returns the configured encoder (a baseline's: `init_from` brings its own sizes) and the
+  sweep's members."""
+  model = check_training(config)
+  check_ranges(config, FINETUNING)
+  name = config.finetune.task.lower()
+  if name not in TASKS and name.replace("-", "") not in TASKS:
+    raise ValueError(f"finetune.task={config.finetune.task!r}; expected one of {TASKS}.")
+  if name in ("conll2003", "swag") and not config.finetune.data_dir:
+    raise ValueError(f"finetune.task={name!r} reads files: set finetune.data_dir.")
+  if not config.init_from and config.finetune.max_seq_length > model.max_position_embeddings:
+    raise ValueError(
+      f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds model.max_position_embeddings="
+      f"{model.max_position_embeddings}."
+    )
+  return model, sweep_members(config)
+
+
+def check_features(settings) -> None:
+  """`config.features`, for --mode=features."""
+  if not settings.input_pattern or not settings.output_dir:
+    raise ValueError("--mode=features needs features.input_pattern and features.output_dir.")
+  check_ranges({"features": settings}, FEATURES)
+  if not 0 < settings.doc_stride <= settings.max_seq_length - 2:
+    raise ValueError(
+      f"features.doc_stride={settings.doc_stride} must be in [1, max_seq_length - 2 = {settings.max_seq_length - 2}]."
+    )
+  if not settings.layers:
+    raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
+
+
+def check_dry_run(config) -> None:
+  """The topology to compile for: a Cloud TPU accelerator type, or none (this machine) with one slice."""
+  if config.dry_run.topology:
+    tpu_topology.parse(config.dry_run.topology, config.dry_run.num_slices)
+  elif config.dry_run.num_slices != 1:
+    raise ValueError(f"dry_run.num_slices={config.dry_run.num_slices} needs dry_run.topology (a TPU slice).")
+
+
+def check(config, mode: str) -> Checked:
+  """Every I/O-free check of `config` for `mode` (main's modes); raises ValueError naming the first bad value."""
+  if mode in ("pretrain", "prepare"):  # Preparation reads the pretraining config's data keys.
+    return Checked(mode, check_pretraining(config))
+  if mode == "finetune":
+    return Checked(mode, *check_finetuning(config))
+  if mode in ("dry_run", "plan"):
+    check_dry_run(config)
+    if config.finetune.task:
+      return Checked(mode, *check_finetuning(config))
+    return Checked(mode, check_pretraining(config))
+  if mode == "features":
+    check_features(config.features)
+  elif mode == "export":
+    if config.export.format not in EXPORT_FORMATS:
+      raise ValueError(f"export.format={config.export.format!r}; expected one of {EXPORT_FORMATS}.")
+    if not config.export.dir:
+      raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
+  else:
+    raise ValueError(f"--mode={mode!r} is not a mode.")
+  return Checked(mode)
