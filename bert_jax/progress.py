@@ -133,27 +133,34 @@ class Progress:
     self._last_step, self._last_time = first_step, time.perf_counter()
     # What the lines measured, for the run's summary: steps timed, their seconds and real tokens.
     self.timed_steps, self.timed_seconds, self.real_tokens = 0, 0.0, 0.0
+    self.first_step_seconds: float | None = None  # The first (compiling) step's, when the loop measured it.
 
   def exclude(self, seconds: float) -> None:
     """Leaves time spent outside training steps (evaluation, checkpoints) out of the speed."""
     self._last_time += seconds
 
   def report(self, step: int, summary: dict) -> dict:
-    """Logs one line for `step`; returns the speed figures it measured."""
+    """Logs one line for `step`; returns the speed figures it measured (none on the line of the first step, which
+    compiles: its time is no measure of speed, and the line says how long it took instead)."""
     now = time.perf_counter()
-    steps = max(step - self._last_step, 1)
-    seconds_per_step = (now - self._last_time) / steps
+    steps = step - self._last_step
     fill = summary.get("row_fill", 1.0)
-    if step > self._last_step:  # Not the line of the first (compiling, untimed) step.
+    speed, rate = {}, "compiling step"
+    if self.first_step_seconds is not None:
+      rate += f" {self.first_step_seconds:.1f} s"
+    eta = "-"
+    if steps > 0:  # Not the line of the first (compiling, untimed) step.
+      seconds_per_step = (now - self._last_time) / steps
       self.timed_steps += steps
       self.timed_seconds += now - self._last_time
       self.real_tokens += steps * fill * self._tokens_per_step
+      speed = {"tokens_per_sec": fill * self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
+      rate = f"{speed['tokens_per_sec']:,.0f} tok/s"
+      if self._flops_per_step and self._peak_flops:
+        speed["mfu"] = fill * self._flops_per_step / seconds_per_step / self._peak_flops
+        rate += f" | MFU {100 * speed['mfu']:.1f}%"
+      eta = duration(seconds_per_step * (self._total - step))
     self._last_step, self._last_time = step, now
-    speed = {"tokens_per_sec": fill * self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
-    mfu = ""
-    if self._flops_per_step and self._peak_flops:
-      speed["mfu"] = fill * self._flops_per_step / seconds_per_step / self._peak_flops
-      mfu = f" | MFU {100 * speed['mfu']:.1f}%"
     metrics = format_metrics(summary, self._shown, self._baseline)
     if summary.get("skipped_steps"):
       metrics += f" | skipped {summary['skipped_steps']:.0f}"
@@ -162,14 +169,7 @@ class Progress:
     if self._packed:
       metrics += f" | {summary.get('row_instances', float('nan')):.2f} inst/row"
     logging.info(
-      "step %d/%d | loss %.4f%s | %s tok/s%s | ETA %s",
-      step,
-      self._total,
-      summary.get("loss", float("nan")),
-      metrics,
-      f"{speed['tokens_per_sec']:,.0f}",
-      mfu,
-      duration(seconds_per_step * (self._total - step)),
+      "step %d/%d | loss %.4f%s | %s | ETA %s", step, self._total, summary.get("loss", float("nan")), metrics, rate, eta
     )
     return speed
 

@@ -168,6 +168,19 @@ def test_progress_reports_model_flops_utilisation():
   assert "mfu" not in progress.Progress(10, 1000, 0).report(2, dict(mlm_loss=1, mlm_accuracy=0, nsp_accuracy=0))
 
 
+def test_the_first_progress_line_shows_the_compiling_step_not_a_speed(monkeypatch):
+  lines = []
+  monkeypatch.setattr(progress.logging, "info", lambda message, *args: lines.append(message % args))
+  summary = dict(loss=1.0, mlm_loss=1.0, mlm_accuracy=0.5, nsp_accuracy=0.5)
+  ticker = progress.Progress(total_steps=10, tokens_per_step=1000, first_step=1)  # Made once step 1 has compiled.
+  ticker.first_step_seconds = 12.34
+  assert ticker.report(1, summary) == {}  # No speed from a step that compiled, nor an ETA, nor a summary count.
+  assert lines[-1].endswith("| compiling step 12.3 s | ETA -") and "tok/s" not in lines[-1]
+  assert ticker.timed_steps == 0
+  ticker._last_time -= 1.0
+  assert ticker.report(2, summary)["tokens_per_sec"] > 0 and "tok/s" in lines[-1]
+
+
 def test_pretraining_gives_the_parameters_recorded_before_the_package_was_regrouped(wordpiece_run):
   """Bitwise: the session's pretraining run (packed WordPiece rows, FSDP over 8 devices) against its recording."""
   golden_params.check("pretraining", wordpiece_run[2])

@@ -173,6 +173,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
       logging.info("Step %d is already at the last step, %d: nothing to train.", first_step, last_step)
     ticker, sums, steps_in_sums = None, None, 0
     monitor = guard.Monitor(config)
+    loop_started = time.perf_counter()
     for step in range(first_step + 1, last_step + 1):
       profile.before(step)
       state, metrics = job.run.train_step(state, job.batch(step), dropout_key)
@@ -186,6 +187,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
       if ticker is None:  # Time from the end of the first (compiling) step.
         jax.block_until_ready(metrics)
         ticker = job.ticker(step)
+        ticker.first_step_seconds = time.perf_counter() - loop_started
       stopped = stop.at(step)
       if step % config.log_every_steps == 0 or step == last_step or stopped:
         summary = job.summarize(step, jax.device_get(sums), steps_in_sums)
