@@ -159,15 +159,33 @@ def test_an_infinite_max_grad_norm_leaves_the_update_unclipped():
   assert np.abs(first_update(1.0)).max() < np.abs(unclipped).max() / 100  # A finite norm does clip it.
 
 
-def test_a_bad_value_stops_main_before_the_workdir_is_written(tmp_path):
+@pytest.mark.parametrize(
+  "flags,line",
+  [
+    (["--config.data.shuffle_buffer=0"], "--mode=pretrain: data.shuffle_buffer=0 must be at least 1."),
+    (
+      ["--mode=prepare", "--config.data.eval_fraction=0.9"],
+      "--mode=prepare: data.eval_fraction=0.9 must be in [0, 0.5].",
+    ),
+  ],
+)
+def test_a_bad_value_stops_main_with_one_line_before_the_workdir_is_written(tmp_path, flags, line):
   workdir = tmp_path / "run"
   command = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={workdir}"]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)
-  result = subprocess.run(
-    [*command, "--config.data.shuffle_buffer=0"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-  )
+  result = subprocess.run([*command, *flags], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 1
   # One line, from config_checks in main, before TensorFlow is imported (its start-up lines) or anything written.
-  assert result.stderr.strip() == "--mode=pretrain: data.shuffle_buffer=0 must be at least 1."
+  assert result.stderr.strip() == line
   assert not workdir.exists()
+
+
+def test_a_mistyped_tokenizer_path_with_the_embedded_corpus_is_refused_before_anything_is_written(tmp_path):
+  from bert_jax.data import prepare
+
+  config = tiny.get_config()
+  config.tokenizer.path = str(tmp_path / "elsewhere" / "spm.modle")
+  with pytest.raises(FileNotFoundError, match=r"tokenizer.path='.*spm.modle' does not exist. With data.embedded_corp"):
+    prepare.prepare_for_run(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists() and not (tmp_path / "elsewhere").exists()

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 
 import golden_params
 import jax
@@ -113,39 +114,72 @@ def test_the_fine_tuned_model_loads_and_exports_with_its_head(sweep_run, tmp_pat
   _check_exports(sweep_run[0], TaskHead("sst2", "classification", ("0", "1")), tmp_path)
 
 
-def test_a_sweep_member_equals_the_run_trained_alone_through_a_crash_and_a_corrupt_checkpoint(
+def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and_a_corrupt_checkpoint(
   sweep_run, finetune_config, tmp_path, monkeypatch
 ):
-  """The run alone crashes after its epoch-2 checkpoint (step 16), which storage then corrupts: the same command
-  falls back to epoch 1's (step 8), moves step 16 aside, and ends where the sweep's member did."""
+  """The run alone gets SIGTERM during step 11: it stops there with a checkpoint and returns (main exits 0), leaving
+  no lease behind. The same command resumes; it refuses a changed sweep or data directory, naming both values, before
+  anything is written; with the same config it crashes after its epoch-2 checkpoint (step 16), which storage then
+  corrupts: the same command falls back to step 11, moves step 16 aside, and ends where the sweep's member did."""
   workdir, summary, _ = sweep_run
   alone = str(tmp_path / "alone")
   real = run.make_run
-  calls = []
 
-  def crash_after_eighteen_steps(*args, **kwargs):
-    the_run = real(*args, **kwargs)
+  def interrupted(at_call: int, interrupt):
+    calls = []
 
-    def step(*a):
-      calls.append(1)
-      if len(calls) == 19:
-        raise KeyboardInterrupt
-      return the_run.train_step(*a)
+    def make_run(*args, **kwargs):
+      the_run = real(*args, **kwargs)
 
-    return dataclasses.replace(the_run, train_step=step)
+      def step(*a):
+        calls.append(1)
+        if len(calls) == at_call:
+          interrupt()
+        return the_run.train_step(*a)
 
-  def config():
-    made = finetune_config()
+      return dataclasses.replace(the_run, train_step=step)
+
+    return make_run
+
+  def keyboard_interrupt():
+    raise KeyboardInterrupt
+
+  def config(**sweep):
+    made = finetune_config(**sweep)
     made.keep_checkpoints = 2
     return made
 
   with monkeypatch.context() as patch:
-    patch.setattr(run, "make_run", crash_after_eighteen_steps)
+    patch.setattr(run, "make_run", interrupted(11, lambda: os.kill(os.getpid(), signal.SIGTERM)))
+    assert job.finetune(config(), alone) is None  # Stopped: no summary, no predictions.
+  assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [8, 11]
+  assert not os.path.exists(os.path.join(alone, "predictions"))
+
+  other_sweep = config(learning_rates="0.01,0.003")
+  with pytest.raises(
+    ValueError,
+    match=r"alone/checkpoints/11 is a checkpoint of another run: sweep.learning_rates="
+    r"'' in the checkpoint, '0.01,0.003' in the config",
+  ):
+    job.finetune(other_sweep, alone)
+  other_data = config()
+  other_data.finetune.data_dir = str(tmp_path / "other")
+  with pytest.raises(
+    ValueError,
+    match=re.escape(
+      f"finetune.data_dir={finetune_config().finetune.data_dir!r} in the "
+      f"checkpoint, {other_data.finetune.data_dir!r} in the config"
+    ),
+  ):
+    job.finetune(other_data, alone)
+
+  with monkeypatch.context() as patch:
+    patch.setattr(run, "make_run", interrupted(8, keyboard_interrupt))  # Resumed at 11: dies in step 19.
     with pytest.raises(KeyboardInterrupt):
       job.finetune(config(), alone)
-  assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [8, 16]
+  assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [11, 16]
   flip_a_bit_through_orbax(checkpoints.checkpoint_dir(alone) / "16")
-  resumed = job.finetune(config(), alone)  # Resumes at step 8.
+  resumed = job.finetune(config(), alone)  # Resumes at step 11.
   assert os.listdir(os.path.join(alone, start_order.CORRUPT)) == ["16"]
 
   member = summary["members"].index({"learning_rate": RATES[1], "seed": 0})

@@ -172,6 +172,12 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
   when its file is missing), then the shards. Returns (tokenizer path, prepared dir)."""
   tokenizer_path, prepared_dir = paths_for_run(config, workdir)
   data = config.data
+  if data.embedded_corpus and config.tokenizer.path and not epath.Path(config.tokenizer.path).exists():
+    # The embedded corpus trains its vocabulary inside the workdir only; a named file that is not there is a typo.
+    raise FileNotFoundError(
+      f"tokenizer.path={config.tokenizer.path!r} does not exist. With data.embedded_corpus, leave tokenizer.path "
+      "empty to train a vocabulary in the workdir, or name an existing tokenizer file."
+    )
   if data.embedded_corpus:
     corpus = os.path.join(workdir, "corpus", "python_docs.txt")
     if not epath.Path(corpus).exists():

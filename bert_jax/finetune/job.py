@@ -44,6 +44,23 @@ from bert_jax.train.optim import Steps, make_sweep_optimizer, set_learning_rates
 from bert_jax.workdir import checkpoints
 
 METRICS_FILE = "metrics.json"
+# What makes a fine-tuning run the run it is: a workdir's checkpoint resumes only a config that agrees on these.
+RUN_KEYS = (
+  "seed",
+  "batch_size",
+  "learning_rate",
+  "optimizer",
+  "finetune.task",
+  "finetune.data_dir",
+  "finetune.tfds_name",
+  "finetune.max_seq_length",
+  "finetune.num_epochs",
+  "finetune.warmup_fraction",
+  "finetune.doc_stride",
+  "finetune.max_query_length",
+  "sweep.learning_rates",
+  "sweep.seeds",
+)
 
 
 def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.ndarray:
@@ -389,6 +406,7 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   ran it."""
   started_at = time.perf_counter()
   checked = checked or config_checks.check(config, "finetune")
+  start_order.check_same_run(config, workdir, RUN_KEYS)
   task = tasks.make_task(config.finetune)
   source = None
   if config.init_from:  # Read, and so checked, before anything is written.

@@ -115,25 +115,55 @@ def _usable_steps(config, directory) -> list[int]:
   return steps if config.restore_fallback else steps[:1]
 
 
+def newest_saved(config, workdir: str) -> tuple[int, dict, dict] | None:
+  """(step, config, data position) of the workdir's newest step whose config and data items read (any step with
+  `restore_fallback`, else the newest alone), read before anything is written; None without a checkpoint."""
+  if not checkpoints.has_checkpoint(workdir):
+    return None
+  with checkpoints.read_only_manager(workdir) as manager:
+    for step in _usable_steps(config, checkpoints.checkpoint_dir(workdir)):
+      try:
+        return step, checkpoints.read_config(manager, step), checkpoints.read_data_position(manager, step)
+      except checkpoints.CorruptCheckpointError as error:
+        if not config.restore_fallback:
+          raise
+        logging.warning("%s Trying the previous step (restore_fallback).", error)
+  raise checkpoints.CorruptCheckpointError(f"No readable checkpoint in {checkpoints.checkpoint_dir(workdir)}.")
+
+
+def check_same_run(config, workdir: str, keys: tuple[str, ...]) -> None:
+  """Before anything is written: a workdir's checkpoint resumes only the run it belongs to. Raises ValueError naming
+  each of `keys` (dotted) whose value differs between the newest readable checkpoint's config and `config`, both
+  values given."""
+  newest = newest_saved(config, workdir)
+  if newest is None:
+    return
+  step, saved, _ = newest
+  different = []
+  for key in keys:
+    *parents, name = key.split(".")
+    mine = functools.reduce(lambda node, parent: node[parent], parents, config)[name]
+    theirs = functools.reduce(lambda node, parent: node.get(parent, {}), parents, saved).get(name)
+    if theirs != mine:
+      different.append(f"{key}={theirs!r} in the checkpoint, {mine!r} in the config")
+  if different:
+    raise ValueError(
+      f"{checkpoints.checkpoint_dir(workdir)}/{step} is a checkpoint of another run: {'; '.join(different)}. "
+      "Resume with the checkpoint's settings, or use a new workdir."
+    )
+
+
 def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
   """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
   `init_from`'s) exists where the config names it and fits the config. Returns the run's config (`resolve_readers`),
   `init_from`'s source when the run will start from it (else None: `init_from` is described here, once) and the
   config's tokenizer when checking the source needed it (else None: the corpus loads it)."""
-  if checkpoints.has_checkpoint(workdir):
-    with checkpoints.read_only_manager(workdir) as manager:
-      for step in _usable_steps(config, checkpoints.checkpoint_dir(workdir)):
-        try:
-          saved, data_position = checkpoints.read_config(manager, step), checkpoints.read_data_position(manager, step)
-        except checkpoints.CorruptCheckpointError as error:
-          if not config.restore_fallback:
-            raise
-          logging.warning("%s Trying the previous step (restore_fallback).", error)
-          continue
-        _check_compatible(saved, config, "the workdir")
-        _check_readers(config, data_position, step)
-        return resolve_readers(config, data_position), None, None
-    raise checkpoints.CorruptCheckpointError(f"No readable checkpoint in {checkpoints.checkpoint_dir(workdir)}.")
+  newest = newest_saved(config, workdir)
+  if newest is not None:
+    step, saved, data_position = newest
+    _check_compatible(saved, config, "the workdir")
+    _check_readers(config, data_position, step)
+    return resolve_readers(config, data_position), None, None
   if not config.init_from:
     return resolve_readers(config, None), None, None
   where = f"init_from={config.init_from}"
