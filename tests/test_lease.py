@@ -93,14 +93,35 @@ def test_a_stale_lease_is_taken_over_with_a_warning(workdir, caplog):
   assert not epath.Path(workdir, lease.LEASE_NAME).exists()
 
 
-def test_an_unreadable_lease_is_judged_by_its_age(workdir):
+@pytest.mark.parametrize("content", ["", "not json", '{"host": "h"}'])
+def test_an_empty_or_unreadable_lease_is_taken_over_at_once(workdir, content, caplog):
   epath.Path(workdir).mkdir(parents=True, exist_ok=True)
-  epath.Path(workdir, lease.LEASE_NAME).write_text("not json")
-  with pytest.raises(lease.LeaseHeldError, match="unreadable"):
-    lease.WorkdirLease(workdir, timeout_seconds=60).acquire()
-  time.sleep(1.2)
-  with lease.hold(workdir, timeout_seconds=1) as held:
+  epath.Path(workdir, lease.LEASE_NAME).write_text(content)  # What a write cut short (a full disk) leaves.
+  with caplog.at_level(logging.WARNING), lease.hold(workdir, timeout_seconds=300) as held:
     assert read_lease(workdir)["run_id"] == held.record["run_id"]
+  assert any("empty or unreadable" in r.getMessage() for r in caplog.records)
+
+
+def test_the_lease_of_a_dead_process_on_this_machine_is_taken_over_at_once_and_a_live_ones_is_not(tmp_path, caplog):
+  workdir = str(tmp_path / "run")
+  killed = (
+    "import os, sys; from bert_jax.workdir import lease; lease.WorkdirLease(sys.argv[1], 300).acquire(); os._exit(9)"
+  )
+  assert subprocess.run([sys.executable, "-c", killed, workdir], cwd=REPO).returncode == 9  # As after SIGKILL.
+  left = read_lease(workdir)
+  assert left["pid"] != os.getpid() and time.time() - left["heartbeat_time"] < 300  # Fresh: not stale by age.
+  with caplog.at_level(logging.WARNING), lease.hold(workdir, timeout_seconds=300) as held:
+    assert read_lease(workdir)["run_id"] == held.record["run_id"]
+  assert any("its process is gone" in r.getMessage() for r in caplog.records)
+
+  # A pid reused by another process is no holder either; a live holder's lease is refused as before.
+  write_lease(
+    workdir, host=socket.gethostname(), process=left["process"].replace(f"/{left['pid']}/", f"/{os.getpid()}/")
+  )
+  with lease.hold(workdir, timeout_seconds=300):
+    pass
+  with lease.hold(workdir, timeout_seconds=300), pytest.raises(lease.LeaseHeldError, match=f"pid {os.getpid()}"):
+    lease.WorkdirLease(workdir, timeout_seconds=300).acquire()
 
 
 def test_the_heartbeat_advances(workdir):

@@ -7,8 +7,11 @@ exception) and gives it back when the run ends:
   time, command line), only if it does not exist: `os.open(O_CREAT | O_EXCL)` on a local disk, an upload with the
   precondition `ifGenerationMatch=0` on GCS (the server answers 412 if the object exists).
 - If a LEASE exists and its heartbeat is younger than `timeout_seconds`, the run is refused (`LeaseHeldError`, naming
-  the holder). If it is older (the holder was killed, or hangs), the run takes it over, with a warning. A LEASE that
-  cannot be read is judged by its modification time instead.
+  the holder). If it is older (the holder was killed, or hangs), the run takes it over, with a warning. A holder on
+  this machine (same host name, boot and PID namespace) whose process is gone, or is another process under a reused
+  pid (its start time differs), is dead at once: after SIGKILL, an out-of-memory kill or an abort, the same command
+  starts without waiting. A LEASE that is empty or cannot be read (a write cut short by a full disk) is stale too:
+  a holder's LEASE is written whole (an exclusive create under the lock, or an atomic rename; one upload on GCS).
 - Keep: a daemon thread rewrites the heartbeat every `heartbeat_seconds`. If it finds that another run has taken the
   lease over (this one stalled past the timeout), it sets `lost`, and `check()`, which the loop calls before it
   writes, raises `LeaseLostError`.
@@ -28,6 +31,7 @@ import contextlib
 import datetime
 import fcntl
 import json
+import math
 import os
 import socket
 import sys
@@ -164,6 +168,30 @@ class _GcsStore:
     self.fs.call("DELETE", "b/{}/o/{}", self.bucket, self.key, ifGenerationMatch=version)
 
 
+def _process_identity(pid: int) -> str | None:
+  """ "boot id/PID namespace/pid/start time" of process `pid` of this machine, None if it is gone (or /proc does not
+  tell): equal for the same living process, different for a process that reuses its pid."""
+  try:
+    with open("/proc/sys/kernel/random/boot_id") as f:
+      boot = f.read().strip()
+    with open(f"/proc/{pid}/stat") as f:
+      start = f.read().rsplit(")", 1)[1].split()[19]  # Field 22, the start time in clock ticks after boot.
+    return f"{boot}/{os.readlink('/proc/self/ns/pid')}/{pid}/{start}"
+  except (OSError, IndexError):
+    return None
+
+
+def _dead_here(holder: dict) -> bool:
+  """Whether `holder` ran on this machine (host, boot, PID namespace) in a process that is gone."""
+  recorded = holder.get("process")
+  if holder.get("host") != socket.gethostname() or not isinstance(recorded, str) or recorded.count("/") != 3:
+    return False
+  mine = _process_identity(os.getpid())
+  if mine is None or mine.split("/")[:2] != recorded.split("/")[:2]:
+    return False  # Another boot or PID namespace: its pids mean nothing here.
+  return _process_identity(int(recorded.split("/")[2])) != recorded
+
+
 def _decode(data: bytes) -> dict | None:
   """The holder's record, or None if `data` is not one."""
   try:
@@ -195,6 +223,7 @@ class WorkdirLease:
       host=socket.gethostname(), pid=os.getpid(), run_id=uuid.uuid4().hex, start_time=now, heartbeat_time=now
     )
     self.record["command"] = " ".join(sys.argv)
+    self.record["process"] = _process_identity(os.getpid())
     self._store = _LocalStore(self.path) if paths.is_local(self.path) else _GcsStore(self.path)
     self._version = None  # Of the LEASE this run last wrote; None while it holds none.
     self._renewed = now
@@ -216,17 +245,19 @@ class WorkdirLease:
       found = self._store.read()
       if found is None:
         continue  # Given back meanwhile.
-      data, version, mtime = found
+      data, version, _ = found
       holder = _decode(data)
-      age = time.time() - (holder["heartbeat_time"] if holder else mtime)
-      if age < self.timeout_seconds:
+      age = time.time() - holder["heartbeat_time"] if holder else math.inf
+      dead = holder is not None and _dead_here(holder)
+      if age < self.timeout_seconds and not dead:
         raise LeaseHeldError(
           f"The workdir is in use: {self.path} is held by {_describe(holder)}, last heartbeat {age:.0f} s ago "
           f"(stale after {self.timeout_seconds:.0f} s). Wait for that run to end, or stop it; if it is dead, delete "
           f"{self.path} or wait {self.timeout_seconds - age:.0f} s for the lease to go stale."
         )
+      why = "its process is gone" if dead else "it is empty or unreadable" if holder is None else "stale"
       logging.warning(
-        "Taking over the stale lease %s of %s: last heartbeat %.0f s ago.", self.path, _describe(holder), age
+        "Taking over the lease %s of %s (%s): last heartbeat %.0f s ago.", self.path, _describe(holder), why, age
       )
       try:
         self._version = self._store.replace(json.dumps(self.record).encode(), version)
