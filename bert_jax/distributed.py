@@ -6,13 +6,23 @@
   JAX_NUM_PROCESSES and JAX_PROCESS_ID for keys left empty. Under SLURM or Open MPI the address alone suffices:
   JAX reads the process count and id from the cluster.
 * A single machine without these settings runs as one process (so does a TPU host without slice metadata).
+
+A process that fails brings the others down within a second, instead of leaving them blocked in a collective until
+a timeout: it posts its error to the coordination service's key-value store (`report_failure`), and a thread on
+every process (`watch_for_failures`) polls that key and ends its process with the failing one's error as its last
+line.
 """
 
 import glob
 import os
+import sys
+import threading
+import time
 
 import jax
 from absl import logging
+
+_FAILED_KEY = "bert_jax/failed"
 
 
 def settings(config) -> tuple[str, int | None, int | None]:
@@ -50,3 +60,44 @@ def initialize(config) -> None:
       jax.distributed.initialize()
     except ValueError as error:  # A single TPU host without slice metadata (e.g. Colab): one process.
       logging.info("Not joining a multi-host job (%s); running as one process.", error)
+
+
+def _client():
+  """The coordination service's client of a multi-process job, None otherwise."""
+  from jax._src import distributed as jax_distributed  # The one handle JAX offers on its key-value store.
+
+  return jax_distributed.global_state.client if jax.process_count() > 1 else None
+
+
+def report_failure(error: BaseException) -> None:
+  """Tells the job's other processes that this one fails with `error`; they end at once (see the module
+  docstring). Does nothing in a one-process run."""
+  client = _client()
+  if client is None:
+    return
+  try:
+    client.key_value_set(_FAILED_KEY, f"process {jax.process_index()} failed: {type(error).__name__}: {error}")
+  except Exception as posting:  # Another process posted first, or the service is gone: nothing more to tell.
+    logging.warning("Could not tell the other processes of this failure: %s", posting)
+
+
+def watch_for_failures(poll_seconds: float = 0.5) -> None:
+  """Starts a daemon thread that ends this process (exit 1) once another process has reported a failure, with
+  that process's error as the last line on this console. Does nothing in a one-process run."""
+  client = _client()
+  if client is None:
+    return
+
+  def watch():
+    while True:
+      time.sleep(poll_seconds)
+      try:
+        message = client.key_value_try_get(_FAILED_KEY)
+      except Exception:  # Not posted (or the job is shutting down).
+        continue
+      logging.error("Stopping: %s", message)
+      logging.flush()
+      sys.stderr.flush()
+      os._exit(1)
+
+  threading.Thread(target=watch, name="failure-watch", daemon=True).start()

@@ -116,6 +116,7 @@ def main(argv):
     if mode in ("pretrain", "finetune"):  # Preparation, export and features run on one machine: they join no job.
       distributed.initialize(config.distributed)  # Before anything touches a device.
     jax.devices()
+  distributed.watch_for_failures()
   # Progress and evaluation lines come from process 0; the others' consoles show warnings and errors.
   console.name_process(jax.process_index(), jax.process_count())
   logging.info(
@@ -127,6 +128,21 @@ def main(argv):
     jax.device_count(),
     jax.devices()[0].platform,
   )
+  try:
+    _run(config, mode, checked, prepare, export, extract_features)
+  except BaseException as error:
+    if jax.process_count() == 1 or isinstance(error, SystemExit) and not error.code:
+      raise
+    # A failing process tells the others (they stop at once) and leaves without the interpreter's shutdown, which
+    # would wait for them at JAX's shutdown barrier.
+    distributed.report_failure(error)
+    logging.exception("This process failed; the job's other processes stop too.")
+    logging.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
   if mode == "prepare":
     prepare.prepare_for_run(config, _WORKDIR.value)
   elif mode in ("dry_run", "plan"):
@@ -172,6 +188,7 @@ def _compile_ahead_of_time(config, mode: str) -> None:
 def _train(config, workdir: str, checked) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
   save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
+  from bert_jax import distributed
   from bert_jax.finetune import job
   from bert_jax.train import guard, pretraining
   from bert_jax.workdir import checkpoints, lease
@@ -182,6 +199,7 @@ def _train(config, workdir: str, checked) -> None:
     else:
       pretraining.pretrain(config, workdir, checked)
   except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError) as error:
+    distributed.report_failure(error)
     logging.error("%s", error)
     # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the
     # storage library's threads would print their own tracebacks of the same failure after this line.

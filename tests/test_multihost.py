@@ -98,15 +98,38 @@ runpy.run_module("bert_jax.main", run_name="__main__", alter_sys=True)
 """
 
 
-def _start_two_hosts(corpus, workdir, delay_second=False, **overrides) -> list[subprocess.Popen]:
-  flags = [f"--config.{key}={value}" for key, value in (_overrides(corpus) | overrides).items()]
+# Process 1 as `python -m bert_jax.main`, noting each time it runs the preparer's shard writer, and failing in the
+# batch of step 3 (a Python exception on one host).
+_FAILING_MAIN = """
+import runpy, sys
+from bert_jax.data import prepare
+from bert_jax.train import pretraining
+write_shards = prepare.prepare
+def noted(*args, **kwargs):
+  print("process 1 ran the preparer", file=sys.stderr, flush=True)
+  return write_shards(*args, **kwargs)
+prepare.prepare = noted
+batch = pretraining.PretrainingJob.batch
+def failing(self, step):
+  if step == 3:
+    raise ValueError("injected failure in the batch of step 3")
+  return batch(self, step)
+pretraining.PretrainingJob.batch = failing
+runpy.run_module("bert_jax.main", run_name="__main__", alter_sys=True)
+"""
+
+
+def _start_two_hosts(corpus, workdir, second=None, overrides=None) -> list[subprocess.Popen]:
+  """Processes 0 and 1 of a job on `workdir`; process 1 runs the script `second` if given (else bert_jax.main);
+  `overrides` (flattened config keys) replace the corpus's."""
+  flags = [f"--config.{key}={value}" for key, value in (overrides or _overrides(corpus)).items()]
   address = f"localhost:{_free_port()}"
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
   return [
     subprocess.Popen(
       [
         sys.executable,
-        *(["-c", _DELAYED_MAIN] if delay_second and index == 1 else ["-m", "bert_jax.main"]),
+        *(["-c", second] if second and index == 1 else ["-m", "bert_jax.main"]),
         "--config=configs/tiny.py",
         f"--workdir={workdir}",
         *flags,
@@ -174,7 +197,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
   prepared, tmp_path, monkeypatch
 ):
   workdir = str(tmp_path / "two_hosts")
-  processes = _start_two_hosts(prepared, workdir, delay_second=True)
+  processes = _start_two_hosts(prepared, workdir, second=_DELAYED_MAIN)
   results = _preempt_after_two_logged_steps(processes, workdir)
   for index, result in enumerate(results):
     assert result.returncode == 0, f"process {index}:\n{result.stderr[-4000:]}"
@@ -246,3 +269,45 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     jax.device_get(resumed.params),
     jax.device_get(state.params),
   )
+
+
+def test_a_first_launch_with_the_embedded_corpus_prepares_once_and_a_failing_host_brings_the_other_down(tmp_path):
+  """A fresh workdir, two hosts, the embedded corpus: process 0 prepares it while process 1 waits for the commit
+  (they once raced on the same temporary files); then process 1 fails in step 3, and process 0, blocked in the
+  step's collectives, stops within seconds with process 1's error as its last line (not after a 300 s timeout)."""
+  workdir = tmp_path / "run"
+  overrides = {
+    "model.vocab_size": 400,
+    "model.hidden_size": 32,
+    "model.num_layers": 1,
+    "model.num_heads": 2,
+    "model.intermediate_size": 48,
+    "model.max_position_embeddings": 32,
+    "data.max_seq_length": 32,
+    "data.max_predictions_per_seq": 5,
+    "batch_size": 16,
+    "num_train_steps": 10_000,
+    "log_every_steps": 1,
+    "eval_steps": 0,
+  }
+  processes = _start_two_hosts(None, workdir, second=_FAILING_MAIN, overrides=overrides)
+  try:
+    exited = {}
+    deadline = time.monotonic() + 400
+    while len(exited) < len(processes):
+      assert time.monotonic() < deadline, "the job did not end"
+      for index, process in enumerate(processes):
+        if index not in exited and process.poll() is not None:
+          exited[index] = time.monotonic()
+      time.sleep(0.1)
+    results = [_finish(process) for process in processes]
+  finally:
+    for process in processes:
+      process.kill()
+  assert [result.returncode for result in results] == [1, 1], [result.stderr[-3000:] for result in results]
+  assert abs(exited[0] - exited[1]) < 15  # Within seconds of each other, not a collective's timeout.
+  error = "ValueError: injected failure in the batch of step 3"
+  for result in results:
+    assert error in result.stderr.strip().splitlines()[-1], result.stderr[-3000:]
+  assert "process 1 ran the preparer" not in results[1].stderr  # It found the corpus process 0 had prepared.
+  assert (workdir / "prepared" / "manifest.json").exists()

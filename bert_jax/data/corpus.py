@@ -4,6 +4,7 @@ the batch sources made from them for training and evaluation: the tf.data pipeli
 
 import jax
 from absl import logging
+from jax.experimental import multihost_utils
 
 from bert_jax.data import sources
 from bert_jax.data.manifest import check_shards, paths_for_run, read_manifest
@@ -25,7 +26,14 @@ class Corpus:
     if config.data.embedded_corpus:  # Prepared on first use, then found prepared: preparation imported only here.
       from bert_jax.data import prepare
 
-      prepare.prepare_for_run(config, workdir)
+      # One host prepares; the others wait for its commit (the manifest, written last) and then find the corpus
+      # prepared in a shared workdir, or prepare their own copy in a host-local one: never two writers at once.
+      if jax.process_index() == 0:
+        prepare.prepare_for_run(config, workdir)
+      if jax.process_count() > 1:
+        multihost_utils.sync_global_devices("embedded corpus prepared")
+        if jax.process_index() != 0:
+          prepare.prepare_for_run(config, workdir)
     self.tokenizer = tokenizer or load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
     if self.tokenizer.vocab_size > model.vocab_size:
       raise ValueError(f"The tokenizer has {self.tokenizer.vocab_size} ids but model.vocab_size={model.vocab_size}.")
