@@ -80,7 +80,7 @@ def check_ranges(config, ranges: Sequence[tuple]) -> None:
       raise ValueError(" ".join([f"{key}={value} must be {allowed}.", *hint]))
 
 
-# Every training run, pretraining or fine-tuning. model.*_dropout_prob are checked by BertConfig.
+# Every training run, pretraining or fine-tuning; `model.*` keys: MODEL.
 TRAINING = (
   ("seed", NON_NEGATIVE),
   ("batch_size", AT_LEAST_ONE),
@@ -93,14 +93,19 @@ TRAINING = (
   ("adam_eps", POSITIVE),
   ("weight_decay", NON_NEGATIVE),
   ("max_grad_norm", Range(0, math.inf, low_open=True, high_open=False), "inf disables clipping."),
-  ("model.initializer_range", POSITIVE),
-  ("model.layer_norm_eps", POSITIVE),
   ("log_every_steps", AT_LEAST_ONE),
   ("checkpoint_every_steps", AT_LEAST_ONE),
   ("keep_checkpoints", AT_LEAST_ONE),
   ("lease_timeout_seconds", POSITIVE),
   ("guard.spike_window", AT_LEAST_ONE),
   ("guard.max_consecutive_skips", AT_LEAST_ONE),
+)
+
+# Every model, configured or read from a source (handoff/pretrained.py). BertConfig checks its sizes, names and
+# dropout probabilities itself.
+MODEL = (
+  ("model.initializer_range", POSITIVE),
+  ("model.layer_norm_eps", POSITIVE),
 )
 
 PRETRAINING = (
@@ -159,9 +164,17 @@ class Checked:
   members: tuple[Member, ...] = ()
 
 
+def check_model(model: BertConfig) -> BertConfig:
+  """`model` (the user's, or one a source brought) if its values are in MODEL's ranges; raises ValueError naming the
+  key, value and range. (BertConfig checked the rest when it was made.)"""
+  check_ranges({"model": dataclasses.asdict(model)}, MODEL)
+  return model
+
+
 def model_config(config) -> BertConfig:
-  """`config.model` as the model's own dataclass, which checks its names and dropout probabilities."""
-  return BertConfig(**config.model.to_dict())
+  """`config.model` as the model's own dataclass, which checks its names and dropout probabilities, checked against
+  MODEL's ranges."""
+  return check_model(BertConfig(**config.model.to_dict()))
 
 
 def check_training(config) -> BertConfig:

@@ -26,8 +26,8 @@ def absolute(path) -> epath.Path:
 
 
 def overlaps(a, b) -> bool:
-  """Whether one of two directories is, or contains, the other."""
-  a, b = (os.fspath(absolute(p)) for p in (a, b))
+  """Whether one of two directories is, or contains, the other; local paths with their symlinks resolved."""
+  a, b = (os.path.realpath(p) if is_local(p) else os.fspath(p) for p in (a, b))
   a, b = a.rstrip("/") + "/", b.rstrip("/") + "/"
   return a.startswith(b) or b.startswith(a)
 

@@ -388,6 +388,19 @@ def test_refused_files_name_file_and_line(glue_dir):
   assert "train.tsv:2:" in message and "label '2' is not one of ['0', '1']" in message
 
 
+def test_a_byte_that_is_not_utf8_names_file_and_line(glue_dir):
+  rte = task_in(glue_dir, "rte")
+  path = glue_dir / glue.TASKS["rte"].glue_dir / "dev.tsv"
+  lines = [
+    row("index", "sentence1", "sentence2", "label"),
+    row(0, "a", "b", "entailment"),
+    row(1, "caf\xe9", "b", "entailment"),
+  ]
+  path.write_bytes("\n".join(lines[:2]).encode() + b"\n" + lines[2].encode("latin-1") + b"\n")
+  message = error_from(rte, "dev")
+  assert f"{path}:3: byte 0xe9 is not UTF-8" in message
+
+
 def test_missing_file_names_path_and_layout(tmp_path):
   with pytest.raises(FileNotFoundError) as error:
     glue.make_task("wnli", data_dir=str(tmp_path / "WNLI")).read("dev")

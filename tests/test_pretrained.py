@@ -93,7 +93,7 @@ def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, work
   (tmp_path / "bad_bundle").mkdir()
   (tmp_path / "bad_bundle" / "manifest.json").write_text(json.dumps({"format": pretrained.BUNDLE_FORMAT}))
   (tmp_path / "bad_bundle" / "bert_config.json").write_text(json.dumps(to_bert_json(wordpiece_run[1].model)))
-  with pytest.raises(ValueError, match=r"bad_bundle/manifest.json: lacks 'filename'"):
+  with pytest.raises(ValueError, match=r"bad_bundle/manifest.json records no file hashes"):
     pretrained.load(str(tmp_path / "bad_bundle"))
   (tmp_path / "bad_hf").mkdir()
   (tmp_path / "bad_hf" / "model.safetensors").write_bytes(b"")
@@ -386,3 +386,103 @@ def test_a_vocabulary_larger_than_the_embedding_table_is_refused(exports, tmp_pa
     f.write("".join(f"extra{i}\n" for i in range(10)))
   with pytest.raises(ValueError, match=r"vocab.txt has 111 ids but the model in .*/hf has vocab_size=104"):
     pretrained.load(str(hf_dir))
+
+
+def _flip_a_byte(path: pathlib.Path) -> None:
+  content = bytearray(path.read_bytes())
+  content[len(content) // 2] ^= 1
+  path.write_bytes(bytes(content))
+
+
+def _rehash(bundle: pathlib.Path, name: str) -> None:
+  """Records the present SHA-256 of `name` in the bundle's manifest: damage that the hashes do not catch."""
+  manifest = json.loads((bundle / "manifest.json").read_text())
+  manifest["files"][name] = tokenizer_lib.file_sha256(bundle / name)
+  (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_flipped_bit_in_a_bundle_is_refused_by_every_read_naming_the_file(exports, tmp_path, monkeypatch):
+  bundle = tmp_path / "bundle"
+  shutil.copytree(exports["bundle"], bundle)
+  hashed = []
+  monkeypatch.setattr(
+    pretrained, "file_sha256", lambda path: hashed.append(str(path)) or tokenizer_lib.file_sha256(path)
+  )
+  pretrained.load(str(bundle))
+  manifest = json.loads((bundle / "manifest.json").read_text())
+  assert sorted(hashed) == sorted(str(bundle / name) for name in manifest["files"] if name != "vocab.txt")  # Once.
+  data_file = next(p for p in sorted((bundle / "params").rglob("*")) if p.is_file() and p.stat().st_size > 1000)
+  _flip_a_byte(data_file)
+  name = str(data_file.relative_to(bundle))
+  with pytest.raises(ValueError, match=rf"Bundle {bundle} does not match its manifest: \['{name}: changed'\]"):
+    pretrained.load(str(bundle))
+  with pytest.raises(ValueError, match=rf"{name}: changed"):  # --mode=export's path: nothing is written.
+    export.export(str(bundle), str(tmp_path / "hf"), "huggingface")
+  assert not (tmp_path / "hf").exists() and os.listdir(tmp_path) == ["bundle"]
+
+
+def test_a_loaded_config_out_of_range_or_a_non_finite_weight_is_refused_naming_the_file(exports, tmp_path):
+  hf_dir, bundle = tmp_path / "hf", tmp_path / "bundle"
+  shutil.copytree(exports["huggingface"], hf_dir)
+  shutil.copytree(exports["bundle"], bundle)
+  for config_file in (hf_dir / "config.json", bundle / "bert_config.json"):
+    fields = json.loads(config_file.read_text())
+    config_file.write_text(json.dumps(dict(fields, layer_norm_eps=-1.0)))
+    _rehash(bundle, "bert_config.json")
+    with pytest.raises(ValueError, match=rf"{config_file}: model.layer_norm_eps=-1.0 must be positive"):
+      pretrained.load(str(config_file.parent))
+    config_file.write_text(json.dumps(dict(fields, initializer_range=0)))
+    _rehash(bundle, "bert_config.json")
+    with pytest.raises(ValueError, match=rf"{config_file}: model.initializer_range=0 must be positive"):
+      pretrained.load(str(config_file.parent))
+    config_file.write_text(json.dumps(fields))
+  tensors = load_safetensors(hf_dir / "model.safetensors")
+  tensors["bert.encoder.layer.1.output.dense.weight"][3, 5] = np.nan
+  save_safetensors(tensors, hf_dir / "model.safetensors")
+  with pytest.raises(
+    ValueError, match=r"hf/model.safetensors: tensors \['bert.encoder.layer.1.output.dense.weight'\] hold NaN or inf"
+  ):
+    pretrained.load(str(hf_dir))
+
+
+def test_a_damaged_file_is_refused_naming_its_path_not_with_a_bare_library_error(exports, tmp_path):
+  hf_dir, bundle = tmp_path / "hf", tmp_path / "bundle"
+  shutil.copytree(exports["huggingface"], hf_dir)
+  weights = hf_dir / "model.safetensors"
+  weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+  with pytest.raises(ValueError, match=rf"{weights} is not a readable safetensors file \(truncated or damaged\?\)"):
+    pretrained.load(str(hf_dir))
+  for name in ("params/_METADATA", "params/manifest.ocdbt"):  # Damage that the manifest's hashes do not catch.
+    shutil.rmtree(bundle, ignore_errors=True)
+    shutil.copytree(exports["bundle"], bundle)
+    (bundle / name).write_bytes((bundle / name).read_bytes()[:40])
+    _rehash(bundle, name)
+    with pytest.raises(ValueError, match=rf"{bundle}/params cannot be restored as this bundle's parameters"):
+      pretrained.load(str(bundle))
+
+
+def test_an_overwrite_replaces_only_what_an_export_wrote_and_follows_symlinks(exports, tmp_path):
+  for fmt in export.FORMATS:  # Each format's own files are replaced; a file of the user's is refused, and kept.
+    target = tmp_path / fmt
+    shutil.copytree(exports[fmt], target)
+    (target / "README.md").write_text("mine")
+    with pytest.raises(ValueError, match=rf"{target} holds \['README.md'\], which no {fmt} export writes"):
+      export.export(exports["bundle"], str(target), fmt, overwrite=True)
+    assert (target / "README.md").read_text() == "mine"
+    (target / "README.md").unlink()
+    export.export(exports["bundle"], str(target), fmt, overwrite=True)
+  real = tmp_path / "huggingface"
+  (tmp_path / "link").symlink_to(real)
+  export.export(exports["bundle"], str(tmp_path / "link"), "huggingface", overwrite=True)
+  assert (tmp_path / "link").is_symlink() and sorted(os.listdir(tmp_path)) == [
+    "bundle",
+    "google",
+    "huggingface",
+    "link",
+  ]
+  assert pretrained.load(str(tmp_path / "link")).source.format == "huggingface"
+  source = tmp_path / "bundle"
+  (tmp_path / "inside").symlink_to(source / "export")  # A target that lands inside the source through a symlink.
+  with pytest.raises(ValueError, match=rf"export.dir={source / 'export'} overlaps the source {source}"):
+    export.export(str(source), str(tmp_path / "inside"), "huggingface")
+  assert not (source / "export").exists()

@@ -161,6 +161,11 @@ class GlueTask(Task):
             )
       except csv.Error as error:
         raise ValueError(f"{path}:{reader.line_num}: {error}") from error
+      except UnicodeDecodeError as error:  # Decoded a chunk at a time: find the line itself.
+        line, byte = _undecodable_line(path)
+        raise ValueError(
+          f"{path}:{line}: byte {byte:#04x} is not UTF-8 ({error.reason}); GLUE files are UTF-8: re-encode the file."
+        ) from None
       if not examples:
         raise ValueError(f"{path}:{reader.line_num + 1}: no examples; {self.name} expects {self.expected_layout()}")
     _log_short_lines(path, short_lines)
@@ -503,6 +508,16 @@ def _open_text(path: epath.Path):
   (they may be CRLF)."""
   with path.open("rb") as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
     yield text
+
+
+def _undecodable_line(path: epath.Path) -> tuple[int, int]:
+  """(1-based line number, first bad byte) of the first line of `path` that is not UTF-8."""
+  for number, line in enumerate(path.read_bytes().splitlines(keepends=True), start=1):
+    try:
+      line.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+      return number, line[error.start]
+  return 0, 0
 
 
 def _column_finder(path, header: list[str], layout: str):

@@ -26,6 +26,7 @@ replaced. An existing export is never replaced unless `overwrite` is set.
 import datetime
 import importlib.metadata
 import json
+import os
 import uuid
 
 import jax
@@ -45,6 +46,16 @@ FORMATS = config_checks.EXPORT_FORMATS
 # The file whose presence makes a directory a model of each format (written last).
 _COMMIT_FILE = {"bundle": pretrained.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model"}
+# What each format's writer writes (a bundle: the files its manifest lists, and the manifest): all that
+# `export.overwrite` may replace.
+_WRITTEN = {
+  "huggingface": {hf_format.SAFETENSORS, "config.json", "tokenizer_config.json", *_TOKENIZER_FILENAME.values()},
+  "google": {
+    *(f"{google_format.CHECKPOINT}.{end}" for end in ("index", "data-00000-of-00001")),
+    google_format.CONFIG,
+    *_TOKENIZER_FILENAME.values(),
+  },
+}
 
 
 def _file_hashes(directory: epath.Path) -> dict[str, str]:
@@ -157,6 +168,16 @@ def _check_target(source: str, resolved: str, target: epath.Path, overwrite: boo
     raise ValueError(f"export.overwrite: {target} is not an export ({error}); refusing to replace it.") from None
   if existing.format == "workdir":
     raise ValueError(f"export.overwrite: {target} is a pretraining workdir, not an export; refusing to replace it.")
+  if existing.format == "bundle":
+    written = {*existing.info.get("files", {}), pretrained.BUNDLE_MANIFEST}
+  else:
+    written = _WRITTEN[existing.format]
+  others = [name for path in paths.files(target) if (name := str(path.relative_to(target))) not in written]
+  if others:
+    raise ValueError(
+      f"export.overwrite: {target} holds {others[:8]}, which no {existing.format} export writes; refusing to replace "
+      "it (move those files out first)."
+    )
   return existing.format
 
 
@@ -171,6 +192,8 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
   if not directory:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
   target = paths.absolute(directory)
+  if paths.is_local(target):  # Through a symlink: the directory it names is checked, replaced and written.
+    target = epath.Path(os.path.realpath(target))
   replaced_format = _check_target(source, source, target, overwrite)
   loaded = pretrained.load(source)  # Checks the source before anything is written.
   _check_target(source, loaded.source.path, target, overwrite)
@@ -214,15 +237,6 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
 def verify_bundle(directory: str) -> dict:
   """Checks every file of a bundle against the SHA-256 in its manifest; returns the manifest. Raises ValueError
   naming each file that differs, is missing, or is not in the manifest."""
-  directory = epath.Path(directory)
-  manifest = json.loads((directory / pretrained.BUNDLE_MANIFEST).read_text())
-  actual = _file_hashes(directory)
-  actual.pop(pretrained.BUNDLE_MANIFEST)
-  problems = [
-    f"{name}: changed" for name in manifest["files"] if name in actual and actual[name] != manifest["files"][name]
-  ]
-  problems += [f"{name}: missing" for name in manifest["files"] if name not in actual]
-  problems += [f"{name}: not in the manifest" for name in actual if name not in manifest["files"]]
-  if problems:
-    raise ValueError(f"Bundle {directory} does not match its manifest: {problems}.")
+  manifest = pretrained.read_json(epath.Path(directory) / pretrained.BUNDLE_MANIFEST)
+  pretrained.verify_bundle(directory, manifest)
   return manifest

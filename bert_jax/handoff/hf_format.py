@@ -9,6 +9,7 @@ BERT: written files leave the tied tensors out, as `transformers`' own `save_pre
 
 import dataclasses
 import json
+import pickle
 from collections.abc import Mapping
 
 import flax.linen as nn
@@ -92,15 +93,30 @@ def _canonical(name: str) -> str:
   return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
 
 
+def check_finite(tensors: Mapping[str, np.ndarray], where) -> None:
+  """Raises ValueError naming `where` and the tensors that hold a NaN or inf. One float64 sum per tensor (no
+  temporary array; float32 values cannot overflow it): NaN and inf propagate, finite values stay finite."""
+  bad = [name for name, value in tensors.items() if not np.isfinite(np.sum(value, dtype=np.float64))]
+  if bad:
+    raise ValueError(f"{where}: tensors {bad[:8]} hold NaN or inf values; refusing to load them.")
+
+
 def load_safetensors(path) -> dict[str, np.ndarray]:
-  """Every tensor of a `.safetensors` file (local or gs://) as float32 numpy arrays."""
+  """Every tensor of a `.safetensors` file (local or gs://) as float32 numpy arrays. Raises ValueError naming the
+  file if it cannot be read (truncated, damaged) or holds a NaN or inf."""
+  from safetensors import SafetensorError
   from safetensors import numpy as safetensors_numpy
 
-  if paths.is_local(path):
-    tensors = safetensors_numpy.load_file(str(path))  # Memory-mapped.
-  else:
-    tensors = safetensors_numpy.load(epath.Path(path).read_bytes())
-  return {name: np.asarray(tensor, np.float32) for name, tensor in tensors.items()}
+  try:
+    if paths.is_local(path):
+      tensors = safetensors_numpy.load_file(str(path))  # Memory-mapped.
+    else:
+      tensors = safetensors_numpy.load(epath.Path(path).read_bytes())
+  except SafetensorError as error:
+    raise ValueError(f"{path} is not a readable safetensors file (truncated or damaged?): {error}") from None
+  tensors = {name: np.asarray(tensor, np.float32) for name, tensor in tensors.items()}
+  check_finite(tensors, path)
+  return tensors
 
 
 def load_pytorch_bin(path) -> dict[str, np.ndarray]:
@@ -111,9 +127,16 @@ def load_pytorch_bin(path) -> dict[str, np.ndarray]:
     raise ImportError(
       f"{path} is a PyTorch file and torch is not installed: install torch, or use a model.safetensors."
     ) from None
-  with epath.Path(path).open("rb") as f:
-    state_dict = torch.load(f, map_location="cpu", weights_only=True)
-  return {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+  try:
+    with epath.Path(path).open("rb") as f:
+      state_dict = torch.load(f, map_location="cpu", weights_only=True)
+  except FileNotFoundError:
+    raise
+  except (RuntimeError, EOFError, OSError, ValueError, pickle.UnpicklingError) as error:
+    raise ValueError(f"{path} is not a readable PyTorch state dict (truncated or damaged?): {error}") from None
+  tensors = {name: tensor.float().numpy() for name, tensor in state_dict.items()}
+  check_finite(tensors, path)
+  return tensors
 
 
 def load_hf_directory(directory) -> dict[str, np.ndarray]:

@@ -31,12 +31,13 @@ import json
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import paths, sharding
+from bert_jax import config_checks, paths, sharding
 from bert_jax.data.tokenizer import Tokenizer, file_sha256, load_tokenizer
 from bert_jax.handoff import google_format, hf_format
 from bert_jax.model import param_layout
@@ -130,7 +131,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
         f"{directory.parent / checkpoints.BEST}."
       )
     task = _named(step_dir, lambda: TaskHead.from_json(history))
-  config = _named(step_dir, lambda: BertConfig(**saved["model"]))
+  config = _named(step_dir, lambda: config_checks.check_model(BertConfig(**saved["model"])))
   if recorded is None:  # Trained on synthetic data: no tokenizer.
     return Source("workdir", step_dir, config, None, None, True, None, step=step, info=saved, task=task)
   if tokenizer is None:  # Written before checkpoints held the tokenizer file: the recorded path, if still there.
@@ -158,17 +159,45 @@ def _named(where, fn):
     raise ValueError(f"{where}: {detail}") from None
 
 
-def _read_json(path: epath.Path) -> dict:
+def read_json(path: epath.Path) -> dict:
   return _named(path, lambda: json.loads(path.read_text()))
+
+
+def _read_config(config_file: epath.Path) -> BertConfig:
+  """The model config of a `bert_config.json` or Hugging Face `config.json`, checked as the user's is."""
+  return _named(
+    config_file, lambda: config_checks.check_model(from_bert_json(read_json(config_file), str(config_file)))
+  )
+
+
+def verify_bundle(directory, manifest: dict, part: str | None = None) -> None:
+  """Checks the files of the bundle in `directory` (or of its `part`, a file or folder in it) against the SHA-256s
+  its `manifest` records; raises ValueError naming each file that differs, is missing, or is not in the manifest.
+  Each file is hashed once."""
+  directory = epath.Path(directory)
+  recorded = manifest.get("files")
+  if not isinstance(recorded, dict):
+    raise ValueError(f"{directory / BUNDLE_MANIFEST} records no file hashes ('files'); not a complete bundle manifest.")
+  root = directory if part is None else directory / part
+  found = paths.files(root) if root.is_dir() else [root] if root.exists() else []
+  actual = sorted({str(path.relative_to(directory)) for path in found} - {BUNDLE_MANIFEST})
+  inside = lambda name: part is None or name == part or name.startswith(f"{part}/")  # noqa: E731
+  problems = [f"{name}: missing" for name in recorded if inside(name) and name not in actual]
+  problems += [f"{name}: not in the manifest" for name in actual if name not in recorded]
+  problems += [
+    f"{name}: changed" for name in actual if name in recorded and file_sha256(directory / name) != recorded[name]
+  ]
+  if problems:
+    raise ValueError(f"Bundle {directory} does not match its manifest: {problems}.")
 
 
 def _bundle_source(path: epath.Path) -> Source:
   manifest_file = path / BUNDLE_MANIFEST
-  manifest = _read_json(manifest_file)
+  manifest = read_json(manifest_file)
   if manifest.get("format") != BUNDLE_FORMAT:
     raise ValueError(f"{manifest_file} is not a bert_jax bundle manifest (format {manifest.get('format')!r}).")
-  config_file = path / google_format.CONFIG
-  config = _named(config_file, lambda: from_bert_json(_read_json(config_file), str(config_file)))
+  verify_bundle(path, manifest, google_format.CONFIG)  # Parameters are verified when read (_read_params).
+  config = _read_config(path / google_format.CONFIG)
   tokenizer = manifest.get("tokenizer", {})
   return _named(
     manifest_file,
@@ -212,11 +241,11 @@ def _tokenizer_files(path: epath.Path, lower_case: bool | None) -> tuple[str, st
 
 def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Source:
   config_file = path / ("config.json" if fmt == "huggingface" else google_format.CONFIG)
-  config = _named(config_file, lambda: from_bert_json(_read_json(config_file), str(config_file)))
+  config = _read_config(config_file)
   if fmt == "google":
     google_format.checkpoint_prefix(path)  # Exactly one TF1 checkpoint.
   file, kind, lower_case = _tokenizer_files(path, lower_case)
-  task = _named(config_file, lambda: _hf_task(_read_json(config_file))) if fmt == "huggingface" else None
+  task = _named(config_file, lambda: _hf_task(read_json(config_file))) if fmt == "huggingface" else None
   return Source(fmt, str(path), config, file, kind, lower_case, None, task=task)
 
 
@@ -357,16 +386,29 @@ def _read_params(source: Source, mesh, rules) -> dict:
       shardings = {name: tree for name, tree in shardings.items() if name in kept}
     if source.format == "workdir":
       with checkpoints.reader(epath.Path(source.path).parent) as manager:
+        # Verified against the step's per-array checksums; a step with non-finite parameters is never saved.
         return checkpoints.restore_params(manager, source.step, abstract, shardings)
     import orbax.checkpoint as ocp
 
-    with ocp.StandardCheckpointer() as checkpointer:
-      return checkpointer.restore(epath.Path(source.path) / "params", sharding.with_shardings(abstract, shardings))
+    verify_bundle(source.path, source.info, "params")  # Hashed once, here: the tokenizer's was checked by its load.
+    try:
+      with ocp.StandardCheckpointer() as checkpointer:
+        params = checkpointer.restore(epath.Path(source.path) / "params", sharding.with_shardings(abstract, shardings))
+    except Exception as error:  # noqa: BLE001 - whatever Orbax or tensorstore raise of damaged files: name them.
+      raise ValueError(
+        f"{source.path}/params cannot be restored as this bundle's parameters: {type(error).__name__}: {error}"
+      ) from None
+    check_finite(params, source.path)
+    return params
   directory = epath.Path(source.path)
   if source.format == "huggingface":
-    tensors = hf_format.load_hf_directory(directory)
+    tensors = hf_format.load_hf_directory(directory)  # Checks each file's tensors are finite.
   else:
-    tensors = google_format.read_checkpoint(directory)
+    try:
+      tensors = google_format.read_checkpoint(directory)
+    except Exception as error:  # noqa: BLE001 - whatever TensorFlow's reader raises of a damaged checkpoint.
+      raise ValueError(f"{directory}: its TF1 checkpoint cannot be read: {type(error).__name__}: {error}") from None
+    hf_format.check_finite(tensors, f"{directory}/{google_format.checkpoint_prefix(directory)}")
   try:
     numpy_params = hf_format.params_from_hf(tensors, source.config)
   except ValueError as error:
@@ -377,6 +419,22 @@ def _read_params(source: Source, mesh, rules) -> dict:
   if source.config.scan_layers:
     raise AssertionError("Foreign formats are unrolled.")
   return _place(numpy_params, shardings)
+
+
+@jax.jit
+def _finite_leaves(params):
+  return [jnp.isfinite(leaf).all() for leaf in jax.tree.leaves(params)]
+
+
+def check_finite(params, where: str) -> None:
+  """Raises ValueError naming `where` and the arrays of `params` (jax.Arrays in any sharding) that hold a NaN or
+  inf; one jitted reduction."""
+  finite = jax.device_get(_finite_leaves(params))
+  leaves = jax.tree_util.tree_leaves_with_path(params)
+  names = ["/".join(str(getattr(key, "key", key)) for key in path) for path, _ in leaves]
+  bad = [name for name, ok in zip(names, finite, strict=True) if not ok]
+  if bad:
+    raise ValueError(f"{where}: parameters {bad[:8]} hold NaN or inf values; refusing to load them.")
 
 
 def load(
