@@ -73,7 +73,10 @@ def test_a_diverging_run_stops_naming_the_step_and_keeps_only_finite_checkpoints
   pretraining.pretrain(small_config, str(tmp_path))
   small_config.update(num_train_steps=20, learning_rate=1e30, max_grad_norm=1e30, warmup_steps=0)
   small_config.guard.update(nonfinite=policy, max_consecutive_skips=3)
-  with pytest.raises(guard.TrainingStopped, match=r"Step (5|6|7|8)\b" if policy == "stop" else "3 consecutive"):
+  with pytest.raises(guard.TrainingStopped, match=r"Step (5|6|7|8)\b" if policy == "stop" else "3 consecutive") as e:
     pretraining.pretrain(small_config, str(tmp_path))
-  for step, params in _checkpoint_params(str(tmp_path)).items():
+  saved = _checkpoint_params(str(tmp_path))
+  for step, params in saved.items():
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)), step
+  # The message names the checkpoint a resume would start from, and what it may hold.
+  assert f"Its newest checkpoint is step {max(saved)}, with finite values only" in str(e.value)

@@ -19,7 +19,9 @@ POLICIES = ("skip", "stop")
 
 
 class TrainingStopped(RuntimeError):
-  """The guard ended the run; the message names the step and why. The newest checkpoint is the last good one."""
+  """The guard ended the run; the message names the step, why, and the newest checkpoint. That checkpoint holds no
+  non-finite value, but the finite steps before the first skipped one were applied: a loss that climbed without
+  turning non-finite (or spiking, with `guard.spike_factor`) is in it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Monitor:
     self._pending = None
     self._consecutive = 0
     self.skipped = 0
+    self.newest_checkpoint: int | None = None  # Set by the loop: the step of the newest checkpoint it saved or resumed.
 
   def observe(self, step: int, metrics: dict) -> None:
     """Takes step `step`'s metrics (device arrays) and checks the previous step's."""
@@ -78,12 +81,20 @@ class Monitor:
     if nonfinite and self._stop_on_nonfinite:
       raise TrainingStopped(
         f"Step {step}{members}: {detail}: the step {why}. guard.nonfinite='stop' ends the run; the parameters "
-        "were not updated by it, and the newest checkpoint is from before it. Lower the learning rate or set "
-        "guard.nonfinite='skip'."
+        f"were not updated by it. {self._newest()} Lower the learning rate or set guard.nonfinite='skip'."
       )
     logging.warning("Skipped step %d%s: %s %s; parameters and optimizer state unchanged.", step, members, detail, why)
     if self._consecutive >= self._max_consecutive:
       raise TrainingStopped(
         f"Step {step}: {self._consecutive} consecutive steps skipped (guard.max_consecutive_skips="
-        f"{self._max_consecutive}); the last: {detail}. The run stops; its newest checkpoint is from before them."
+        f"{self._max_consecutive}); the last: {detail}. The run stops. {self._newest()}"
       )
+
+  def _newest(self) -> str:
+    if self.newest_checkpoint is None:
+      return "It has no checkpoint."
+    return (
+      f"Its newest checkpoint is step {self.newest_checkpoint}, with finite values only; the finite steps before the "
+      "first skipped one were applied, so if the loss climbed before it (TensorBoard's train/loss), resume from an "
+      "earlier step, and consider guard.spike_factor (e.g. 2) to skip such steps."
+    )

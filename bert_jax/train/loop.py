@@ -173,6 +173,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
       logging.info("Step %d is already at the last step, %d: nothing to train.", first_step, last_step)
     ticker, sums, steps_in_sums = None, None, 0
     monitor = guard.Monitor(config)
+    monitor.newest_checkpoint = first_step if start.resumed else None
     loop_started = time.perf_counter()
     for step in range(first_step + 1, last_step + 1):
       profile.before(step)
@@ -208,7 +209,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
         checkpoints.check_saves(manager, saving, wait=True)
         position, history = job.checkpoint(step)
         checkpoints.save(manager, step, state, position, job.recorded_config, job.tokenizer_item, history)  # Async.
-        saving = step
+        saving = monitor.newest_checkpoint = step
         job.saved(step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopped:
