@@ -15,6 +15,8 @@ reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are 
 A checkpoint that fails its checksums (`checkpoints.CorruptCheckpointError`) stops the run, or with
 `restore_fallback` the previous committed step is restored instead: the bad step is moved aside to
 `<workdir>/corrupt_checkpoints/<step>` (kept for inspection, and never deleted or overwritten by the new saves).
+Every item of a step takes part: any that is missing, cannot be read or does not match its checksum makes the step
+corrupt, each named in one warning line.
 Every host takes the same decisions: they read the same files, and the checksums are verified by one jitted
 computation over the global arrays.
 """
@@ -128,7 +130,7 @@ def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
         except checkpoints.CorruptCheckpointError as error:
           if not config.restore_fallback:
             raise
-          logging.warning("%s Trying the previous step (restore_fallback).", error)
+          logging.info("Checking the previous step: %s", error.lines[0])  # The restore warns, per item.
           continue
         _check_compatible(saved, config, "the workdir")
         _check_readers(config, data_position, step)
@@ -244,6 +246,14 @@ def pretraining_start(
   return begun
 
 
+def warn_damaged(error: checkpoints.CorruptCheckpointError) -> None:
+  """One warning line per damaged item of a step (the error's lines), the last saying the previous step is tried."""
+  lines = getattr(error, "lines", None) or [str(error)]
+  for line in lines[:-1]:
+    logging.warning("%s", line)
+  logging.warning("%s Trying the previous step (restore_fallback).", lines[-1])
+
+
 def _restore_newest(config, manager, restore):
   """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step. The
   newer steps that did not are moved aside only once an older one has restored: if none does, the cause is more
@@ -260,7 +270,7 @@ def _restore_newest(config, manager, restore):
     except checkpoints.CorruptCheckpointError as error:
       if not config.restore_fallback:
         raise
-      logging.warning("%s Trying the previous step (restore_fallback).", error)
+      warn_damaged(error)
       failed.append((step, error))
       continue
     for bad, _ in failed:
