@@ -139,6 +139,26 @@ def test_a_corrupt_checkpoint_with_a_garbage_history_item_falls_back_like_any_ot
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
+def test_a_corrupt_checkpoint_whose_step_was_moved_aside_before_is_moved_under_a_fresh_name(
+  small_config, tmp_path, tmp_path_factory
+):
+  """Step 6 corrupted a second time (it was already moved aside once, twice): `6.2`, the earlier ones kept."""
+  original, uninterrupted = _trained(small_config, tmp_path_factory)
+
+  def damage(step_dir):
+    for earlier in ("6", "6.1"):
+      (step_dir.parent.parent / "corrupt_checkpoints" / earlier).mkdir(parents=True)
+      (step_dir.parent.parent / "corrupt_checkpoints" / earlier / "earlier").write_text(earlier)
+    (step_dir / "config" / "metadata").write_text("{garbage")
+
+  workdir, resumed = _resume_over(small_config, tmp_path, original, damage)
+  aside = workdir / "corrupt_checkpoints"
+  assert sorted(os.listdir(aside)) == ["6", "6.1", "6.2"]
+  assert [(aside / name / "earlier").read_text() for name in ("6", "6.1")] == ["6", "6.1"]
+  assert "config" in os.listdir(aside / "6.2")
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
 def test_a_corrupt_checkpoint_with_a_truncated_file_is_logged_in_one_line_per_damaged_item(
   small_config, tmp_path, tmp_path_factory, caplog, capfd

@@ -14,7 +14,8 @@ reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are 
 
 A checkpoint that fails its checksums (`checkpoints.CorruptCheckpointError`) stops the run, or with
 `restore_fallback` the previous committed step is restored instead: the bad step is moved aside to
-`<workdir>/corrupt_checkpoints/<step>` (kept for inspection, and never deleted or overwritten by the new saves).
+`<workdir>/corrupt_checkpoints/<step>` (`<step>.1`, `<step>.2`, ... if that step number was moved aside before; kept
+for inspection, and never deleted or overwritten by the new saves).
 Every item of a step takes part: any that is missing, cannot be read or does not match its checksum makes the step
 corrupt, each named in one warning line.
 Every host takes the same decisions: they read the same files, and the checksums are verified by one jitted
@@ -254,6 +255,17 @@ def warn_damaged(error: checkpoints.CorruptCheckpointError) -> None:
   logging.warning("%s Trying the previous step (restore_fallback).", lines[-1])
 
 
+def aside_path(directory, step: int) -> epath.Path:
+  """Where damaged step `step` of the checkpoints `directory` is moved: `<workdir>/corrupt_checkpoints/<step>`, or
+  `<step>.1`, `<step>.2`, ... when that step number was moved aside before (an earlier one is never replaced)."""
+  root = epath.Path(directory).parent / CORRUPT
+  aside, suffix = root / str(step), 0
+  while aside.exists():
+    suffix += 1
+    aside = root / f"{step}.{suffix}"
+  return aside
+
+
 def _restore_newest(config, manager, restore):
   """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step. The
   newer steps that did not are moved aside only once an older one has restored: if none does, the cause is more
@@ -274,7 +286,8 @@ def _restore_newest(config, manager, restore):
       failed.append((step, error))
       continue
     for bad, _ in failed:
-      aside = epath.Path(manager.directory).parent / CORRUPT / str(bad)
+      aside = aside_path(manager.directory, bad)
+      multihost_utils.sync_global_devices(f"bert_jax: checkpoint {bad} aside name chosen")  # The same on every host.
       logging.warning("Restored step %d instead of step %d; moving step %d to %s.", step, bad, bad, aside)
       if jax.process_index() == 0:
         aside.parent.mkdir(parents=True, exist_ok=True)
