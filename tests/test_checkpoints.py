@@ -2,7 +2,9 @@
 file, with the previous step restored instead when `restore_fallback` is set; and the format of today's checkpoints
 still restoring bitwise (a committed golden checkpoint)."""
 
+import logging
 import os
+import re
 import shutil
 
 import jax
@@ -42,19 +44,41 @@ def _truncate_files(step_dir) -> None:
       path.write_bytes(path.read_bytes()[: path.stat().length // 2])
 
 
+_TRAINED = {}
+
+
+def _trained(config, tmp_path_factory) -> tuple[str, dict]:
+  """(workdir, final parameters) of one uninterrupted run with checkpoints 3 and 6, trained once per session (and
+  worker): the tests below damage copies of it."""
+  config.update(eval_steps=0)
+  if not _TRAINED:
+    workdir = str(tmp_path_factory.mktemp("corrupt") / "original")
+    _TRAINED.update(workdir=workdir, params=_params(pretraining.pretrain(config, workdir)))
+  return _TRAINED["workdir"], _TRAINED["params"]
+
+
+def _resume_over(config, tmp_path, original: str, damage, name: str = "damaged") -> tuple[epath.Path, dict]:
+  """A copy of `original` with step 6 damaged, resumed with `restore_fallback`: (the workdir, its final params)."""
+  workdir = tmp_path / name
+  shutil.copytree(original, workdir)
+  damage(workdir / "checkpoints" / "6")
+  config.restore_fallback = True
+  return workdir, _params(pretraining.pretrain(config, str(workdir)))
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
-def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked(small_config, tmp_path, caplog):
-  small_config.update(eval_steps=0)
-  original = str(tmp_path / "original")
-  uninterrupted = _params(pretraining.pretrain(small_config, original))  # Checkpoints 3 and 6.
+def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked(
+  small_config, tmp_path, tmp_path_factory, caplog
+):
+  original, uninterrupted = _trained(small_config, tmp_path_factory)
 
   faults = {
     "flipped bit": (
       _flip_a_bit_through_orbax,
       r"array params/bert/layer_1/attention/query/kernel read from .*/6/params",
     ),
-    "truncated files": (_truncate_files, r"Checkpoint step 6: cannot read \['data', 'optimizer', 'params'\] in .*/6"),
-    "garbage JSON": (lambda d: (epath.Path(d) / "data" / "metadata").write_text("{garbage"), r"step 6.*'data'.*/6"),
+    "truncated files": (_truncate_files, r"Checkpoint step 6: cannot read item params \(.*/6/params\)"),
+    "garbage JSON": (lambda d: (epath.Path(d) / "data" / "metadata").write_text("{garbage"), r"step 6.*data.*/6/data"),
   }
   for name, (damage, named) in faults.items():
     workdir = tmp_path / name.replace(" ", "_")
@@ -77,6 +101,84 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
   assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
   assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+def test_a_corrupt_checkpoint_without_its_checksums_item_is_never_read_unverified(
+  small_config, tmp_path, tmp_path_factory, caplog
+):
+  """A step of today's format (its optimizer holds the guard's state, written since checksums) whose `checksums`
+  item is gone is corrupt: never trained on unverified, the previous step restored instead."""
+  original, uninterrupted = _trained(small_config, tmp_path_factory)
+
+  def damage(step_dir):
+    shutil.rmtree(step_dir / "checksums")
+    _flip_a_bit_through_orbax(step_dir)  # What the checksums would have caught.
+
+  small_config.restore_fallback = False
+  workdir = tmp_path / "refused"
+  shutil.copytree(original, workdir)
+  damage(workdir / "checkpoints" / "6")
+  with pytest.raises(checkpoints.CorruptCheckpointError, match=r"step 6: item checksums is missing \(.*/6/checksums\)"):
+    pretraining.pretrain(small_config, str(workdir))
+  workdir, resumed = _resume_over(small_config, tmp_path, original, damage)
+  assert "Restored step 3 instead of step 6" in caplog.text
+  assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+def test_a_corrupt_checkpoint_with_a_garbage_history_item_falls_back_like_any_other_item(
+  small_config, tmp_path, tmp_path_factory, caplog
+):
+  """Every item takes part in the fallback: a garbage `history` restores step 3, not an exit on every restart."""
+  original, uninterrupted = _trained(small_config, tmp_path_factory)
+  workdir, resumed = _resume_over(
+    small_config, tmp_path, original, lambda d: (d / "history" / "metadata").write_text("{garbage")
+  )
+  assert re.search(r"Checkpoint step 6: cannot read item history \(.*/6/history\)", caplog.text)
+  assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+def test_a_corrupt_checkpoint_whose_step_was_moved_aside_before_is_moved_under_a_fresh_name(
+  small_config, tmp_path, tmp_path_factory
+):
+  """Step 6 corrupted a second time (it was already moved aside once, twice): `6.2`, the earlier ones kept."""
+  original, uninterrupted = _trained(small_config, tmp_path_factory)
+
+  def damage(step_dir):
+    for earlier in ("6", "6.1"):
+      (step_dir.parent.parent / "corrupt_checkpoints" / earlier).mkdir(parents=True)
+      (step_dir.parent.parent / "corrupt_checkpoints" / earlier / "earlier").write_text(earlier)
+    (step_dir / "config" / "metadata").write_text("{garbage")
+
+  workdir, resumed = _resume_over(small_config, tmp_path, original, damage)
+  aside = workdir / "corrupt_checkpoints"
+  assert sorted(os.listdir(aside)) == ["6", "6.1", "6.2"]
+  assert [(aside / name / "earlier").read_text() for name in ("6", "6.1")] == ["6", "6.1"]
+  assert "config" in os.listdir(aside / "6.2")
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
+def test_a_corrupt_checkpoint_with_a_truncated_file_is_logged_in_one_line_per_damaged_item(
+  small_config, tmp_path, tmp_path_factory, caplog, capfd
+):
+  """No library tracebacks: one warning per damaged item (step, item, path), then the step restored instead."""
+  original, uninterrupted = _trained(small_config, tmp_path_factory)
+  capfd.readouterr()
+  caplog.clear()
+  with caplog.at_level(logging.INFO):
+    _, resumed = _resume_over(small_config, tmp_path, original, _truncate_files)
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+  captured = capfd.readouterr()
+  printed = (captured.out + captured.err).splitlines()
+  logged = [line for record in caplog.records for line in caplog.handler.format(record).splitlines()]
+  assert not [line for line in printed + logged if "Traceback" in line]
+  warnings = [record.getMessage() for record in caplog.records if record.levelno >= logging.WARNING]
+  about_6 = [message for message in warnings if "step 6" in message]
+  assert len(about_6) == 2, about_6
+  assert re.fullmatch(r"Checkpoint step 6: cannot read item params \(.*/6/params\): [^\n]*", about_6[0])
+  assert about_6[1].startswith("Restored step 3 instead of step 6; moving step 6 to")
 
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden")

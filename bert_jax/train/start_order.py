@@ -14,7 +14,10 @@ reads `init_from` again, so phase 2 resumes even once phase 1's checkpoints are 
 
 A checkpoint that fails its checksums (`checkpoints.CorruptCheckpointError`) stops the run, or with
 `restore_fallback` the previous committed step is restored instead: the bad step is moved aside to
-`<workdir>/corrupt_checkpoints/<step>` (kept for inspection, and never deleted or overwritten by the new saves).
+`<workdir>/corrupt_checkpoints/<step>` (`<step>.1`, `<step>.2`, ... if that step number was moved aside before; kept
+for inspection, and never deleted or overwritten by the new saves).
+Every item of a step takes part: any that is missing, cannot be read or does not match its checksum makes the step
+corrupt, each named in one warning line.
 Every host takes the same decisions: they read the same files, and the checksums are verified by one jitted
 computation over the global arrays.
 """
@@ -127,7 +130,7 @@ def newest_saved(config, workdir: str) -> tuple[int, dict, dict] | None:
       except checkpoints.CorruptCheckpointError as error:
         if not config.restore_fallback:
           raise
-        logging.warning("%s Trying the previous step (restore_fallback).", error)
+        logging.info("Checking the previous step: %s", error.lines[0])  # The restore warns, per item.
   raise checkpoints.CorruptCheckpointError(f"No readable checkpoint in {checkpoints.checkpoint_dir(workdir)}.")
 
 
@@ -274,6 +277,25 @@ def pretraining_start(
   return begun
 
 
+def warn_damaged(error: checkpoints.CorruptCheckpointError) -> None:
+  """One warning line per damaged item of a step (the error's lines), the last saying the previous step is tried."""
+  lines = getattr(error, "lines", None) or [str(error)]
+  for line in lines[:-1]:
+    logging.warning("%s", line)
+  logging.warning("%s Trying the previous step (restore_fallback).", lines[-1])
+
+
+def aside_path(directory, step: int) -> epath.Path:
+  """Where damaged step `step` of the checkpoints `directory` is moved: `<workdir>/corrupt_checkpoints/<step>`, or
+  `<step>.1`, `<step>.2`, ... when that step number was moved aside before (an earlier one is never replaced)."""
+  root = epath.Path(directory).parent / CORRUPT
+  aside, suffix = root / str(step), 0
+  while aside.exists():
+    suffix += 1
+    aside = root / f"{step}.{suffix}"
+  return aside
+
+
 def _restore_newest(config, manager, restore):
   """`restore` of the newest step that reads back whole (see the module docstring), None if there is no step. The
   newer steps that did not are moved aside only once an older one has restored: if none does, the cause is more
@@ -290,11 +312,12 @@ def _restore_newest(config, manager, restore):
     except checkpoints.CorruptCheckpointError as error:
       if not config.restore_fallback:
         raise
-      logging.warning("%s Trying the previous step (restore_fallback).", error)
+      warn_damaged(error)
       failed.append((step, error))
       continue
     for bad, _ in failed:
-      aside = epath.Path(manager.directory).parent / CORRUPT / str(bad)
+      aside = aside_path(manager.directory, bad)
+      multihost_utils.sync_global_devices(f"bert_jax: checkpoint {bad} aside name chosen")  # The same on every host.
       logging.warning("Restored step %d instead of step %d; moving step %d to %s.", step, bad, bad, aside)
       if jax.process_index() == 0:
         aside.parent.mkdir(parents=True, exist_ok=True)

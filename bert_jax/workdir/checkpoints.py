@@ -26,6 +26,7 @@ that is listed is whole; leftover temporaries from a killed run are removed when
 import contextlib
 import dataclasses
 import json
+import logging as pylogging
 
 import jax
 import orbax.checkpoint as ocp
@@ -43,7 +44,12 @@ _CHECKSUMS = "checksums"
 
 
 class CorruptCheckpointError(ValueError):
-  """A checkpoint item that cannot be read, or that does not match its checksum; the message names it."""
+  """Checkpoint items that cannot be read, are missing, or do not match their checksums; one line per item (`lines`),
+  each naming the step, the item and its path."""
+
+  def __init__(self, *lines: str):
+    super().__init__("\n".join(lines))
+    self.lines = list(lines)
 
 
 class SaveError(RuntimeError):
@@ -250,47 +256,132 @@ def items(manager: ocp.CheckpointManager, step: int) -> set[str]:
   return {path.name for path in (epath.Path(manager.directory) / str(step)).iterdir() if path.is_dir()}
 
 
-def _restore_items(manager: ocp.CheckpointManager, step: int, **args) -> dict:
-  """`manager.restore` of the named items; any failure names the step directory and the items."""
+def _summary(error: Exception) -> str:
+  """One line of what a library raised (its messages can run to pages)."""
+  lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+  text = lines[0] if lines else ""
+  return f"{type(error).__name__}: {text[:300]}" if text else type(error).__name__
+
+
+@contextlib.contextmanager
+def _quiet_libraries():
+  """While a restore is attempted, the libraries' own error logs (Orbax and tensorstore log a traceback per
+  damaged file, about a thousand lines for a truncated item) are dropped: the failure is raised, then named in
+  one line per item by the caller."""
+  previous = logging.get_verbosity()
+  loggers = [pylogging.getLogger(name) for name in ("absl", "orbax", "tensorstore", "jax")]
+  levels = [logger.level for logger in loggers]
+  logging.set_verbosity(logging.FATAL)
+  for logger in loggers:
+    logger.setLevel(pylogging.CRITICAL + 1)
   try:
-    return manager.restore(step, args=ocp.args.Composite(**args))
-  except Exception as error:  # noqa: BLE001 - whatever a damaged file raises, say which one.
-    where = epath.Path(manager.directory) / str(step)
-    raise CorruptCheckpointError(
-      f"Checkpoint step {step}: cannot read {sorted(args)} in {where}: {type(error).__name__}: {error}"
-    ) from error
+    yield
+  finally:
+    for logger, level in zip(loggers, levels, strict=True):
+      logger.setLevel(level)
+    logging.set_verbosity(previous)
+
+
+def _restore_items(manager: ocp.CheckpointManager, step: int, **args) -> dict:
+  """`manager.restore` of the named items, each on its own; raises `CorruptCheckpointError` with one line per item
+  that is missing or cannot be read, naming the step, the item and its path."""
+  restored, damaged = {}, []
+  where = epath.Path(manager.directory) / str(step)
+  for name, arg in args.items():
+    if not (where / name).exists():
+      damaged.append(f"Checkpoint step {step}: item {name} is missing ({where / name}).")
+      continue
+    try:
+      with _quiet_libraries():
+        restored[name] = manager.restore(step, args=ocp.args.Composite(**{name: arg}))[name]
+    except Exception as error:  # noqa: BLE001 - whatever a damaged file raises, say which one.
+      damaged.append(f"Checkpoint step {step}: cannot read item {name} ({where / name}): {_summary(error)}")
+  if damaged:
+    raise CorruptCheckpointError(*damaged)
+  return restored
 
 
 def _checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
-  """The `checksums` item of `step`, None for steps written before checksums (with a warning)."""
-  if _CHECKSUMS not in items(manager, step):
-    logging.warning(
-      "Checkpoint step %d in %s has no checksums (an older format): not verified.", step, manager.directory
+  """The `checksums` item of `step`; None for a step written before checksums (with a warning).
+
+  A step is told to be older than checksums by its `optimizer` (or legacy `state`) item lacking the step guard's
+  state: the guard and the checksums came in with the same change, so a step whose optimizer holds the guard was
+  written with checksums, and without its `checksums` item it is corrupt (never read unverified)."""
+  present = items(manager, step)
+  if _CHECKSUMS in present:
+    return _restore_items(manager, step, **{_CHECKSUMS: ocp.args.JsonRestore()})[_CHECKSUMS]
+  where = epath.Path(manager.directory) / str(step)
+  item = "optimizer" if "optimizer" in present else _LEGACY_STATE if _LEGACY_STATE in present else None
+  if item is None or _saved_guard(manager, step, item):
+    raise CorruptCheckpointError(
+      f"Checkpoint step {step}: item {_CHECKSUMS} is missing ({where / _CHECKSUMS}), and the step is of a format "
+      "written with checksums (its optimizer holds the step guard's state): it is never read unverified."
     )
-    return None
-  return _restore_items(manager, step, **{_CHECKSUMS: ocp.args.JsonRestore()})[_CHECKSUMS]
+  logging.warning("Checkpoint step %d in %s has no checksums (an older format): not verified.", step, where)
+  return None
+
+
+def _item_mismatch(manager: ocp.CheckpointManager, step: int, name: str, value, saved: dict | None) -> str | None:
+  """A line naming item `name` if `value` (what was read of it) does not match its saved digest, else None."""
+  if saved is not None and saved["items"].get(name) != checksums.digest(value):
+    where = epath.Path(manager.directory) / str(step) / name
+    return f"Checkpoint step {step}: item {name}: {where} does not match its checksum."
+  return None
 
 
 def _verify_item(manager: ocp.CheckpointManager, step: int, name: str, value, saved: dict | None = None) -> None:
-  saved = saved or _checksums(manager, step)
-  if saved is not None and saved["items"].get(name) != checksums.digest(value):
-    raise CorruptCheckpointError(
-      f"Checkpoint step {step}: {epath.Path(manager.directory) / str(step) / name} does not match its checksum."
-    )
+  mismatch = _item_mismatch(manager, step, name, value, saved or _checksums(manager, step))
+  if mismatch:
+    raise CorruptCheckpointError(mismatch)
+
+
+def _array_mismatch(manager: ocp.CheckpointManager, step: int, tree, prefix: str, saved: dict | None) -> str | None:
+  """A line naming the first array of `tree` (read from item `prefix`) whose hash is not the saved one, else None."""
+  if saved is None:
+    return None
+  found = checksums.arrays(tree, prefix)[0]
+  for name, value in found.items():
+    if saved["arrays"].get(name) != value:
+      return (
+        f"Checkpoint step {step}: array {name} read from {epath.Path(manager.directory) / str(step) / prefix} does "
+        f"not match its checksum (saved {saved['arrays'].get(name)}, read {value}): the checkpoint is corrupt."
+      )
+  return None
 
 
 def _verify_arrays(manager: ocp.CheckpointManager, step: int, tree, prefix: str, saved: dict | None = None) -> None:
   """Raises naming the first array of `tree` (read from item `prefix`) whose hash is not the saved one."""
-  saved = saved or _checksums(manager, step)
-  if saved is None:
-    return
-  found = checksums.arrays(tree, prefix)[0]
-  for name, value in found.items():
-    if saved["arrays"].get(name) != value:
-      raise CorruptCheckpointError(
-        f"Checkpoint step {step}: array {name} read from {epath.Path(manager.directory) / str(step) / prefix} does "
-        f"not match its checksum (saved {saved['arrays'].get(name)}, read {value}): the checkpoint is corrupt."
-      )
+  mismatch = _array_mismatch(manager, step, tree, prefix, saved or _checksums(manager, step))
+  if mismatch:
+    raise CorruptCheckpointError(mismatch)
+
+
+def _tokenizer_bytes(step: int, tokenizer: dict) -> bytes:
+  try:
+    return epath.Path(tokenizer["file"]).read_bytes()
+  except Exception as error:  # noqa: BLE001
+    raise CorruptCheckpointError(
+      f"Checkpoint step {step}: cannot read item tokenizer ({tokenizer['file']}): {_summary(error)}"
+    ) from None
+
+
+def _small_items(manager: ocp.CheckpointManager, step: int, saved: dict | None) -> dict:
+  """Restore args of every item of `step` besides the arrays: `data` and `config` always, the others if the step
+  holds them or its checksums name them (a missing one is then named)."""
+  names = {"data", "config"} | ({"history", "tokenizer"} & items(manager, step)) | set((saved or {}).get("items", {}))
+  return {name: TokenizerRestore() if name == "tokenizer" else ocp.args.JsonRestore() for name in sorted(names)}
+
+
+def _small_mismatches(manager: ocp.CheckpointManager, step: int, restored: dict, saved: dict | None) -> list[str]:
+  """A line per item of `restored` besides the arrays that does not match its saved digest."""
+  found = []
+  for name, value in restored.items():
+    if name in ("params", "optimizer", _LEGACY_STATE):
+      continue
+    if name == "tokenizer":
+      value = _tokenizer_bytes(step, value)
+    found.append(_item_mismatch(manager, step, name, value, saved))
+  return [line for line in found if line]
 
 
 def _read_json(manager: ocp.CheckpointManager, step: int, name: str) -> dict:
@@ -321,7 +412,7 @@ def read_tokenizer(manager: ocp.CheckpointManager, step: int) -> dict | None:
   if "tokenizer" not in items(manager, step):
     return None
   tokenizer = _restore_items(manager, step, tokenizer=TokenizerRestore())["tokenizer"]
-  _verify_item(manager, step, "tokenizer", epath.Path(tokenizer["file"]).read_bytes())
+  _verify_item(manager, step, "tokenizer", _tokenizer_bytes(step, tokenizer))
   return tokenizer
 
 
@@ -329,19 +420,28 @@ def _saved_guard(manager: ocp.CheckpointManager, step: int, item: str = "optimiz
   """Whether step's `item` holds the step guard's state (steps written before the guard do not)."""
   directory = epath.Path(manager.directory) / str(step) / item
   try:
-    return isinstance(ocp.StandardCheckpointHandler().metadata(directory).tree.get("guard"), dict)
+    with _quiet_libraries():
+      return isinstance(ocp.StandardCheckpointHandler().metadata(directory).tree.get("guard"), dict)
   except Exception as error:  # noqa: BLE001
-    raise CorruptCheckpointError(f"Checkpoint step {step}: cannot read the metadata of {directory}: {error}") from error
+    raise CorruptCheckpointError(
+      f"Checkpoint step {step}: cannot read item {item} ({directory}), its metadata: {_summary(error)}"
+    ) from None
 
 
 def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings):
-  """(state, data_position) of checkpoint `step`, placed directly into `shardings`, verified against its
-  checksums."""
+  """(state, data_position) of checkpoint `step`, placed directly into `shardings`. Every item of the step is read
+  and verified against its checksums (a step without them is refused unless it is older than checksums, see
+  `_checksums`); `CorruptCheckpointError` names each item that is missing, unreadable or does not match."""
   target = sharding.with_shardings(abstract_state, shardings)
+  saved = _checksums(manager, step)
+  small = _small_items(manager, step, saved)
   if _LEGACY_STATE in items(manager, step):
     with_guard = _saved_guard(manager, step, _LEGACY_STATE)
     legacy = target if with_guard else target.replace(guard=None)
-    restored = _restore_items(manager, step, state=ocp.args.StandardRestore(legacy), data=ocp.args.JsonRestore())
+    restored = _restore_items(manager, step, state=ocp.args.StandardRestore(legacy), **small)
+    mismatches = _small_mismatches(manager, step, restored, saved)
+    if mismatches:
+      raise CorruptCheckpointError(*mismatches)
     state = restored["state"]
     if not with_guard:
       state = state.replace(guard=jax.device_put(initial_guard(), shardings.guard))
@@ -355,13 +455,16 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings
     step,
     params=ocp.args.StandardRestore(target.params),
     optimizer=ocp.args.StandardRestore(optimizer_target),
-    data=ocp.args.JsonRestore(),
+    **small,
   )
-  optimizer, saved = restored["optimizer"], _checksums(manager, step)
-  if saved is not None:
-    _verify_arrays(manager, step, restored["params"], "params", saved)
-    _verify_arrays(manager, step, optimizer, "optimizer", saved)
-    _verify_item(manager, step, "data", restored["data"], saved)
+  optimizer = restored["optimizer"]
+  mismatches = [
+    _array_mismatch(manager, step, restored["params"], "params", saved),
+    _array_mismatch(manager, step, optimizer, "optimizer", saved),
+    *_small_mismatches(manager, step, restored, saved),
+  ]
+  if any(mismatches):
+    raise CorruptCheckpointError(*[line for line in mismatches if line])
   guard = optimizer["guard"] if with_guard else jax.device_put(initial_guard(), shardings.guard)
   state = type(abstract_state)(
     step=optimizer["step"], params=restored["params"], opt_state=optimizer["opt_state"], guard=guard
