@@ -76,7 +76,10 @@ def remove_stale_data_states(workdir: str, current: int) -> None:
   root = epath.Path(workdir) / "pipeline_state"
   if jax.process_index() != 0 or not root.exists():
     return
-  on_disk = {int(p.name) for p in checkpoint_dir(workdir).iterdir() if p.name.isdigit()}
+  try:
+    on_disk = {int(p.name) for p in checkpoint_dir(workdir).iterdir() if p.name.isdigit()}
+  except FileNotFoundError:  # On GCS a directory is its objects: none yet while the first save is under way.
+    on_disk = set()
   for step_dir in root.iterdir():
     if step_dir.name.isdigit() and int(step_dir.name) not in on_disk | {current}:
       step_dir.rmtree()
