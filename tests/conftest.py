@@ -8,6 +8,18 @@ os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One persistent XLA cache for the whole session: pytest's workers and the `python -m bert_jax.main` processes the
+# tests start (they inherit the environment) compile many of the same programs. Made by the first process that
+# imports this file (pytest's controller) and removed when it exits.
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bert_jax_tests_xla_cache_")
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+  atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
 import pytest  # noqa: E402
 
@@ -41,16 +53,6 @@ def small_config():
   config.eval_steps = 1
   config.checkpoint_every_steps = 3
   return config
-
-
-@pytest.fixture(scope="session", autouse=True)
-def compilation_cache(tmp_path_factory):
-  """Runs in one session compile the same programs; XLA's persistent cache makes the repeats cheap."""
-  import jax
-
-  jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("xla_cache")))
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 @pytest.fixture(scope="session")
