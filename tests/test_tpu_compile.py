@@ -121,14 +121,14 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
     config = _tiny("v5e-8", data=8)
     config.model.update(attention=kind, max_position_embeddings=512)
     config.data.update(max_seq_length=512, max_predictions_per_seq=20)
-    config.batch_size = 256
+    config.batch_size = 64  # 8 rows per chip: the scores still dominate; compiles in about a third of 256 rows' time.
     devices, _ = ahead_of_time.target_devices(config)
     job = ahead_of_time.make_job(config, devices)
     step = ahead_of_time.compile_step(job.run.train_step, job.train_args, None)
     assert (step["tpu_kernels"] > 0) == (kind == "splash")  # The Pallas kernel, compiled by Mosaic.
     peaks[kind] = step["peak_bytes"]
-  # At least each layer's float32 [32, 2, 512, 512] scores per chip are gone (and the bfloat16 probabilities).
-  assert peaks["xla"] - peaks["splash"] > 2 * 32 * 2 * 512 * 512 * 4, peaks
+  # At least each layer's float32 [8, 2, 512, 512] scores per chip are gone (and the bfloat16 probabilities).
+  assert peaks["xla"] - peaks["splash"] > 2 * 8 * 2 * 512 * 512 * 4, peaks
 
 
 @requires_libtpu
