@@ -103,12 +103,12 @@ def test_head_logits_loss_and_gradients_equal_transformers(small_model_config, h
   hf_loss.backward()
   hf_grads = params_from_hf({name: p.grad.numpy() for name, p in hf.named_parameters()}, config)
 
-  ours = losses.logits(params, batch, model)
+  ours = jax.jit(lambda p, b: losses.logits(p, b, model))(params, batch)
   expected_logits = hf_logits.detach().numpy()
   np.testing.assert_allclose(np.asarray(ours), expected_logits.reshape(ours.shape), atol=1e-5, rtol=1e-5)
 
   loss_fn = losses.make_loss(head).value
-  (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, model)
+  (loss, metrics), grads = jax.jit(lambda p, b: jax.value_and_grad(loss_fn, has_aux=True)(p, b, model))(params, batch)
   np.testing.assert_allclose(float(loss), hf_loss.item(), rtol=1e-5)
   flat_grads = jax.tree_util.tree_flatten_with_path(hf_grads)[0]
   assert len(flat_grads) > 30
