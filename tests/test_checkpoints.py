@@ -50,7 +50,7 @@ _TRAINED = {}
 def _trained(config, tmp_path_factory) -> tuple[str, dict]:
   """(workdir, final parameters) of one uninterrupted run with checkpoints 3 and 6, trained once per session (and
   worker): the tests below damage copies of it."""
-  config.update(eval_steps=0)
+  config.update(eval_steps=0, schedule_end_step=9)  # test_train.py's schedule: its train step, compiled.
   if not _TRAINED:
     workdir = str(tmp_path_factory.mktemp("corrupt") / "original")
     _TRAINED.update(workdir=workdir, params=_params(pretraining.pretrain(config, workdir)))

@@ -42,8 +42,13 @@ def _params(state):
   return jax.tree.map(np.asarray, jax.device_get(state.params))
 
 
+# The runs below that do not test the schedule share one (schedule_end_step=9), and so one compiled train step: the
+# persistent compilation cache (tests/conftest.py) serves the later runs.
+SCHEDULE_END = 9
+
+
 def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path, monkeypatch):
-  small_config.update(num_train_steps=7, checkpoint_every_steps=2)
+  small_config.update(num_train_steps=7, checkpoint_every_steps=2, schedule_end_step=SCHEDULE_END)
   uninterrupted = _params(pretraining.pretrain(small_config, str(tmp_path / "a")))
 
   with monkeypatch.context() as patch:
@@ -59,6 +64,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   small_config, tmp_path, monkeypatch
 ):
   monkeypatch.chdir(tmp_path.parent)
+  small_config.schedule_end_step = SCHEDULE_END
   pretraining.pretrain(small_config, tmp_path.name)  # A relative workdir, as people type it.
   step_dir = tmp_path / "checkpoints" / "6"
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "6"]
@@ -113,7 +119,7 @@ def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, ove
 
 
 def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
-  small_config.update(num_train_steps=3, eval_steps=0)
+  small_config.update(num_train_steps=3, eval_steps=0, schedule_end_step=SCHEDULE_END)
   unrolled = pretraining.pretrain(small_config, str(tmp_path))
   expected = jax.device_get(param_layout.convert((unrolled.params, unrolled.opt_state), scanned=True))
 
