@@ -1,5 +1,6 @@
 """Every test runs on CPU with 8 fake devices; tests that want one device take `jax.devices()[:1]`."""
 
+import contextlib
 import os
 
 # XLA's CPU backend at optimisation level 0: the tests' tiny programs compile in about two thirds of the time and
@@ -100,44 +101,77 @@ def data_config():
   return make
 
 
+@contextlib.contextmanager
+def _once_per_session(tmp_path_factory, name: str):
+  """A directory that all of the session's pytest-xdist workers share, for a session fixture's files, held under a
+  file lock: yields (directory, built). The first worker to ask builds into it (built is False) and writes COMPLETE
+  there last; the others wait for it and read what it left (built is True)."""
+  import fcntl
+  import shutil
+
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    base = base.parent  # The session's directory, above each worker's own (popen-gw0, ...).
+  directory = base / name
+  with open(base / f"{name}.lock", "a") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+      built = (directory / "COMPLETE").exists()
+      if not built and directory.exists():
+        shutil.rmtree(directory)  # What a build that failed left.
+      yield directory, built
+    finally:
+      fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def wordpiece_run(tmp_path_factory, data_config):
   """A 2-step pretraining run of a small BERT on a 101-piece WordPiece corpus (the embedding table has 104 rows, so
   that it divides over the devices), its state sharded FSDP over the 8 devices, on packed rows.
 
-  Returns (workdir, config, final params as numpy). Tests that change the workdir work on a copy.
+  Returns (workdir, config, final params as numpy). Tests that change the workdir work on a copy. One run per
+  session: the first worker that asks trains it; the others read its workdir and its final params (pickled).
   """
+  import pickle
+
   import jax
   import numpy as np
 
   from bert_jax.data import prepare
   from bert_jax.train import pretraining
 
-  root = tmp_path_factory.mktemp("wordpiece_run")
-  words = [f"w{i}" for i in range(95)]
-  (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
-  rng = np.random.default_rng(0)
-  documents = [
-    "\n".join(" ".join(rng.choice(words, rng.integers(4, 12))) + " ." for _ in range(rng.integers(3, 10)))
-    for _ in range(30)
-  ]
-  (root / "corpus.txt").write_text("\n\n".join(documents) + "\n")
-  tokenizer = dict(kind="wordpiece", path=str(root / "vocab.txt"))
-  prepare.prepare(data_config(input_pattern=str(root / "corpus.txt")), tokenizer, str(root / "prepared"), 1)
+  with _once_per_session(tmp_path_factory, "wordpiece_run") as (root, built):
+    if not built:
+      root.mkdir()
+      words = [f"w{i}" for i in range(95)]
+      (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+      rng = np.random.default_rng(0)
+      documents = [
+        "\n".join(" ".join(rng.choice(words, rng.integers(4, 12))) + " ." for _ in range(rng.integers(3, 10)))
+        for _ in range(30)
+      ]
+      (root / "corpus.txt").write_text("\n\n".join(documents) + "\n")
+      tokenizer = dict(kind="wordpiece", path=str(root / "vocab.txt"))
+      prepare.prepare(data_config(input_pattern=str(root / "corpus.txt")), tokenizer, str(root / "prepared"), 1)
 
-  config = tiny.get_config()
-  config.model.update(
-    vocab_size=104, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
-  )
-  config.tokenizer.update(kind="wordpiece", path=str(root / "vocab.txt"))
-  config.data.update(embedded_corpus="", prepared_dir=str(root / "prepared"), max_seq_length=32)
-  config.data.update(max_predictions_per_seq=5, shuffle_buffer=100)
-  config.data.update(pack_instances=True, max_instances_per_row=4, packing_group=32)  # The packed rows' path.
-  config.mesh.update(data=1, fsdp=-1)
-  config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
-  config.update(eval_every_steps=2, eval_steps=1)
-  state = pretraining.pretrain(config, str(root / "run"))
-  return str(root / "run"), config, jax.tree.map(np.asarray, jax.device_get(state.params))
+    config = tiny.get_config()
+    config.model.update(
+      vocab_size=104, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
+    )
+    config.tokenizer.update(kind="wordpiece", path=str(root / "vocab.txt"))
+    config.data.update(embedded_corpus="", prepared_dir=str(root / "prepared"), max_seq_length=32)
+    config.data.update(max_predictions_per_seq=5, shuffle_buffer=100)
+    config.data.update(pack_instances=True, max_instances_per_row=4, packing_group=32)  # The packed rows' path.
+    config.mesh.update(data=1, fsdp=-1)
+    config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
+    config.update(eval_every_steps=2, eval_steps=1)
+    if not built:
+      state = pretraining.pretrain(config, str(root / "run"))
+      params = jax.tree.map(np.asarray, jax.device_get(state.params))
+      (root / "params.pickle").write_bytes(pickle.dumps(params))
+      (root / "COMPLETE").touch()
+    params = pickle.loads((root / "params.pickle").read_bytes())
+  return str(root / "run"), config, params
 
 
 @pytest.fixture(scope="session")
