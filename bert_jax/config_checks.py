@@ -20,6 +20,7 @@ from bert_jax import distributed
 from bert_jax.dry_run import tpu_topology
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.train.guard import POLICIES
+from bert_jax.train.optim import LR_SCHEDULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +183,8 @@ def check_training(config) -> BertConfig:
   check_ranges(config, TRAINING)
   if config.optimizer not in OPTIMIZERS:
     raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+  if config.lr_schedule not in LR_SCHEDULES:
+    raise ValueError(f"lr_schedule={config.lr_schedule!r} is not supported; expected one of {LR_SCHEDULES}.")
   if config.num_microbatches < 1 or config.batch_size % config.num_microbatches:
     raise ValueError(
       f"num_microbatches={config.num_microbatches} must be at least 1 and divide batch_size={config.batch_size}."

@@ -138,6 +138,10 @@ def get_config() -> ml_collections.ConfigDict:
   # Where the linear decay reaches zero; 0: num_train_steps. Two-phase pretraining sets it to the end of phase 2
   # in both phases, so phase 1 stops part-way down the schedule and phase 2 continues it.
   config.schedule_end_step = 0
+  # The decay after warmup: "bert" (Google BERT's optimization.py: decays from step 0 and warmup overrides it, so
+  # the rate resumes at learning_rate * (1 - warmup / total) after warmup) or "transformers" (its
+  # get_linear_schedule_with_warmup: decays from the peak). Both warm up linearly and reach 0 at the schedule's end.
+  config.lr_schedule = "bert"
   # Peak learning rate.
   config.learning_rate = 1e-4
   # "adamw" (BERT) or "lamb" (You et al. 2019; large batches). Both use adam_* and weight_decay.

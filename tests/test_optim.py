@@ -21,6 +21,21 @@ def test_schedule_is_linear_warmup_then_berts_linear_decay():
     learning_rate_schedule(1e-4, warmup_steps=200, total_steps=100)
 
 
+@pytest.mark.parametrize("warmup", [0, 10])
+def test_the_transformers_schedule_equals_get_linear_schedule_with_warmup_at_every_step(warmup):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1e-4)
+  reference = transformers.get_linear_schedule_with_warmup(optimizer, warmup, 100)
+  ours = learning_rate_schedule(1e-4, warmup_steps=warmup, total_steps=100, kind="transformers")
+  for step in range(101):  # The rate of update `step` (0-based), as the reference's scheduler has it before step().
+    np.testing.assert_allclose(float(ours(step)), reference.get_last_lr()[0], rtol=1e-5, atol=1e-12, err_msg=step)
+    optimizer.step()
+    reference.step()
+  with pytest.raises(ValueError, match="lr_schedule='cosine'.*'bert', 'transformers'"):
+    learning_rate_schedule(1e-4, warmup_steps=warmup, total_steps=100, kind="cosine")
+
+
 def test_weight_decay_spares_layer_norm_and_biases():
   params = {
     "dense": {"kernel": 0, "bias": 0},
@@ -111,9 +126,15 @@ def test_lamb_takes_one_trust_ratio_per_layer_in_either_layer_layout():
   )
 
 
-def test_unknown_optimizer_is_named():
+@pytest.mark.parametrize(
+  "key, value, message",
+  [
+    ("optimizer", "sgd", r"optimizer='sgd' is not supported; expected one of \('adamw', 'lamb'\)"),
+    ("lr_schedule", "cosine", r"lr_schedule='cosine' is not supported; expected one of \('bert', 'transformers'\)"),
+  ],
+)
+def test_unknown_optimizer_or_schedule_is_named(key, value, message):
   config = default.get_config()
-  config.unlock()
-  config.optimizer = "sgd"
-  with pytest.raises(ValueError, match=r"optimizer='sgd' is not supported; expected one of \('adamw', 'lamb'\)"):
+  config[key] = value
+  with pytest.raises(ValueError, match=message):
     config_checks.check(config, "pretrain")

@@ -50,6 +50,7 @@ RUN_KEYS = (
   "batch_size",
   "learning_rate",
   "optimizer",
+  "lr_schedule",
   "finetune.task",
   "finetune.data_dir",
   "finetune.tfds_name",

@@ -61,13 +61,26 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float, m
   )
 
 
-def learning_rate_schedule(learning_rate: float, warmup_steps: int, total_steps: int) -> optax.Schedule:
-  """Linear warmup from 0 to `learning_rate`, then the original BERT's linear decay to 0 at `total_steps`."""
+# The decay after warmup (`config.lr_schedule`):
+#   "bert": Google BERT's optimization.py: the rate decays linearly from step 0 and warmup overrides it, so after
+#     warmup it resumes at learning_rate * (1 - warmup / total): lr(s) = learning_rate * (total - s) / total.
+#   "transformers": transformers' get_linear_schedule_with_warmup: the decay starts from the peak at the end of warmup,
+#     lr(s) = learning_rate * (total - s) / (total - warmup).
+# Both warm up linearly from 0 (lr(s) = learning_rate * s / warmup_steps) and reach 0 at total_steps.
+LR_SCHEDULES = ("bert", "transformers")
+
+
+def learning_rate_schedule(
+  learning_rate: float, warmup_steps: int, total_steps: int, kind: str = "bert"
+) -> optax.Schedule:
+  """Linear warmup from 0 to `learning_rate`, then linear decay to 0 at `total_steps`, as `kind` says (one of
+  LR_SCHEDULES: from step 0, as the original BERT, or from the peak, as transformers)."""
   if not 0 <= warmup_steps <= total_steps:
     raise ValueError(f"warmup_steps={warmup_steps} must be within [0, num_train_steps={total_steps}].")
-  decay = optax.linear_schedule(
-    learning_rate * (1 - warmup_steps / max(total_steps, 1)), 0.0, max(total_steps - warmup_steps, 1)
-  )
+  if kind not in LR_SCHEDULES:
+    raise ValueError(f"lr_schedule={kind!r} is not supported; expected one of {LR_SCHEDULES}.")
+  start = learning_rate * (1 - warmup_steps / max(total_steps, 1)) if kind == "bert" else learning_rate
+  decay = optax.linear_schedule(start, 0.0, max(total_steps - warmup_steps, 1))
   if warmup_steps == 0:
     return decay
   warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
@@ -89,11 +102,11 @@ class Steps:
 
 
 def make_schedule(config, learning_rate=None, steps: Steps | None = None) -> optax.Schedule:
-  """The schedule peaking at `learning_rate` (default: config.learning_rate; may be traced), over `steps`
-  (default: the config's)."""
+  """The schedule of kind `config.lr_schedule` peaking at `learning_rate` (default: config.learning_rate; may be
+  traced), over `steps` (default: the config's)."""
   peak = config.learning_rate if learning_rate is None else learning_rate
   steps = steps or Steps.of(config)
-  return learning_rate_schedule(peak, steps.warmup_steps, steps.end_step)
+  return learning_rate_schedule(peak, steps.warmup_steps, steps.end_step, config.lr_schedule)
 
 
 def make_optimizer(config, learning_rate=None, steps: Steps | None = None) -> optax.GradientTransformation:
