@@ -84,15 +84,18 @@ def with_shardings(abstract, shardings):
   return jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings)
 
 
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+def batch_sharding(mesh: Mesh, members: bool = False) -> NamedSharding:
+  """Rows split over the batch axes; with `members`, behind a leading member axis (a sweep's own rows per member)
+  that every device holds whole."""
+  return NamedSharding(mesh, PartitionSpec(None, BATCH_AXES) if members else PartitionSpec(BATCH_AXES))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, PartitionSpec())
 
 
-def global_batch(host_batch: dict, mesh: Mesh) -> dict:
-  """This host's numpy batch -> global jax.Arrays sharded over the batch axes of `mesh`."""
-  sharding = batch_sharding(mesh)
+def global_batch(host_batch: dict, mesh: Mesh, members: bool = False) -> dict:
+  """This host's numpy batch -> global jax.Arrays sharded over the batch axes of `mesh` (with `members`: arrays
+  [members, rows, ...], this host's rows of every member)."""
+  sharding = batch_sharding(mesh, members)
   return {name: jax.make_array_from_process_local_data(sharding, value) for name, value in host_batch.items()}

@@ -49,7 +49,7 @@ from bert_jax.train.optim import make_optimizer, make_sweep_optimizer, set_learn
 from configs import glue as glue_config
 
 _PRESET = flags.DEFINE_string("preset", "tiny", "Model size preset (bert_jax.model.bert_config.PRESETS).")
-_BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size (rows per step, shared by every member).")
+_BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size (rows per step of each member).")
 _SEQ = flags.DEFINE_integer("seq", 128, "Tokens per row (finetune.max_seq_length).")
 _NUM_LABELS = flags.DEFINE_integer("num_labels", 2, "Classes of the classification head.")
 _MEMBERS = flags.DEFINE_integer("members", 5, "Members of the sweep (seeds in one vmapped program).")
@@ -150,23 +150,33 @@ def time_round(step, state, batches, dropout_key, steps):
   return state, time.perf_counter() - start, np.atleast_1d(np.asarray(metrics["loss"], np.float64))
 
 
-def _contestants(dtype: str, members: int) -> tuple[dict, list, BertConfig]:
-  """{name: dict(step, state, key, members)} of bert_jax (one run, a sweep) and transformers at `dtype`, the
-  batches (placed on bert_jax's one-device mesh) and the model config."""
+def _contestants(dtype: str, members: int) -> tuple[dict, BertConfig]:
+  """{name: dict(step, state, key, members, batches)} of bert_jax (one run, a sweep) and transformers at `dtype`
+  (the batches placed on bert_jax's one-device mesh; a sweep's with a leading member axis, every member the same
+  rows) and the model config."""
   config, model_cfg = make_config(_PRESET.value, dtype, _BATCH.value, _SEQ.value)
   one_step, one_state, one_keys, mesh = bert_jax_contestant(config, model_cfg, _NUM_LABELS.value, 1)
   rng = np.random.default_rng(0)
   host_batches = [
     synthetic_batch(rng, _BATCH.value, _SEQ.value, _NUM_LABELS.value, model_cfg.vocab_size) for _ in range(2)
   ]
-  batches = [sharding.global_batch(batch, mesh) for batch in host_batches]
-  contestants = {f"bert_jax {dtype}": dict(step=one_step, state=one_state, key=one_keys, members=1)}
+
+  def of_members(count: int) -> list[dict]:
+    stacked = [{name: np.stack([value] * count) for name, value in batch.items()} for batch in host_batches]
+    return [sharding.global_batch(batch, mesh, members=True) for batch in stacked]
+
+  contestants = {
+    f"bert_jax {dtype}": dict(step=one_step, state=one_state, key=one_keys, members=1, batches=of_members(1))
+  }
   if members > 1:
     step, state, keys, _ = bert_jax_contestant(config, model_cfg, _NUM_LABELS.value, members)
-    contestants[f"bert_jax x{members} {dtype}"] = dict(step=step, state=state, key=keys, members=members)
+    contestants[f"bert_jax x{members} {dtype}"] = dict(
+      step=step, state=state, key=keys, members=members, batches=of_members(members)
+    )
   step, state, key = transformers_contestant(config, model_cfg, _NUM_LABELS.value, mesh)
-  contestants[f"transformers {dtype}"] = dict(step=step, state=state, key=key, members=1)
-  return contestants, batches, model_cfg
+  batches = [sharding.global_batch(batch, mesh) for batch in host_batches]
+  contestants[f"transformers {dtype}"] = dict(step=step, state=state, key=key, members=1, batches=batches)
+  return contestants, model_cfg
 
 
 def _markdown(results: dict, members: int, flops: float, header: str) -> str:
@@ -199,24 +209,24 @@ def _markdown(results: dict, members: int, flops: float, header: str) -> str:
   return "\n".join(lines)
 
 
-def _compile(contestants: dict, batches: dict) -> None:
+def _compile(contestants: dict) -> None:
   """Compiles each step (XLA's FLOP count) and takes its first step; records both in the contestant's entry."""
   for name, entry in contestants.items():
     start = time.perf_counter()
-    cost = entry["step"].lower(entry["state"], batches[entry["dtype"]][0], entry["key"]).compile().cost_analysis()
+    cost = entry["step"].lower(entry["state"], entry["batches"][0], entry["key"]).compile().cost_analysis()
     entry["xla_flops"] = float(cost.get("flops", float("nan"))) if cost else float("nan")
-    entry["state"], _, loss = time_round(entry["step"], entry["state"], batches[entry["dtype"]], entry["key"], 1)
+    entry["state"], _, loss = time_round(entry["step"], entry["state"], entry["batches"], entry["key"], 1)
     entry["compile_s"] = time.perf_counter() - start
     print(f"first step: {name:24s} loss {' '.join(f'{x:.4f}' for x in loss)}", flush=True)
 
 
-def _best_seconds_per_step(contestants: dict, batches: dict) -> dict:
+def _best_seconds_per_step(contestants: dict) -> dict:
   """{name: the best round's s/step}; rounds alternate, so machine noise hits every contestant alike."""
   best = dict.fromkeys(contestants, float("inf"))
   for round_index in range(_ROUNDS.value):
     for name, entry in contestants.items():
       entry["state"], seconds, loss = time_round(
-        entry["step"], entry["state"], batches[entry["dtype"]], entry["key"], _STEPS.value
+        entry["step"], entry["state"], entry["batches"], entry["key"], _STEPS.value
       )
       best[name] = min(best[name], seconds / _STEPS.value)
       print(
@@ -232,15 +242,15 @@ def main(argv):
   batch, seq, members = _BATCH.value, _SEQ.value, _MEMBERS.value
   if members < 1 or _NUM_LABELS.value < 2:
     raise ValueError(f"--members={members} must be at least 1 and --num_labels={_NUM_LABELS.value} at least 2.")
-  contestants, batches = {}, {}
+  contestants = {}
   for dtype in _DTYPES.value:
-    of_dtype, batches[dtype], model_cfg = _contestants(dtype, members)
+    of_dtype, model_cfg = _contestants(dtype, members)
     contestants.update({name: dict(entry, dtype=dtype) for name, entry in of_dtype.items()})
   flops = flops_lib.train_flops_per_step(model_cfg, batch, seq, 0)  # One member's step.
   peak = flops_lib.peak_flops_per_device(jax.devices()[0].device_kind, _PEAK_TFLOPS.value)
   print(f"Losses start near ln({_NUM_LABELS.value}) = {math.log(_NUM_LABELS.value):.3f} (random labels).")
-  _compile(contestants, batches)
-  best = _best_seconds_per_step(contestants, batches)
+  _compile(contestants)
+  best = _best_seconds_per_step(contestants)
 
   header = (
     f"{jax.devices()[0].device_kind} x1, JAX {jax.__version__}, transformers {metadata.version('transformers')}; "

@@ -122,10 +122,12 @@ def finetuning_job(config, devices, layers: int | None = None) -> Job:
   plan = job.Plan.of(config, config.num_train_steps, model_cfg, members)
   the_run = job.make_run(config, plan, task, devices)
   seq = config.finetune.max_seq_length
-  batch_sharding = sharding.batch_sharding(the_run.mesh)
-  train_batch = _abstract(losses.batch_shapes(task.head, config.batch_size, seq, task.num_choices), batch_sharding)
+  shapes = losses.batch_shapes(task.head, config.batch_size, seq, task.num_choices)
+  shapes = {name: ((len(members), *shape), dtype) for name, (shape, dtype) in shapes.items()}  # Rows per member.
+  train_batch = _abstract(shapes, sharding.batch_sharding(the_run.mesh, members=True))
   eval_batch = _abstract(
-    losses.batch_shapes(task.head, config.finetune.eval_batch_size, seq, task.num_choices), batch_sharding
+    losses.batch_shapes(task.head, config.finetune.eval_batch_size, seq, task.num_choices),
+    sharding.batch_sharding(the_run.mesh),
   )
   state = sharding.with_shardings(the_run.abstract, the_run.shardings)
   params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)

@@ -5,11 +5,13 @@ Start order: the workdir's newest checkpoint (a resume: the stream position is t
 weights (any source `pretrained.load` accepts; its model sizes and tokenizer), with a fresh head per seed; else,
 without `init_from`, a random initialisation of `config.model` with `config.tokenizer` (a baseline).
 
-The input stream is shared by every member: step s reads rows [(s-1) B, s B) of the concatenation of one random
-permutation of the training rows per epoch (a function of `config.seed` and the epoch), so a resume, or a run
-on another host count, reads the same rows. Member i = (learning_rates[i // seeds], seed + i % seeds) has its
-own head initialisation and dropout stream (from its seed) and its own learning rate (held in its optimizer
-state); member (learning_rate, config.seed) of a sweep is the run trained alone with that learning rate.
+Member i = (learning_rates[i // seeds], seed + i % seeds) is a restart of everything, as the paper's random
+restarts are: its own head initialisation, dropout stream and training order (all from its seed), and its own
+learning rate (held in its optimizer state). A member's step s reads rows [(s-1) B, s B) of the concatenation of
+one random permutation of the training rows per epoch (a function of the member's seed and the epoch), so a
+resume, or a run on another host count, reads the same rows; members of one seed read the same rows at every
+learning rate. The members still train in one jitted program: each step feeds every member its own rows (a batch
+[members, B, ...]). Member (learning_rate, config.seed) of a sweep is the run trained alone with that learning rate.
 
 The workdir receives `checkpoints/` (the newest, with every member), `best/` (the best member at its best
 evaluation by the task's main metric on the first eval split: one model, never rotated away by `checkpoints/`),
@@ -65,7 +67,8 @@ RUN_KEYS = (
 
 
 def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.ndarray:
-  """[batch_size] row indices that step `step` (from 1) trains on: the shared stream of per-epoch permutations."""
+  """[batch_size] row indices that step `step` (from 1) trains on in the stream of `seed` (a member's): one
+  permutation of the rows per epoch, from (seed, epoch)."""
   positions = np.arange((step - 1) * batch_size, step * batch_size)
   epochs, offsets = np.divmod(positions, num_rows)
   rows = np.empty(batch_size, np.int64)
@@ -76,11 +79,12 @@ def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.nd
 
 
 def _host_batch(features: dict, rows: np.ndarray, weight: np.ndarray) -> dict:
-  """This host's share of the global batch `rows` (hosts take consecutive blocks, as global_batch expects)."""
-  per_host = len(rows) // jax.process_count()
+  """This host's share of the global batch `rows` ([batch], or [members, batch] with `weight` of the same shape):
+  hosts take consecutive blocks of the last axis, as global_batch expects."""
+  per_host = rows.shape[-1] // jax.process_count()
   mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)
-  batch = {name: value[rows[mine]] for name, value in features.items()}
-  batch["weight"] = weight[mine].astype(np.float32)
+  batch = {name: value[rows[..., mine]] for name, value in features.items()}
+  batch["weight"] = weight[..., mine].astype(np.float32)
   return batch
 
 
@@ -289,11 +293,13 @@ class FinetuningJob(loop.Job):
     return begun
 
   def open_data(self, begun: start_order.Start) -> None:
-    self.ones = np.ones(self.config.batch_size, np.float32)  # The stream is a function of the step alone.
+    self.ones = np.ones((len(self.members), self.config.batch_size), np.float32)  # The streams: functions of step.
 
   def batch(self, step: int) -> dict:
-    rows = training_rows(step, self.num_rows, self.config.batch_size, self.config.seed)
-    return sharding.global_batch(_host_batch(self.splits.train.features, rows, self.ones), self.run.mesh)
+    """[members, batch, ...]: each member's rows of step `step` in its own seed's stream."""
+    rows = np.stack([training_rows(step, self.num_rows, self.config.batch_size, m.seed) for m in self.members])
+    host = _host_batch(self.splits.train.features, rows, self.ones)
+    return sharding.global_batch(host, self.run.mesh, members=True)
 
   def dropout_key(self) -> jax.Array:
     return jnp.stack([loop.train_dropout_key(m.seed) for m in self.members])

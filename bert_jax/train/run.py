@@ -4,7 +4,8 @@ all start from `make_run`, so what they compile cannot drift apart.
 
 With `members` > 0 the run trains that many models at once in one jitted program (a fine-tuning sweep): every
 leaf of the state gains a leading member axis (replicated over the mesh; each member sharded as a single model
-would be), the step is `jax.vmap`ped over the state and the dropout key, and all members share each batch.
+would be), the train step is `jax.vmap`ped over the state, the batch and the dropout key (each member trains on its own
+rows: batches [members, rows, ...]) and the eval step over the state (every member scores the same rows).
 """
 
 import dataclasses
@@ -27,8 +28,9 @@ from bert_jax.train.guard import Guard
 class Run:
   """Everything a loop, a dry run or a benchmark needs to step a model; nothing allocated but the mesh.
 
-  `train_step(state, batch, dropout_key) -> (state, metric sums)` (state donated; with members, `dropout_key` is
-  one key per member) and `eval_step(params, batch) -> metric sums` (per member with members).
+  `train_step(state, batch, dropout_key) -> (state, metric sums)` (state donated; with members, the batch has a
+  leading member axis and `dropout_key` is one key per member) and `eval_step(params, batch) -> metric sums` (per
+  member with members, on one shared batch).
   """
 
   mesh: Mesh
@@ -102,11 +104,11 @@ def make_run(
   key_sharding = sharding.replicated(mesh)
   if members:
     abstract, shardings = _with_member_axis(abstract, shardings, members)
-    step = jax.vmap(step, in_axes=(0, None, 0))
+    step = jax.vmap(step, in_axes=(0, 0, 0))
     evaluate = jax.vmap(evaluate, in_axes=(0, None))
   jitted_step = jax.jit(
     step_lib.with_activation_rules(step, mesh, rules),
-    in_shardings=(shardings, sharding.batch_sharding(mesh), key_sharding),
+    in_shardings=(shardings, sharding.batch_sharding(mesh, members=bool(members)), key_sharding),
     out_shardings=(shardings, sharding.replicated(mesh)),
     donate_argnums=0,
   )
