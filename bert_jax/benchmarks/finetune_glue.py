@@ -1,18 +1,29 @@
-"""Does pretraining help? The fine-tuning job on GLUE tasks, from a bert_jax pretraining run and from a random
-initialisation of the same model, each a sweep of seeds in one program; dev metric mean +- std over the seeds.
+"""GLUE with seeds: the fine-tuning job on GLUE tasks, each run a sweep of seeds in one program, the dev metric's
+mean +- std over the seeds, for any of these contestants side by side:
+
+* `bert_jax:<schedule>`: bert_jax's fine-tuning job with `lr_schedule=<schedule>` ("bert" or "transformers");
+* `reference:<schedule>`: the PyTorch reference loop (`torch_reference`: transformers' task model, torch AdamW,
+  the same schedule), one run per seed, from the same weights (init_from exported to a Hugging Face directory);
+
+and two initialisations: `pretrained` (`--init_from`) and `random` (its model sizes and `--vocab`; bert_jax only).
 
     python -m bert_jax.benchmarks.finetune_glue --glue_dir=../shared/data/glue \
         --init_from=/tmp/tiny_english --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt \
-        --workdir=/tmp/glue_eval --tasks=mrpc,rte,cola,sst2 --seeds=5
+        --workdir=/tmp/glue_eval --tasks=mrpc,rte,cola,sst2 --seeds=5 \
+        --contestants=bert_jax:transformers,reference:transformers,bert_jax:bert --inits=pretrained
 
-`--init_from` is any source `pretrained.load` reads (configs/tiny_english.py writes the one in
-docs/benchmarks.md); the random initialisation takes its model sizes and `--vocab`. Every run is
-`bert_jax.finetune.job.finetune` with configs/glue.py and the overrides below, in `<workdir>/<task>/<init>`; a
-finished run is read back from its metrics.json rather than trained again, so an interrupted evaluation resumes.
-Prints a markdown table and writes `<workdir>/results.json`.
+Every member is a restart of everything on both sides: seed s draws the head's initialisation, the dropout and the
+training order (`job.training_rows` of seed s, which both sides read), with the same step counts (epochs of the
+training rows at the batch size; a fraction of an epoch is that fraction of one random order), warmup, AdamW,
+weight decay, clipping and dropout (configs/glue.py's). `--init_from` is any source `pretrained.load` reads
+(configs/tiny_english.py writes the one in docs/benchmarks.md). A run's results go to
+`<workdir>/<task>/<init>/<contestant>/metrics.json`; a finished run is read back rather than trained again, so an
+interrupted evaluation resumes. Prints a markdown table and writes `<workdir>/results.json`.
 """
 
+import dataclasses
 import json
+import math
 import os
 import time
 
@@ -20,19 +31,24 @@ import numpy as np
 from absl import app, flags, logging
 from etils import epath
 
+from bert_jax import config_checks
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, job
-from bert_jax.handoff import pretrained
+from bert_jax.handoff import export, pretrained
 from bert_jax.model.bert_config import SIZE_FIELDS
+from bert_jax.train.optim import LR_SCHEDULES
 from configs import glue as glue_config
 
 _GLUE_DIR = flags.DEFINE_string("glue_dir", None, "Directory holding the GLUE task directories (SST-2, MRPC, ...).")
-_INIT_FROM = flags.DEFINE_string("init_from", "", "The pretrained source; empty: random initialisation only.")
+_INIT_FROM = flags.DEFINE_string("init_from", "", "The pretrained source (and the random model's sizes).")
 _VOCAB = flags.DEFINE_string("vocab", None, "The WordPiece vocabulary (random initialisation's tokenizer).")
 _LOWER_CASE = flags.DEFINE_bool("lower_case", True, "Whether --vocab is uncased.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where each run's workdir goes.")
 _TASKS = flags.DEFINE_list("tasks", ["mrpc", "rte", "cola", "sst2"], "GLUE tasks.")
 _INITS = flags.DEFINE_list("inits", ["pretrained", "random"], "Which initialisations to fine-tune.")
+_CONTESTANTS = flags.DEFINE_list(
+  "contestants", ["bert_jax:bert"], "Who fine-tunes, with which schedule: bert_jax:<schedule>, reference:<schedule>."
+)
 _SEEDS = flags.DEFINE_integer("seeds", 5, "Seeds per learning rate (sweep.seeds).")
 _LEARNING_RATES = flags.DEFINE_string("learning_rates", "3e-4", "sweep.learning_rates.")
 _EPOCHS = flags.DEFINE_string(
@@ -51,8 +67,9 @@ def _per_task(text: str, task: str) -> float:
   return float(pairs.get(task, pairs["default"]))
 
 
-def _config(task: str, init: str):
+def _config(task: str, init: str, schedule: str):
   config = glue_config.get_config()
+  config.lr_schedule = schedule
   config.finetune.update(
     task=task,
     data_dir=os.path.join(_GLUE_DIR.value, _GLUE_DIRS.get(task, task.upper())),
@@ -70,15 +87,63 @@ def _config(task: str, init: str):
   return config
 
 
-def _run(task: str, init: str) -> dict:
-  workdir = epath.Path(_WORKDIR.value) / task / init
+def _hf_directory() -> str:
+  """`--init_from` as a Hugging Face directory (exported once into the workdir), what the reference loads."""
+  directory = epath.Path(_WORKDIR.value) / "init_from_huggingface"
+  if not (directory / "config.json").exists():
+    export.export(_INIT_FROM.value, str(directory), format="huggingface")
+  return str(directory)
+
+
+def _reference(config, task_name: str) -> dict:
+  """The reference loop for every (learning rate, seed) member of `config.sweep`, one run after another, on the rows
+  bert_jax's member of that seed reads; a summary shaped as the job's metrics.json (members, final, sweep)."""
+  from bert_jax.benchmarks import torch_reference  # torch and transformers: only this contestant needs them.
+
+  task = glue.make_task(task_name, config.finetune.data_dir)
+  loaded = pretrained.load(config.init_from)
+  seq = config.finetune.max_seq_length
+  train = task.encode(task.read(task.train_split), loaded.tokenizer, seq)
+  dev = task.encode(task.read(task.eval_splits[0]), loaded.tokenizer, seq)
+  total = math.ceil(config.finetune.num_epochs * train.num_rows / config.batch_size)
+  steps = job.Plan.of(config, total, loaded.config, ()).steps
+  members = [dataclasses.asdict(m) for m in config_checks.sweep_members(config)]
+  finals = []
+  for member in members:
+    config.learning_rate = member["learning_rate"]
+    rows = [job.training_rows(s, train.num_rows, config.batch_size, member["seed"]) for s in range(1, total + 1)]
+    torch_reference.torch.manual_seed(member["seed"])  # The head's initialisation.
+    model = torch_reference.load_model(_hf_directory(), task.head, task.num_labels, pad_embedding_trains=False)
+    hp = torch_reference.Hyperparameters.of(config, steps)
+    torch_reference.train(model, task.head, train.features, rows, hp, dropout=True, seed=member["seed"])
+    logits = torch_reference.logits(model, task.head, dev.features, config.finetune.eval_batch_size)
+    finals.append(task.metrics(dev, logits[..., 0] if task.head == "regression" else logits))
+    logging.info("%s reference member %s: %s", task_name, member, finals[-1])
+  values = [final[task.main_metric] for final in finals]
+  return dict(
+    task=task_name,
+    main_metric=task.main_metric,
+    members=members,
+    final={task.eval_splits[0]: finals},
+    sweep=job.sweep_table([config_checks.Member(**m) for m in members], values, task.main_metric),
+  )
+
+
+def _run(task: str, init: str, contestant: str) -> dict:
+  who, schedule = contestant.split(":")
+  workdir = epath.Path(_WORKDIR.value) / task / init / contestant.replace(":", "-")
   metrics_file = workdir / job.METRICS_FILE
   if metrics_file.exists():
-    logging.info("%s/%s: finished before, reading %s.", task, init, metrics_file)
+    logging.info("%s/%s/%s: finished before, reading %s.", task, init, contestant, metrics_file)
     return json.loads(metrics_file.read_text())
   start = time.perf_counter()
-  summary = job.finetune(_config(task, init), str(workdir))
+  config = _config(task, init, schedule)
+  if who == "bert_jax":
+    summary = job.finetune(config, str(workdir))
+  else:
+    summary = _reference(config, task)
   summary["seconds"] = time.perf_counter() - start
+  workdir.mkdir(parents=True, exist_ok=True)
   metrics_file.write_text(json.dumps(summary, indent=1))
   return summary
 
@@ -98,22 +163,43 @@ def _cell(row: dict) -> str:
   return f"{100 * row['mean']:.1f} +- {100 * row['std']:.1f} (best {100 * row['best']:.1f})"
 
 
-def main(argv):
-  del argv
+def _check_flags() -> list[tuple[str, str]]:
+  """(init, contestant) pairs to run; bad flags are refused naming the value before anything runs."""
   if not _INIT_FROM.value:
     raise app.UsageError("--init_from is needed (the pretrained model, and the random model's sizes).")
   unknown = [task for task in _TASKS.value if task not in glue.TASKS]
   if unknown:
     raise app.UsageError(f"Unknown tasks {unknown}; expected GLUE tasks {sorted(glue.TASKS)}.")
-  results = {task: {init: _run(task, init) for init in _INITS.value} for task in _TASKS.value}
+  for contestant in _CONTESTANTS.value:
+    who, _, schedule = contestant.partition(":")
+    if who not in ("bert_jax", "reference") or schedule not in LR_SCHEDULES:
+      raise app.UsageError(
+        f"--contestants: {contestant!r}; expected bert_jax:<schedule> or reference:<schedule>, schedule one of "
+        f"{LR_SCHEDULES}."
+      )
+  if "random" in _INITS.value and any(c.startswith("reference:") for c in _CONTESTANTS.value):
+    logging.warning("The reference starts from --init_from's weights only: no random-initialisation reference runs.")
+  return [
+    (init, contestant)
+    for init in _INITS.value
+    for contestant in _CONTESTANTS.value
+    if init == "pretrained" or contestant.startswith("bert_jax:")
+  ]
+
+
+def main(argv):
+  del argv
+  columns = _check_flags()
+  results = {task: {f"{init} {c}": _run(task, init, c) for init, c in columns} for task in _TASKS.value}
   (epath.Path(_WORKDIR.value) / "results.json").write_text(json.dumps(results, indent=1))
 
-  header = "| task (dev metric) | epochs, seq | majority class | " + " | ".join(_INITS.value) + " |"
-  lines = [header, "|" + "---|" * (3 + len(_INITS.value))]
-  for task, by_init in results.items():
-    any_summary = next(iter(by_init.values()))
+  names = [f"{init} {c}" for init, c in columns]
+  header = "| task (dev metric) | epochs, seq | majority class | " + " | ".join(names) + " |"
+  lines = [header, "|" + "---|" * (3 + len(names))]
+  for task, by_column in results.items():
+    any_summary = next(iter(by_column.values()))
     for rate in any_summary["sweep"]:
-      cells = [_cell(summary["sweep"][rate]) for summary in by_init.values()]
+      cells = [_cell(summary["sweep"][rate]) for summary in by_column.values()]
       setting = f"{_per_task(_EPOCHS.value, task):g}, {int(_per_task(_SEQ.value, task))}"
       majority = f"{100 * _majority(task):.1f}"
       row = f"| {task} ({any_summary['main_metric']}), lr {rate} | {setting} | {majority} | " + " | ".join(cells)
@@ -121,10 +207,10 @@ def main(argv):
   seeds = len(any_summary["members"]) // len(any_summary["sweep"])
   print(f"\nDev metric x 100, mean +- std (population) over {seeds} seeds, final evaluation; batch {_BATCH.value}.")
   print("\n".join(lines))
-  for task, by_init in results.items():
-    for init, summary in by_init.items():
+  for task, by_column in results.items():
+    for name, summary in by_column.items():
       if "seconds" in summary:
-        print(f"{task}/{init}: {summary['seconds']:.0f} s")
+        print(f"{task}/{name}: {summary['seconds']:.0f} s")
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ def _evaluate(task: Task, predict_fn, params, splits: dict, config, mesh, member
   return results
 
 
-def _sweep_table(members: list[Member], finals: list[float], main_metric: str) -> dict:
+def sweep_table(members: list[Member], finals: list[float], main_metric: str) -> dict:
   """Per learning rate: mean, std (population) and best of the members' final main metric."""
   table = {}
   for rate in dict.fromkeys(member.learning_rate for member in members):
@@ -363,7 +363,7 @@ class FinetuningJob(loop.Job):
     task, config, workdir, record = self.task, self.config, self.workdir, self.record
     final = record["evaluations"][-1]["results"]
     finals = [m[task.main_metric] for m in final[self.main_split]]
-    table = _sweep_table(self.members, finals, task.main_metric)
+    table = sweep_table(self.members, finals, task.main_metric)
     _log_table(table)
     chosen = int(np.argmax(finals))
     to_predict = {**self.splits.evaluation, **self.splits.test}
