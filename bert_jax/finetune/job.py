@@ -20,6 +20,7 @@ best member's predictions of every eval and test split in the task's official fo
 """
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -66,6 +67,14 @@ RUN_KEYS = (
 )
 
 
+@functools.lru_cache(maxsize=64)
+def _permutation(seed: int, epoch: int, num_rows: int) -> np.ndarray:
+  """The order of epoch `epoch` in the stream of `seed`, drawn once (every step of the epoch, every member reads it)."""
+  permutation = np.random.default_rng([seed, epoch]).permutation(num_rows)
+  permutation.flags.writeable = False
+  return permutation
+
+
 def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.ndarray:
   """[batch_size] row indices that step `step` (from 1) trains on in the stream of `seed` (a member's): one
   permutation of the rows per epoch, from (seed, epoch)."""
@@ -73,7 +82,7 @@ def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.nd
   epochs, offsets = np.divmod(positions, num_rows)
   rows = np.empty(batch_size, np.int64)
   for epoch in np.unique(epochs):
-    permutation = np.random.default_rng([seed, int(epoch)]).permutation(num_rows)
+    permutation = _permutation(seed, int(epoch), num_rows)
     rows[epochs == epoch] = permutation[offsets[epochs == epoch]]
   return rows
 
