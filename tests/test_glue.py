@@ -5,7 +5,9 @@ import logging
 
 import numpy as np
 import pytest
+from etils import epath
 
+from bert_jax.benchmarks import glue_text
 from bert_jax.finetune import glue
 from bert_jax.finetune.glue import GlueExample
 
@@ -516,3 +518,15 @@ def test_reads_and_writes_gcs(gcs_bucket, fixture_tokenizers):
   encoded = mrpc.encode(mrpc.read("test"), fixture_tokenizers["wordpiece"], 8)
   mrpc.write_predictions(encoded, np.array([[0.0, 1.0]]), f"{gcs_bucket}/out/MRPC.tsv")
   assert epath.Path(f"{gcs_bucket}/out/MRPC.tsv").read_text() == "index\tprediction\n0\t1\n"
+
+
+def test_training_text_for_self_pretraining(glue_dir, tmp_path):
+  """The pretraining corpus of docs/benchmarks.md "Does pretraining help?": a pair's sentences on consecutive lines,
+  examples grouped into documents, labels dropped, never a dev or test text."""
+  paths = glue_text.write_training_text(str(glue_dir), ["rte", "sst2"], str(tmp_path / "text"), 1)
+  rte, sst2 = (epath.Path(path).read_text() for path in paths)
+  assert rte == "john went to paris .\njohn was in france .\n\nmary ran .\nmary played .\n"
+  assert sst2.split("\n\n")[0] == 'a "great" film'
+  assert glue_text.training_text(task_in(glue_dir, "rte"), 2)[0].count("\n\n") == 0
+  with pytest.raises(ValueError, match="'qqq'; expected one of"):
+    glue_text.write_training_text(str(glue_dir), ["qqq"], str(tmp_path / "text"), 1)
