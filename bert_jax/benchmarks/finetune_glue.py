@@ -50,6 +50,7 @@ _CONTESTANTS = flags.DEFINE_list(
   "contestants", ["bert_jax:bert"], "Who fine-tunes, with which schedule: bert_jax:<schedule>, reference:<schedule>."
 )
 _SEEDS = flags.DEFINE_integer("seeds", 5, "Seeds per learning rate (sweep.seeds).")
+_SEED = flags.DEFINE_integer("seed", 0, "The first seed (config.seed): seeds seed .. seed + seeds - 1.")
 _LEARNING_RATES = flags.DEFINE_string("learning_rates", "3e-4", "sweep.learning_rates.")
 _EPOCHS = flags.DEFINE_string(
   "num_epochs", "sst2:0.25,default:2", "Epochs per task, task:epochs pairs with a default (SST-2 has 67k rows)."
@@ -77,7 +78,7 @@ def _config(task: str, init: str, schedule: str):
     max_seq_length=int(_per_task(_SEQ.value, task)),
   )
   config.sweep.update(learning_rates=_LEARNING_RATES.value, seeds=_SEEDS.value)
-  config.update(batch_size=_BATCH.value, log_every_steps=100)
+  config.update(batch_size=_BATCH.value, log_every_steps=100, seed=_SEED.value)
   if init == "pretrained":
     config.init_from = _INIT_FROM.value
   else:  # The pretrained model's sizes, from its metadata; random weights.
