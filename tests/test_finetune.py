@@ -67,6 +67,7 @@ def finetune_config(wordpiece_run, tmp_path_factory):
     config = glue.get_config()
     config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=4.0, eval_batch_size=16)
     config.update(init_from=workdir, batch_size=8, learning_rate=RATES[1], log_every_steps=3)
+    config.lr_schedule = "bert"  # The schedule the golden parameters (golden_params "finetuning") were recorded with.
     config.sweep.update(sweep)
     return config
 
@@ -182,6 +183,16 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
     ),
   ):
     job.finetune(other_data, alone)
+  # A checkpoint written before lr_schedule was recorded ran Google's schedule: it resumes with "bert" only.
+  step, saved, position = start_order.newest_saved(config(), alone)
+  with monkeypatch.context() as patch:
+    del saved["lr_schedule"]
+    patch.setattr(start_order, "newest_saved", lambda *_: (step, saved, position))
+    start_order.check_same_run(config(), alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT)  # finetune_config's "bert".
+    other_schedule = config()
+    other_schedule.lr_schedule = "transformers"
+    with pytest.raises(ValueError, match="lr_schedule='bert' in the checkpoint, 'transformers' in the config"):
+      job.finetune(other_schedule, alone)
 
   with monkeypatch.context() as patch:
     patch.setattr(run, "make_run", interrupted(8, keyboard_interrupt))  # Resumed at 11: dies in step 19.

@@ -65,6 +65,8 @@ RUN_KEYS = (
   "sweep.learning_rates",
   "sweep.seeds",
 )
+# What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was).
+RUN_KEYS_ABSENT = {"lr_schedule": "bert"}
 
 
 @functools.lru_cache(maxsize=64)
@@ -422,7 +424,7 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   ran it."""
   started_at = time.perf_counter()
   checked = checked or config_checks.check(config, "finetune")
-  start_order.check_same_run(config, workdir, RUN_KEYS)
+  start_order.check_same_run(config, workdir, RUN_KEYS, RUN_KEYS_ABSENT)
   task = tasks.make_task(config.finetune)
   source = None
   if config.init_from:  # Read, and so checked, before anything is written.

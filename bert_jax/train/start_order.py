@@ -134,10 +134,11 @@ def newest_saved(config, workdir: str) -> tuple[int, dict, dict] | None:
   raise checkpoints.CorruptCheckpointError(f"No readable checkpoint in {checkpoints.checkpoint_dir(workdir)}.")
 
 
-def check_same_run(config, workdir: str, keys: tuple[str, ...]) -> None:
+def check_same_run(config, workdir: str, keys: tuple[str, ...], absent: dict | None = None) -> None:
   """Before anything is written: a workdir's checkpoint resumes only the run it belongs to. Raises ValueError naming
   each of `keys` (dotted) whose value differs between the newest readable checkpoint's config and `config`, both
-  values given."""
+  values given. `absent`: for keys added after checkpoints were first written, the value a checkpoint that does
+  not record them ran with."""
   newest = newest_saved(config, workdir)
   if newest is None:
     return
@@ -146,7 +147,9 @@ def check_same_run(config, workdir: str, keys: tuple[str, ...]) -> None:
   for key in keys:
     *parents, name = key.split(".")
     mine = functools.reduce(lambda node, parent: node[parent], parents, config)[name]
-    theirs = functools.reduce(lambda node, parent: node.get(parent, {}), parents, saved).get(name)
+    theirs = functools.reduce(lambda node, parent: node.get(parent, {}), parents, saved).get(
+      name, (absent or {}).get(key)
+    )
     if theirs != mine:
       different.append(f"{key}={theirs!r} in the checkpoint, {mine!r} in the config")
   if different:
