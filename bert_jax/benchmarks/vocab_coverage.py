@@ -1,4 +1,4 @@
-"""What a pretraining corpus taught a task's word pieces: the pieces of a GLUE task's training text bucketed by how
+"""What a pretraining corpus taught a task's word pieces: the pieces of a GLUE task's text (a split) bucketed by how
 often the prepared pretraining corpus holds them, with each bucket's share of the task's tokens and how alike the
 pretrained model's input embeddings of those pieces are (mean pairwise cosine; near 0 for a random initialisation).
 
@@ -23,7 +23,8 @@ from bert_jax.handoff import pretrained
 _INIT_FROM = flags.DEFINE_string("init_from", None, "The pretrained source (any that pretrained.load reads).")
 _PREPARED_DIR = flags.DEFINE_string("prepared_dir", None, "The prepared pretraining corpus it was trained on.")
 _GLUE_DIR = flags.DEFINE_string("glue_dir", None, "Directory holding the GLUE task directories.")
-_TASK = flags.DEFINE_string("task", "sst2", "The GLUE task whose training text is counted.")
+_TASK = flags.DEFINE_string("task", "sst2", "The GLUE task whose text is counted.")
+_SPLIT = flags.DEFINE_string("split", "train", "Which split of the task (e.g. dev: what the evaluation reads).")
 _BUCKETS = flags.DEFINE_list("buckets", ["0", "1", "10", "100"], "Lower edges of the pretraining-count buckets.")
 _SAMPLE = flags.DEFINE_integer("sample", 500, "Pieces per bucket (the task's most frequent) for the cosines.")
 
@@ -65,11 +66,12 @@ def main(argv):
   embeddings = np.asarray(loaded.params["bert"]["embeddings"]["word_embeddings"]["embedding"], np.float32)
   corpus = corpus_counts(_PREPARED_DIR.value, len(embeddings))
   task = glue.make_task(_TASK.value, data_dir=os.path.join(_GLUE_DIR.value, glue.TASKS[_TASK.value].glue_dir))
-  texts = [text for example in task.read(task.train_split) for text in (example.text_a, example.text_b) if text]
+  texts = [text for example in task.read(_SPLIT.value) for text in (example.text_a, example.text_b) if text]
   task_counts = np.bincount(loaded.tokenizer.encode_batch(texts)[0], minlength=len(embeddings))
   random = np.random.default_rng(0).normal(0, 0.02, embeddings.shape)
   edges = [int(edge) for edge in _BUCKETS.value]
-  print(f"| pretraining count | {_TASK.value} pieces | share of its tokens | mean cosine, pretrained | random init |")
+  name = f"{_TASK.value} {_SPLIT.value}"
+  print(f"| pretraining count | {name} pieces | share of its tokens | mean cosine, pretrained | random init |")
   print("|---|---|---|---|---|")
   for (label, pieces, share, cosine), (*_, baseline) in zip(
     coverage_table(task_counts, corpus, embeddings, edges, _SAMPLE.value),
