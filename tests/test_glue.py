@@ -507,7 +507,6 @@ def test_tfds_mrpc_and_mnli_splits(tmp_path):
 
 
 def test_reads_and_writes_gcs(gcs_bucket, fixture_tokenizers):
-  from etils import epath
 
   directory = epath.Path(gcs_bucket) / "glue_data" / "MRPC"
   header = "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String"

@@ -60,8 +60,6 @@ _SEQ = flags.DEFINE_string(
 )
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size.")
 
-_GLUE_DIRS = {"sst2": "SST-2", "mrpc": "MRPC", "rte": "RTE", "cola": "CoLA", "stsb": "STS-B", "qnli": "QNLI"}
-
 
 def _per_task(text: str, task: str) -> float:
   pairs = dict(item.split(":") for item in text.split(","))
@@ -73,7 +71,7 @@ def _config(task: str, init: str, schedule: str):
   config.lr_schedule = schedule
   config.finetune.update(
     task=task,
-    data_dir=os.path.join(_GLUE_DIR.value, _GLUE_DIRS.get(task, task.upper())),
+    data_dir=os.path.join(_GLUE_DIR.value, glue.TASKS[task].glue_dir),
     num_epochs=_per_task(_EPOCHS.value, task),
     max_seq_length=int(_per_task(_SEQ.value, task)),
   )
@@ -151,7 +149,7 @@ def _run(task: str, init: str, contestant: str) -> dict:
 
 def _majority(task_name: str) -> float:
   """The dev main metric of always predicting the training set's most frequent label."""
-  task = glue.make_task(task_name, os.path.join(_GLUE_DIR.value, _GLUE_DIRS.get(task_name, task_name.upper())))
+  task = glue.make_task(task_name, os.path.join(_GLUE_DIR.value, glue.TASKS[task_name].glue_dir))
   tokenizer = load_tokenizer("wordpiece", _VOCAB.value, _LOWER_CASE.value)
   train = task.encode(task.read("train"), tokenizer, 8).features["label"]
   dev = task.encode(task.read("dev"), tokenizer, 8)
