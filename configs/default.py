@@ -50,7 +50,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.attention = "xla"
 
   config.tokenizer = ml_collections.ConfigDict()
-  # "sentencepiece" (a .model file) or "wordpiece" (a Google BERT vocab.txt).
+  # "sentencepiece" (a .model file), "wordpiece" (a Google BERT vocab.txt) or "bpe" (byte-level, RoBERTa's: a
+  # tokenizer.json, or a vocab.json with merges.txt beside it).
   config.tokenizer.kind = "wordpiece"
   # The tokenizer file, local or gs://. Empty with data.embedded_corpus: trained into <workdir>/tokenizer/.
   config.tokenizer.path = ""

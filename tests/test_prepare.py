@@ -15,6 +15,7 @@ from bert_jax.data import prepare, shards
 from bert_jax.data.manifest import count_records, read_manifest
 from bert_jax.data.text import split_sentences
 from bert_jax.data.tokenizer import load_tokenizer, train_sentencepiece
+from tests.test_tokenizer import train_bpe
 
 BERT_FORMAT = (
   "The first document has a sentence.\nIt has a second sentence too.\n\n"
@@ -63,6 +64,24 @@ def test_bert_format_files_become_shards_of_documents_with_counts(tmp_path, toke
   assert ids[: lengths[0]] == tokenizer.encode("The first document has a sentence.")
   on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
   assert on_disk == json.loads(json.dumps(manifest))
+
+
+def test_a_byte_level_bpe_corpus_holds_each_document_s_running_text(tmp_path, data_config):
+  """RoBERTa's BPE encodes a sentence's first word after a space ("Ġ") unless it begins the document."""
+  tokenizer_args = dict(kind="bpe", path=train_bpe(tmp_path / "bpe")[0])
+  manifest = prepare.prepare(data_config(input_pattern=_inputs(tmp_path)), tokenizer_args, str(tmp_path / "out"), 1)
+  tokenizer = load_tokenizer(**tokenizer_args)
+  assert manifest["tokenizer"] == tokenizer.identity() and manifest["sentences"] == 7
+  records = [record for shard in sorted((tmp_path / "out").glob("*.tfrecord")) for record in _records(str(shard))]
+  documents = [
+    ["The first document has a sentence.", "It has a second sentence too."],
+    ["Another document starts here.", "Caf\ufffd in Latin-1 is not UTF-8.", "The end."],
+    ["Only one document.", "With two lines."],
+  ]
+  expected = {tuple(tokenizer.encode(" ".join(document))): len(document) for document in documents}
+  assert {tuple(ids): len(lengths) for ids, lengths in records} == expected
+  first = next(lengths for ids, lengths in records if tokenizer.decode(ids).startswith("The first"))
+  assert first == [len(tokenizer.encode(documents[0][0])), len(tokenizer.encode(" " + documents[0][1]))]
 
 
 def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(

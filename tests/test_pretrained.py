@@ -1,5 +1,6 @@
 """The hand-off: `pretrained.load` from every source, the export bundle, and the two outside formats both ways."""
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -25,6 +26,7 @@ from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
 from bert_jax.train import pretraining, start_order
 from bert_jax.workdir import checkpoints
 from tests.test_encoder import _inputs, _reference
+from tests.test_tokenizer import train_bpe
 
 _equal = jax.tree.map
 
@@ -329,6 +331,46 @@ def test_google_bert_checkpoints_load_and_export_both_ways_as_transformers_reads
   assert {"bert_config.json", "vocab.txt", "bert_model.ckpt.index"} <= set(os.listdir(tmp_path / "google_again"))
   _equal(np.testing.assert_array_equal, _from_google(tmp_path / "google_again", seed=2), everything)
   _assert_params_equal(pretrained.load(str(tmp_path / "google_again")).params, loaded.params)
+
+
+def test_a_byte_level_bpe_model_travels_as_roberta_files_and_as_one_tokenizer_json(
+  small_model_config, fixture_tokenizers, tmp_path
+):
+  """A Hugging Face directory with RoBERTa's vocab.json + merges.txt (or ALBERT's spiece.model) loads with its
+  tokenizer; a bundle keeps it as one tokenizer.json; a Hugging Face export writes the pair for RobertaTokenizer."""
+  hf_dir = tmp_path / "hf"
+  _reference(dataclasses.replace(small_model_config, vocab_size=400)).save_pretrained(hf_dir)
+  vocab, merges = train_bpe(tmp_path / "bpe")
+  for path in (vocab, merges):
+    shutil.copy(path, hf_dir)
+  source = pretrained.describe(str(hf_dir))
+  assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("bpe", "vocab.json")
+  tokenizer = tokenizer_lib.load_tokenizer("bpe", vocab)
+  pretrained.check_tokenizer(source, tokenizer.identity(), "init_from")  # Its hash: the canonical file's.
+
+  bundle = pathlib.Path(export.export(str(hf_dir), str(tmp_path / "bundle")))
+  assert export.verify_bundle(str(bundle))["tokenizer"]["filename"] == "tokenizer.json"
+  loaded = pretrained.load(str(bundle))
+  assert loaded.tokenizer.kind == "bpe" and loaded.tokenizer.identity()["sha256"] == tokenizer.identity()["sha256"]
+
+  hf_again = pathlib.Path(export.export(str(bundle), str(tmp_path / "hf_again"), "huggingface"))
+  assert sorted(os.listdir(hf_again)) == [
+    "config.json",
+    "merges.txt",
+    "model.safetensors",
+    "tokenizer_config.json",
+    "vocab.json",
+  ]
+  line = "Héllo Wörld! The quick brown fox, 東京 😀, didn't it?"
+  for reference in (transformers.AutoTokenizer.from_pretrained(hf_again), transformers.RobertaTokenizer(vocab, merges)):
+    assert reference.encode(line, add_special_tokens=False) == tokenizer.encode(line)
+  assert pretrained.describe(str(hf_again)).tokenizer_kind == "bpe"
+
+  for name in ("vocab.json", "merges.txt"):  # ALBERT's SentencePiece file name.
+    (hf_dir / name).unlink()
+  shutil.copy(fixture_tokenizers["sentencepiece"].path, hf_dir / "spiece.model")
+  source = pretrained.describe(str(hf_dir))
+  assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("sentencepiece", "spiece.model")
 
 
 def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_refuses_what_does_not_fit(

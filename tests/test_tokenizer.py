@@ -1,11 +1,22 @@
-"""Tokenizers: WordPiece against `transformers`' BertTokenizer, SentencePiece trained with BERT's special ids."""
+"""Tokenizers: WordPiece against `transformers`' BertTokenizer, SentencePiece trained with BERT's special ids (and
+ALBERT's names), byte-level BPE against RobertaTokenizer and stored as one file."""
+
+import hashlib
+import json
 
 import numpy as np
 import pytest
-from transformers import BertTokenizer
+from transformers import BertTokenizer, RobertaTokenizer, RobertaTokenizerFast
 
-from bert_jax.data.tokenizer import SENTENCEPIECE_SPECIAL_IDS, SPECIAL_TOKENS, load_tokenizer, train_sentencepiece
+from bert_jax.data.tokenizer import (
+  SENTENCEPIECE_SPECIAL_IDS,
+  SPECIAL_TOKENS,
+  load_tokenizer,
+  tokenizer_sha256,
+  train_sentencepiece,
+)
 from bert_jax.data.tokenizer.wordpiece import basic_tokenize
+from bert_jax.workdir import checkpoints
 
 TEXT = [
   "The quick brown fox jumped over the lazy dog's kennel, didn't it?",
@@ -75,6 +86,8 @@ def test_compiled_wordpiece_gives_the_reference_ids(tmp_path, lower_case):
   for text, row in zip(texts, np.split(ids, np.cumsum(lengths)[:-1]), strict=True):
     assert row.tolist() == tokenizer.encode(text), (text, [tokenizer.pieces[i] for i in row], tokenizer.tokenize(text))
   assert tokenizer.encode_batch([])[1].shape == (0,)
+  by_document = tokenizer.encode_documents([texts[:3], texts[3:]])  # The default: each sentence on its own.
+  assert all(np.array_equal(a, b) for a, b in zip(by_document, (ids, lengths), strict=True))
 
 
 def test_wordpiece_uncased_strips_accents_and_splits_cjk(tmp_path):
@@ -112,5 +125,135 @@ def test_a_vocabulary_without_bert_special_tokens_is_refused(tmp_path):
   vocab.write_text("[PAD]\n[UNK]\nhello\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"has no \['\[CLS\]', '\[SEP\]', '\[MASK\]'\]"):
     load_tokenizer("wordpiece", str(vocab))
-  with pytest.raises(ValueError, match="Unknown tokenizer kind 'bpe'"):
-    load_tokenizer("bpe", str(vocab))
+  with pytest.raises(ValueError, match="Unknown tokenizer kind 'unigram'"):
+    load_tokenizer("unigram", str(vocab))
+
+
+def test_sentencepiece_takes_albert_names_for_padding_and_unknown(fixture_tokenizers, tmp_path):
+  """ALBERT's `spiece.model` names them `<pad>` and `<unk>` (and has [CLS] [SEP] [MASK]): the same ids."""
+  from sentencepiece import sentencepiece_model_pb2
+
+  bert_names = fixture_tokenizers["sentencepiece"]
+  proto = sentencepiece_model_pb2.ModelProto.FromString(bert_names.file_content())
+  proto.pieces[0].piece, proto.pieces[1].piece = "<pad>", "<unk>"
+  (tmp_path / "spiece.model").write_bytes(proto.SerializeToString())
+  albert_names = load_tokenizer("sentencepiece", str(tmp_path / "spiece.model"))
+  assert albert_names.special_tokens == ("<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]")
+  assert albert_names.special_ids.tolist() == bert_names.special_ids.tolist() == [0, 1, 2, 3, 4]
+  assert albert_names.word_start[:5].all()
+  line = "the man said that the dog was good"
+  assert albert_names.encode(line) == bert_names.encode(line)
+
+
+# Byte-level BPE's own hard cases besides TEXT's: runs of spaces, tabs and newlines, contractions, emoji, special
+# token names in text.
+BPE_TEXT = [
+  *TEXT,
+  "  Two leading spaces,   three inside,\ta tab\t\tand\nnew\n\nlines\r\n and two trailing  ",
+  "We'll see; they're sure I'm right, you've heard she'd go, it's HE'S, he'll not, and dogs' bones.",
+  "Emoji 😀👍🏽 🇫🇷 and a ZWJ family 👩\u200d👩\u200d👧; the <mask> token, <s>tags</s>, <pad> and <unk> are text.",
+]
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+
+
+def train_bpe(directory, special_tokens=ROBERTA_SPECIALS) -> tuple[str, str]:
+  """A 400-piece byte-level BPE trained as RoBERTa's on BPE_TEXT (specials first: <s>=0, <pad>=1, </s>=2, <unk>=3,
+  <mask>=4); returns (vocab.json, merges.txt)."""
+  from tokenizers import ByteLevelBPETokenizer
+
+  directory.mkdir(exist_ok=True)
+  trainer = ByteLevelBPETokenizer()
+  trainer.train_from_iterator(BPE_TEXT * 2, vocab_size=400, special_tokens=special_tokens, show_progress=False)
+  vocab, merges = trainer.save_model(str(directory))
+  return vocab, merges
+
+
+def test_byte_level_bpe_ids_equal_roberta_tokenizer_that_splits_special_token_text(tmp_path):
+  vocab, merges = train_bpe(tmp_path)
+  ours = load_tokenizer("bpe", vocab)
+  assert ours.vocab_size == 400
+  reference = RobertaTokenizer(vocab, merges, split_special_tokens=True)
+  texts = BPE_TEXT + COMPILED_EDGE_CASES
+  for line in texts:
+    ids = ours.encode(line)
+    assert ids == reference.encode(line, add_special_tokens=False), (line, [ours.pieces[i] for i in ids])
+    assert ours.decode(ids) == line  # Byte-level: nothing is lost.
+  ids, lengths = ours.encode_batch(texts)
+  assert ids.dtype == lengths.dtype == np.int64
+  assert ids.tolist() == [i for line in texts for i in ours.encode(line)]
+  assert lengths.tolist() == [len(ours.encode(line)) for line in texts]
+
+  assert ours.special_tokens == ("<pad>", "<unk>", "<s>", "</s>", "<mask>")
+  assert (ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id) == (1, 3, 0, 2, 4)
+  # Corpus text never becomes a control token; RobertaTokenizer's default makes "<mask>" in text one.
+  assert not np.isin(ours.encode(BPE_TEXT[-1]), ours.special_ids).any()
+  assert ours.mask_id in RobertaTokenizer(vocab, merges).encode(BPE_TEXT[-1], add_special_tokens=False)
+
+  # A word starts at a "Ġ" piece (or is a special token); its other pieces continue it.
+  words = " Antidisestablishmentarianism and pneumonoultramicroscopicsilicovolcanoconiosis"
+  starts = ours.word_start[ours.encode(words)]
+  assert starts.sum() == 3 and starts[0] and len(starts) > 6
+  assert ours.word_start[ours.special_ids].all()
+
+
+def test_byte_level_bpe_encodes_documents_as_their_running_text(tmp_path):
+  """Sentence by sentence, RoBERTa's first word of a sentence would lose its "Ġ"; `encode_documents` keeps it."""
+  tokenizer = load_tokenizer("bpe", train_bpe(tmp_path)[0])
+  documents = [BPE_TEXT[:3], [BPE_TEXT[3]], BPE_TEXT[4:]]
+  ids, lengths = tokenizer.encode_documents(documents)
+  sentences = iter(np.split(ids, np.cumsum(lengths)[:-1]))
+  for document in documents:
+    rows = [next(sentences) for _ in document]
+    assert np.concatenate(rows).tolist() == tokenizer.encode(" ".join(document))
+    assert rows[0].tolist() == tokenizer.encode(document[0])
+    for row, sentence in zip(rows[1:], document[1:], strict=True):
+      assert tokenizer.pieces[row[0]].startswith("\u0120") and row.tolist() != tokenizer.encode(sentence)
+
+
+def test_byte_level_bpe_is_stored_as_one_tokenizer_json_and_written_back_as_roberta_files(tmp_path):
+  vocab, merges = train_bpe(tmp_path / "trained")
+  ours = load_tokenizer("bpe", vocab)
+  sha256 = ours.identity()["sha256"]
+  item = checkpoints.tokenizer_item(ours)  # What a checkpoint stores.
+  assert item["identity"]["filename"] == "tokenizer.json" and hashlib.sha256(item["content"]).hexdigest() == sha256
+  assert tokenizer_sha256("bpe", vocab) == sha256
+  stored = tmp_path / "stored" / "tokenizer.json"
+  stored.parent.mkdir()
+  stored.write_bytes(item["content"])
+  restored = load_tokenizer("bpe", str(stored))
+  assert restored.file_content() == item["content"] and restored.identity()["sha256"] == sha256
+  assert all(restored.encode(line) == ours.encode(line) for line in BPE_TEXT)
+  # A hub tokenizer.json of the same vocabulary (RobertaTokenizerFast's: added tokens, a post-processor) too.
+  hub = tmp_path / "hub.json"
+  RobertaTokenizerFast(vocab, merges).backend_tokenizer.save(str(hub))
+  assert load_tokenizer("bpe", str(hub)).file_content() == item["content"]
+
+  exported = tmp_path / "exported"  # What a Hugging Face export writes: RobertaTokenizer reads it.
+  exported.mkdir()
+  for name, content in restored.vocab_merges_files().items():
+    (exported / name).write_bytes(content)
+  assert json.loads((exported / "vocab.json").read_text()) == json.loads(open(vocab).read())
+  reference = RobertaTokenizer(str(exported / "vocab.json"), str(exported / "merges.txt"), split_special_tokens=True)
+  assert all(reference.encode(line, add_special_tokens=False) == ours.encode(line) for line in BPE_TEXT)
+  assert load_tokenizer("bpe", str(exported / "vocab.json")).identity()["sha256"] == sha256
+
+
+def test_byte_level_bpe_refuses_what_is_not_roberta_s(tmp_path):
+  vocab, merges = train_bpe(tmp_path / "no_mask", ROBERTA_SPECIALS[:-1])
+  with pytest.raises(
+    ValueError, match=r"has no \['<mask>'\]; BERT needs \['<pad>', '<unk>', '<s>', '</s>', '<mask>'\]"
+  ):
+    load_tokenizer("bpe", vocab)
+  (tmp_path / "no_mask" / "merges.txt").unlink()
+  with pytest.raises(FileNotFoundError, match=r"vocab.json is a BPE vocabulary without its merges: .*merges.txt"):
+    load_tokenizer("bpe", vocab)
+  (tmp_path / "letters").mkdir()
+  (tmp_path / "letters" / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate([*ROBERTA_SPECIALS, "a"])}))
+  (tmp_path / "letters" / "merges.txt").write_text("#version: 0.2\n")
+  with pytest.raises(ValueError, match="not a byte-level BPE vocabulary: it lacks 255 of the 256 byte symbols"):
+    load_tokenizer("bpe", str(tmp_path / "letters" / "vocab.json"))
+  vocab, merges = train_bpe(tmp_path / "prefix_space")
+  tokenizer_json = RobertaTokenizerFast(vocab, merges, add_prefix_space=True).backend_tokenizer.to_str()
+  (tmp_path / "prefix_space" / "tokenizer.json").write_text(tokenizer_json)
+  with pytest.raises(ValueError, match="not a byte-level BPE tokenizer as RoBERTa's: .*'add_prefix_space': True"):
+    load_tokenizer("bpe", str(tmp_path / "prefix_space" / "tokenizer.json"))

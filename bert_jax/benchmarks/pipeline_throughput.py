@@ -17,13 +17,15 @@ import time
 from absl import app, flags
 
 from bert_jax.data import prepare, sources, text
-from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.data.tokenizer import KINDS, load_tokenizer
 from configs import default
 
 _INPUT = flags.DEFINE_string("input", None, "Glob of text files.", required=True)
 _FORMAT = flags.DEFINE_enum("input_format", "document", list(text.INPUT_FORMATS), "Input text format.")
-_KIND = flags.DEFINE_enum("tokenizer_kind", "wordpiece", ["wordpiece", "sentencepiece"], "Tokenizer kind.")
-_PATH = flags.DEFINE_string("tokenizer_path", None, "vocab.txt or .model file.", required=True)
+_KIND = flags.DEFINE_enum("tokenizer_kind", "wordpiece", list(KINDS), "Tokenizer kind.")
+_PATH = flags.DEFINE_string(
+  "tokenizer_path", None, "vocab.txt, .model, tokenizer.json or vocab.json file.", required=True
+)
 _BATCH = flags.DEFINE_integer("batch_size", 256, "Host batch size.")
 _SECONDS = flags.DEFINE_float("seconds", 20.0, "Seconds to time each sequence length.")
 

@@ -3,9 +3,10 @@ evaluation shard (the documents whose place, `document_place`, is below `data.ev
 statistics; the hold-out minimum (`data.eval_min_documents`) across shards; the unigram baseline the evaluation
 split is scored against.
 
-A worker tokenizes about a megabyte of sentences per call (`Tokenizer.encode_batch`: WordPiece compiled, through
-TensorFlow Text), so memory stays bounded whatever the file size. A shard is written to a temporary name and renamed
-when whole, with its statistics and input beside it, so a re-run skips finished shards. Each record is a
+A worker tokenizes about a megabyte of sentences per call (`Tokenizer.encode_documents`: WordPiece compiled, through
+TensorFlow Text; a byte-level BPE as each document's running text), so memory stays bounded whatever the file size.
+A shard is written to a temporary name and renamed when whole, with its statistics and input beside it, so a re-run
+skips finished shards. Each record is a
 `tf.train.Example` with `token_ids` (the document's tokens, flattened) and `sentence_lengths` (tokens per
 sentence), serialized deterministically: a shard's bytes depend only on its input.
 """
@@ -57,9 +58,10 @@ _tokenizer = None  # This worker process's, set by `init_worker`.
 def init_worker(tokenizer_args: dict, pooled: bool = False) -> None:
   """Loads the tokenizer `write_shard` uses in this process (a pool's initializer, or called once in-process)."""
   global _tokenizer
-  if pooled:  # One worker per core: TensorFlow's ops in each run on one thread.
+  if pooled:  # One worker per core: TensorFlow's ops in each run on one thread, and so does `tokenizers` (BPE).
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
   _tokenizer = load_tokenizer(**tokenizer_args)
 
 
@@ -138,7 +140,7 @@ def write_shard(unit: dict) -> dict:
     vocab_size = _tokenizer.vocab_size
     train, held_out = _Split(writer, vocab_size, unit["eval_min_documents"]), _Split(eval_writer, vocab_size)
     for documents in text.groups(text.unit_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
-      ids, lengths = _tokenizer.encode_batch([sentence for document in documents for sentence in document])
+      ids, lengths = _tokenizer.encode_documents(documents)
       sentence_ends = np.cumsum([len(document) for document in documents])
       token_ends = np.concatenate([[0], np.cumsum(lengths)])
       for end, count in zip(sentence_ends, map(len, documents), strict=True):

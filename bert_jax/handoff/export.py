@@ -4,11 +4,13 @@
 workdir) and writes one of:
 
 * `bundle`: complete on its own. `params/` (Orbax, parameters only, unrolled layers), `bert_config.json` (the
-  original BERT field names), the tokenizer file itself (`vocab.txt` or `tokenizer.model`), and
+  original BERT field names), the tokenizer file itself (`vocab.txt`, `tokenizer.model` or a byte-level BPE's
+  `tokenizer.json`), and
   `manifest.json`: provenance (source, step, examples and tokens seen, final train/eval metrics), versions,
   parameter count, and the SHA-256 of every file (`verify_bundle` checks them).
 * `huggingface`: `model.safetensors`, `config.json`, `vocab.txt` + `tokenizer_config.json` (or the SentencePiece
-  `tokenizer.model`), which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load.
+  `tokenizer.model`; or a byte-level BPE's `vocab.json` + `merges.txt` + `tokenizer_config.json`, RobertaTokenizer),
+  which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load.
 * `google`: `bert_model.ckpt.{index,data-00000-of-00001}` with the original TF1 variable names,
   `bert_config.json` and `vocab.txt`, as google-research/bert publishes.
 
@@ -36,7 +38,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import config_checks, paths
-from bert_jax.data.tokenizer import file_sha256
+from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
 from bert_jax.handoff import google_format, hf_format, pretrained
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
@@ -45,17 +47,28 @@ from bert_jax.workdir import checkpoints
 FORMATS = config_checks.EXPORT_FORMATS
 # The file whose presence makes a directory a model of each format (written last).
 _COMMIT_FILE = {"bundle": pretrained.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
-_TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model"}
+_TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model", "bpe": bpe.TOKENIZER_JSON}
+# A byte-level BPE in a Hugging Face or Google directory: RoBERTa's two files, which RobertaTokenizer reads.
+_BPE_FILES = (bpe.VOCAB, bpe.MERGES)
 # What each format's writer writes (a bundle: the files its manifest lists, and the manifest): all that
 # `export.overwrite` may replace.
 _WRITTEN = {
-  "huggingface": {hf_format.SAFETENSORS, "config.json", "tokenizer_config.json", *_TOKENIZER_FILENAME.values()},
+  "huggingface": {
+    hf_format.SAFETENSORS,
+    "config.json",
+    "tokenizer_config.json",
+    *_TOKENIZER_FILENAME.values(),
+    *_BPE_FILES,
+  },
   "google": {
     *(f"{google_format.CHECKPOINT}.{end}" for end in ("index", "data-00000-of-00001")),
     google_format.CONFIG,
     *_TOKENIZER_FILENAME.values(),
+    *_BPE_FILES,
   },
 }
+# tokenizer_config.json of a Hugging Face export: the transformers tokenizer that reads the files written.
+_HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer"}
 
 
 def _file_hashes(directory: epath.Path) -> dict[str, str]:
@@ -69,11 +82,23 @@ def _versions() -> dict:
   }
 
 
-def _write_tokenizer(loaded: pretrained.Pretrained, directory: epath.Path) -> str:
-  """Copies the tokenizer file into `directory` under its conventional name; returns that name."""
-  filename = _TOKENIZER_FILENAME[loaded.tokenizer.kind]
-  epath.Path(loaded.tokenizer.path).copy(directory / filename)
-  return filename
+def _write_tokenizer(tokenizer: Tokenizer, directory: epath.Path, format: str) -> list[str]:
+  """Writes the tokenizer into `directory` as `format` keeps it; returns the names of the tokenizer files. A bundle
+  holds its one file (`vocab.txt`, `tokenizer.model`, a byte-level BPE's `tokenizer.json`); a Hugging Face or Google
+  directory a BPE's `vocab.json` + `merges.txt` instead, and a Hugging Face one `tokenizer_config.json` too, naming
+  the transformers tokenizer that reads them."""
+  if format != "bundle" and tokenizer.kind == "bpe":
+    files = tokenizer.vocab_merges_files()
+  else:
+    files = {_TOKENIZER_FILENAME[tokenizer.kind]: tokenizer.file_content()}
+  for name, content in files.items():
+    (directory / name).write_bytes(content)
+  if format == "huggingface" and tokenizer.kind in _HF_TOKENIZER_CLASS:
+    tokenizer_config = {"tokenizer_class": _HF_TOKENIZER_CLASS[tokenizer.kind]}
+    if tokenizer.kind == "wordpiece":
+      tokenizer_config["do_lower_case"] = tokenizer.lower_case
+    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+  return list(files)
 
 
 def _history(source: pretrained.Source) -> dict:
@@ -91,7 +116,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   with ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(directory / "params", params)
   (directory / google_format.CONFIG).write_text(json.dumps(to_bert_json(loaded.config), indent=2))
-  filename = _write_tokenizer(loaded, directory)
+  (filename,) = _write_tokenizer(loaded.tokenizer, directory, "bundle")
   source = loaded.source
   manifest = {
     "format": pretrained.BUNDLE_FORMAT,
@@ -130,10 +155,7 @@ def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> 
   if task is not None and task.head in ("span", "token"):  # transformers' models of these heads have no pooler.
     tensors = {name: value for name, value in tensors.items() if not name.startswith("bert.pooler.")}
   hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
-  filename = _write_tokenizer(loaded, directory)
-  if filename == "vocab.txt":
-    tokenizer_config = {"tokenizer_class": "BertTokenizer", "do_lower_case": loaded.tokenizer.lower_case}
-    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+  _write_tokenizer(loaded.tokenizer, directory, "huggingface")
   config = hf_format.hf_config_dict(loaded.config)
   if task is not None:
     config.update(_hf_task_config(task))
@@ -145,7 +167,7 @@ def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> 
 def _write_google(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   tensors = hf_format.hf_from_params(jax.device_get(loaded.params), loaded.config)
   google_format.write_checkpoint(tensors, directory)
-  _write_tokenizer(loaded, directory)
+  _write_tokenizer(loaded.tokenizer, directory, "google")
   (directory / google_format.CONFIG).write_text(json.dumps(to_bert_json(loaded.config), indent=2))
 
 

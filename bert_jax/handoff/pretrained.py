@@ -7,7 +7,8 @@ Sources (local paths or `gs://`), told apart by what the directory holds:
 * a fine-tuning workdir: its `best/` checkpoint (the best sweep member), or `best/<step>`;
 * an export bundle (`manifest.json`, written last by `bert_jax.handoff.export`);
 * a Hugging Face BERT directory: `config.json` + `model.safetensors` (or `pytorch_model.bin` with torch) +
-  `vocab.txt` (or a SentencePiece `tokenizer.model`);
+  `vocab.txt` (or a SentencePiece `tokenizer.model` or `spiece.model`, or a byte-level BPE's `vocab.json` +
+  `merges.txt`);
 * an original Google BERT directory: `bert_config.json` + `bert_model.ckpt.{index,data-*}` + `vocab.txt`.
 
 A fine-tuned model (a fine-tuning workdir, its bundle, a Hugging Face `BertFor{SequenceClassification,
@@ -38,7 +39,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from bert_jax import config_checks, paths, sharding
-from bert_jax.data.tokenizer import Tokenizer, file_sha256, load_tokenizer
+from bert_jax.data.tokenizer import Tokenizer, file_sha256, load_tokenizer, tokenizer_sha256
 from bert_jax.handoff import google_format, hf_format
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import SIZE_FIELDS, BertConfig, from_bert_json
@@ -223,7 +224,8 @@ def _vocab_is_uncased(vocab_file: epath.Path) -> bool:
 
 
 def _tokenizer_files(path: epath.Path, lower_case: bool | None) -> tuple[str, str, bool]:
-  """(file, kind, lower_case) of the tokenizer in a Hugging Face or Google directory."""
+  """(file, kind, lower_case) of the tokenizer in a Hugging Face or Google directory: BERT's `vocab.txt`,
+  SentencePiece's `tokenizer.model` (ALBERT's `spiece.model`), RoBERTa's `vocab.json` + `merges.txt`."""
   if (path / "vocab.txt").exists():
     if lower_case is None:
       tokenizer_config = path / "tokenizer_config.json"
@@ -232,10 +234,14 @@ def _tokenizer_files(path: epath.Path, lower_case: bool | None) -> tuple[str, st
       else:
         lower_case = _vocab_is_uncased(path / "vocab.txt")
     return str(path / "vocab.txt"), "wordpiece", lower_case
-  if (path / "tokenizer.model").exists():
-    return str(path / "tokenizer.model"), "sentencepiece", False
+  for name in ("tokenizer.model", "spiece.model"):
+    if (path / name).exists():
+      return str(path / name), "sentencepiece", False
+  if (path / "vocab.json").exists() and (path / "merges.txt").exists():
+    return str(path / "vocab.json"), "bpe", False
   raise FileNotFoundError(
-    f"{path} has no tokenizer: expected vocab.txt (WordPiece) or tokenizer.model (SentencePiece)."
+    f"{path} has no tokenizer: expected vocab.txt (WordPiece), tokenizer.model or spiece.model (SentencePiece), "
+    "or vocab.json and merges.txt (byte-level BPE)."
   )
 
 
@@ -313,7 +319,8 @@ def check_tokenizer(source: Source, identity: dict, where: str) -> None:
   """Raises ValueError if the tokenizer `identity` (kind, sha256, lower_case) is not the source's tokenizer."""
   if source.tokenizer_file is None:
     raise ValueError(f"{where} ({source.path}) was trained on synthetic data; this run's data has a tokenizer.")
-  expected = dict(kind=source.tokenizer_kind, sha256=source.recorded_sha256 or file_sha256(source.tokenizer_file))
+  sha256 = source.recorded_sha256 or tokenizer_sha256(source.tokenizer_kind, source.tokenizer_file)
+  expected = dict(kind=source.tokenizer_kind, sha256=sha256)
   actual = dict(kind=identity["kind"], sha256=identity["sha256"])
   if source.tokenizer_kind == "wordpiece":
     expected["lower_case"], actual["lower_case"] = source.lower_case, identity.get("lower_case", True)

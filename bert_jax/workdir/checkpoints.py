@@ -8,8 +8,8 @@ Each checkpoint step, `<workdir>/checkpoints/<step>/`, holds these items:
 * `data`: the data position (examples consumed) and the tokenizer's identity (JSON);
 * `config`: the run's config (JSON);
 * `history`: examples and sequence positions trained on over every phase, latest train and eval metrics (JSON);
-* `tokenizer`: the tokenizer file itself (`vocab.txt` or the SentencePiece `.model`) with its identity, when the
-  run has a tokenizer, so that a step directory is complete on its own;
+* `tokenizer`: the tokenizer file itself (`vocab.txt`, the SentencePiece `.model` or a byte-level BPE's
+  `tokenizer.json`) with its identity, when the run has a tokenizer, so that a step directory is complete on its own;
 * `checksums`: a hash of every array of `params` and `optimizer` and a SHA-256 of every other item
   (`workdir/checksums.py`). Every read verifies what it read against them and raises `CorruptCheckpointError` naming the
   array or item, the step and the directory; so does any other failure to read an item. A save refuses parameters
@@ -112,9 +112,9 @@ class TokenizerRestore(ocp.args.CheckpointArgs):
 
 
 def tokenizer_item(tokenizer) -> dict:
-  """What the `tokenizer` item saves of a bert_jax Tokenizer: its identity and its file's bytes."""
-  path = epath.Path(tokenizer.path)
-  return {"identity": dict(tokenizer.identity(), filename=path.name), "content": path.read_bytes()}
+  """What the `tokenizer` item saves of a bert_jax Tokenizer: its identity and its file's bytes (a byte-level BPE:
+  its canonical `tokenizer.json`, whatever files it was read from)."""
+  return {"identity": dict(tokenizer.identity(), filename=tokenizer.file_name), "content": tokenizer.file_content()}
 
 
 def make_manager(workdir: str, keep: int, name: str = CHECKPOINTS) -> ocp.CheckpointManager:

@@ -1,8 +1,11 @@
-"""Tokenizers: WordPiece (Google BERT `vocab.txt`) and SentencePiece, behind one interface.
+"""Tokenizers: WordPiece (Google BERT `vocab.txt`), SentencePiece and byte-level BPE (RoBERTa's, `bpe.py`), behind
+one interface.
 
-A tokenizer is part of a run's identity: `identity()` (kind, file, SHA-256 of the file) is recorded with
-prepared data and with every checkpoint, and a mismatch is refused. Every tokenizer exposes the ids of BERT's
-special tokens and which ids begin a word (for whole-word masking).
+A tokenizer is part of a run's identity: `identity()` (kind, file, SHA-256 of the one file that stores it: the
+tokenizer file, or a byte-level BPE's canonical `tokenizer.json`) is recorded with prepared data and with every
+checkpoint, and a mismatch is refused. Every tokenizer exposes the ids of BERT's special tokens (padding, unknown,
+[CLS], [SEP], [MASK], under each kind's names: RoBERTa's `<pad> <unk> <s> </s> <mask>`, ALBERT's SentencePiece
+`<pad> <unk>`) and which ids begin a word (for whole-word masking).
 """
 
 import hashlib
@@ -14,6 +17,7 @@ from etils import epath
 from bert_jax.data.tokenizer import wordpiece
 
 _TRAINING_THREADS = 16
+# BERT's special tokens, in the order of `Tokenizer.special_ids`: padding, unknown, [CLS], [SEP], [MASK].
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The ids a SentencePiece vocabulary trained by bert_jax gives them (WordPiece takes them from vocab.txt).
 SENTENCEPIECE_SPECIAL_IDS = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
@@ -29,27 +33,49 @@ def file_sha256(path: str) -> str:
 
 class Tokenizer:
   """Common interface. `encode(text) -> list[int]`, `encode_batch(texts)` (many at once, compiled: corpus
-  preparation), `decode(ids) -> str`, special ids, `word_start` mask."""
+  preparation), `encode_documents(documents)` (corpus preparation), `decode(ids) -> str`, special ids,
+  `word_start` mask, and the one file that stores it (`file_name`, `file_content()`)."""
 
   kind: str
+  # Each of BERT's special tokens (SPECIAL_TOKENS' order) under the names this kind's vocabularies give it: the
+  # first name a vocabulary has is taken.
+  special_names: tuple[tuple[str, ...], ...] = tuple((token,) for token in SPECIAL_TOKENS)
 
   def __init__(self, path: str, pieces: list[str], is_word_start: np.ndarray):
     self.path = path
     self.pieces = pieces
     self.vocab_size = len(pieces)
-    self.word_start = is_word_start  # [vocab] bool: this id begins a word (whole-word masking).
     index = {piece: i for i, piece in enumerate(pieces)}
-    missing = [token for token in SPECIAL_TOKENS if token not in index]
-    if missing:
-      raise ValueError(f"Tokenizer file {path} has no {missing}; BERT needs {list(SPECIAL_TOKENS)}.")
-    self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[t] for t in SPECIAL_TOKENS)
-    self.special_ids = np.array([index[t] for t in SPECIAL_TOKENS], np.int32)
+    found = [next((name for name in names if name in index), None) for names in self.special_names]
+    if None in found:
+      missing = [" or ".join(names) for names, token in zip(self.special_names, found, strict=True) if token is None]
+      needed = [" or ".join(names) for names in self.special_names]
+      raise ValueError(f"Tokenizer file {path} has no {missing}; BERT needs {needed} (a {self.kind} vocabulary).")
+    self.special_tokens = tuple(found)  # The vocabulary's names of padding, unknown, [CLS], [SEP], [MASK].
+    self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (index[t] for t in found)
+    self.special_ids = np.array([index[t] for t in found], np.int32)
+    is_word_start[self.special_ids] = True
+    self.word_start = is_word_start  # [vocab] bool: this id begins a word (whole-word masking).
     self._sha256 = None
+
+  @property
+  def file_name(self) -> str:
+    """The name of the file that stores this tokenizer (a checkpoint's tokenizer item, an export bundle)."""
+    return epath.Path(self.path).name
+
+  def file_content(self) -> bytes:
+    """That file's bytes: what `identity()`'s SHA-256 is of."""
+    return epath.Path(self.path).read_bytes()
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """Every text's ids, concatenated (int64), and how many each text has: `encode` of each, in one call."""
     encoded = [self.encode(text) for text in texts]
     return np.fromiter(itertools.chain.from_iterable(encoded), np.int64), np.array([len(e) for e in encoded], np.int64)
+
+  def encode_documents(self, documents: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Every sentence of every document: ids concatenated (int64), and how many each sentence has. Each sentence on
+    its own (`encode_batch`); `bpe.py` encodes them as the document's running text instead."""
+    return self.encode_batch([sentence for document in documents for sentence in document])
 
   def identity(self) -> dict:
     """What makes two tokenizers the same: kind and file content (the path is informative only)."""
@@ -98,6 +124,8 @@ class WordPieceTokenizer(Tokenizer):
 
 class SentencePieceTokenizer(Tokenizer):
   kind = "sentencepiece"
+  # bert_jax trains with BERT's names; ALBERT's models (`spiece.model`) name padding and unknown `<pad>`, `<unk>`.
+  special_names = (("[PAD]", "<pad>"), ("[UNK]", "<unk>"), ("[CLS]",), ("[SEP]",), ("[MASK]",))
 
   def __init__(self, model_path: str):
     import sentencepiece as spm
@@ -105,7 +133,6 @@ class SentencePieceTokenizer(Tokenizer):
     self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
     pieces = [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())]
     word_start = np.array([piece.startswith("\u2581") for piece in pieces])
-    word_start[[pieces.index(t) for t in SPECIAL_TOKENS if t in pieces]] = True
     super().__init__(model_path, pieces, word_start)
 
   def encode(self, text: str) -> list[int]:
@@ -153,9 +180,24 @@ def train_sentencepiece(
   return model_prefix + ".model"
 
 
+KINDS = ("wordpiece", "sentencepiece", "bpe")
+
+
 def load_tokenizer(kind: str, path: str, lower_case: bool = True) -> Tokenizer:
+  """`path`: a `vocab.txt` (wordpiece), a `.model` (sentencepiece), or (bpe) a `tokenizer.json` or a `vocab.json`
+  with `merges.txt` beside it. `lower_case`: WordPiece only."""
   if kind == "wordpiece":
     return WordPieceTokenizer(path, lower_case)
   if kind == "sentencepiece":
     return SentencePieceTokenizer(path)
-  raise ValueError(f"Unknown tokenizer kind {kind!r}; expected 'wordpiece' or 'sentencepiece'.")
+  if kind == "bpe":
+    from bert_jax.data.tokenizer.bpe import BytePairTokenizer
+
+    return BytePairTokenizer(path)
+  raise ValueError(f"Unknown tokenizer kind {kind!r}; expected one of {KINDS}.")
+
+
+def tokenizer_sha256(kind: str, path: str) -> str:
+  """The SHA-256 that `load_tokenizer(kind, path).identity()` records: of the file, or, for BPE, of the canonical
+  `tokenizer.json` its files make (`bpe.py`)."""
+  return load_tokenizer(kind, path).identity()["sha256"] if kind == "bpe" else file_sha256(path)
