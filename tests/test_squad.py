@@ -8,6 +8,7 @@ import logging
 import numpy as np
 import pytest
 
+from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.finetune import squad, squad_decode, squad_windows
@@ -316,3 +317,13 @@ def test_tfds_squad_v1(fixture_tokenizers):
   assert [e.qid for e in train] == ["t1"]
   encoded = task.encode(dev, fixture_tokenizers["wordpiece"], MAX_SEQ_LENGTH)
   assert task.metrics(encoded, _peaked_logits(encoded)) == {"exact_match": 1.0, "f1": 1.0}
+
+
+def test_a_byte_level_bpe_tokenizer_is_refused_naming_its_kind(tmp_path):
+  from tests.test_tokenizer import train_bpe
+
+  vocab, _ = train_bpe(tmp_path / "bpe")
+  _write(tmp_path, "train-v1.1.json", [_qa("q0", QUESTIONS[0][0], [QUESTIONS[0][1]])])
+  task = squad.SquadV1(str(tmp_path), **SMALL)
+  with pytest.raises(ValueError, match="kind 'bpe'"):
+    task.encode(task.read("train"), load_tokenizer("bpe", vocab), MAX_SEQ_LENGTH)

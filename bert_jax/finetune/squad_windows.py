@@ -67,7 +67,12 @@ def encode_examples(examples: list, tokenizer, max_seq_length: int, max_query_le
   end_positions [rows] int32 (the answer's first and last piece in the row; 0, the [CLS], where the window does not
   hold the whole answer, for impossible questions and where no answer matches the context). extra: `Windows`.
   `examples`: `squad.SquadExample`s."""
-  kind = "wordpiece" if tokenizer.kind == "wordpiece" else "sentencepiece"
+  if tokenizer.kind not in ("wordpiece", "sentencepiece"):
+    raise ValueError(
+      f"SQuAD's answer spans need a WordPiece or SentencePiece tokenizer; this one is kind {tokenizer.kind!r} (a "
+      "byte-level BPE's word boundaries are not marked the way the span search reads them)."
+    )
+  kind = tokenizer.kind
   rows, layout, documents, word_cache, document_cache = [], [], [], {}, {}
   for index, example in enumerate(examples):
     if example.words not in document_cache:  # A paragraph's questions share its tokenized context.
