@@ -111,6 +111,10 @@ MODEL = (
 
 PRETRAINING = (
   ("data.masked_lm_prob", Range(0, 1, low_open=True, high_open=False)),
+  ("data.mask_token_fraction", Range(0, 1, high_open=False)),
+  ("data.random_token_fraction", Range(0, 1, high_open=False)),
+  ("data.span_geometric_p", Range(0, 1, low_open=True, high_open=False)),
+  ("data.span_max_words", AT_LEAST_ONE),
   ("data.short_seq_prob", Range(0, 1, high_open=False)),
   ("data.shuffle_buffer", AT_LEAST_ONE),
   ("data.num_readers", NON_NEGATIVE, "0: one per host of the first launch."),
@@ -215,6 +219,7 @@ def check_pretraining(config) -> BertConfig:
     raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
   if not 0 < preds <= seq:
     raise ValueError(f"data.max_predictions_per_seq={preds} must be in [1, data.max_seq_length={seq}].")
+  _check_masking(config.data)
   if config.schedule_end_step and config.schedule_end_step < config.num_train_steps:
     raise ValueError(
       f"schedule_end_step={config.schedule_end_step} is before num_train_steps={config.num_train_steps}: the "
@@ -234,6 +239,23 @@ def check_pretraining(config) -> BertConfig:
       "part of every batch."
     )
   return model
+
+
+def _check_masking(data) -> None:
+  """The masking keys that must agree (their ranges: PRETRAINING). A masked_lm_prob that max_predictions_per_seq caps
+  is allowed: the run's header gives the rate a full sequence gets, with a warning."""
+  fractions = data.mask_token_fraction + data.random_token_fraction
+  if fractions > 1 + 1e-9:  # Up to rounding: 0.7 and 0.3 are fine.
+    raise ValueError(
+      f"data.mask_token_fraction={data.mask_token_fraction} and data.random_token_fraction="
+      f"{data.random_token_fraction} add up to {fractions:g}, more than 1: the rest stays unchanged, so they must add "
+      "up to at most 1."
+    )
+  if data.span_masking and data.whole_word_masking:
+    raise ValueError(
+      "data.span_masking=True and data.whole_word_masking=True: span masking always selects whole words; set "
+      "data.whole_word_masking=False."
+    )
 
 
 def sweep_members(config) -> tuple[Member, ...]:

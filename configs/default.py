@@ -92,12 +92,24 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.eval_fraction = 0.01
   # ... and at least this many (the documents with the lowest hashes), but never more than a tenth of the corpus.
   config.data.eval_min_documents = 16
-  # Fraction of tokens selected for masked-LM prediction.
+  # Fraction of tokens selected for masked-LM prediction; at most max_predictions_per_seq of a sequence (the run's
+  # header gives the rate a full-length sequence gets, with a warning when the cap binds).
   config.data.masked_lm_prob = 0.15
   # Probability of a shorter target length for a document's instances (BERT: 0.1).
   config.data.short_seq_prob = 0.1
-  # Select whole words (WordPiece ## continuations, SentencePiece pieces without a word-start marker).
+  # Of the selected tokens, this fraction becomes [MASK] (BERT: 0.8; ELECTRA: 0.85) ...
+  config.data.mask_token_fraction = 0.8
+  # ... and this fraction a random token (BERT: 0.1; ELECTRA: 0); the rest stay unchanged.
+  config.data.random_token_fraction = 0.1
+  # Select whole words (a WordPiece word with its ## continuations; SentencePiece: ALBERT's word starts).
   config.data.whole_word_masking = False
+  # SpanBERT's span masking (data/span_masking.py): spans of whole words, replaced span by span; instead of
+  # whole_word_masking, which must then be False.
+  config.data.span_masking = False
+  # Span lengths in words: geometric with this p, cut to 1..span_max_words and renormalised (SpanBERT: 0.2) ...
+  config.data.span_geometric_p = 0.2
+  # ... up to this many words (SpanBERT: 10; with p=0.2 a span has 3.8 words on average).
+  config.data.span_max_words = 10
   # Next-sentence prediction as in BERT; False: no NSP loss, and each sequence is sentences of one document (RoBERTa's
   # DOC-SENTENCES, not its FULL-SENTENCES: sequences never cross documents, and short targets remain).
   config.data.next_sentence_prediction = True

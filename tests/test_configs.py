@@ -103,6 +103,11 @@ BAD_VALUES = [
   ("data.masked_lm_prob", 1.5, "data.masked_lm_prob=1.5 must be in (0, 1]."),
   ("data.masked_lm_prob", 0.0, "data.masked_lm_prob=0.0 must be in (0, 1]."),
   ("data.short_seq_prob", 2.0, "data.short_seq_prob=2.0 must be in [0, 1]."),
+  ("data.mask_token_fraction", 1.5, "data.mask_token_fraction=1.5 must be in [0, 1]."),
+  ("data.random_token_fraction", -0.1, "data.random_token_fraction=-0.1 must be in [0, 1]."),
+  ("data.random_token_fraction", 0.3, "data.mask_token_fraction=0.8 and data.random_token_fraction=0.3 add up to 1.1"),
+  ("data.span_geometric_p", 0.0, "data.span_geometric_p=0.0 must be in (0, 1]."),
+  ("data.span_max_words", 0, "data.span_max_words=0 must be at least 1."),
   ("data.shuffle_buffer", 0, "data.shuffle_buffer=0 must be at least 1."),
   ("data.num_shards", 0, "data.num_shards=0 must be at least 1."),
   ("tokenizer.train_max_sentences", 0, "tokenizer.train_max_sentences=0 must be at least 1."),
@@ -118,6 +123,8 @@ GOOD_VALUES = [
   ("guard.spike_factor", 1.5),
   ("data.masked_lm_prob", 1.0),
   ("data.short_seq_prob", 0.0),
+  ("data.random_token_fraction", 0.2),  # With mask_token_fraction 0.8: nothing stays unchanged.
+  ("data.span_geometric_p", 1.0),
   ("data.short_seq_prob", 1.0),
   ("data.shuffle_buffer", 1),
   ("eval_steps", 0),
@@ -141,6 +148,14 @@ def test_an_out_of_range_value_is_refused_naming_key_value_and_range(key, value,
 @pytest.mark.parametrize("key,value", GOOD_VALUES, ids=[f"{key}={value}" for key, value in GOOD_VALUES])
 def test_the_edges_of_each_range_pass(key, value):
   config_checks.check_pretraining(_tiny_with(key, value))
+
+
+def test_span_masking_with_whole_word_masking_is_refused():
+  config = _tiny_with("data.span_masking", True)
+  config_checks.check_pretraining(config)
+  config.data.whole_word_masking = True
+  with pytest.raises(ValueError, match=re.escape("data.span_masking=True and data.whole_word_masking=True")):
+    config_checks.check_pretraining(config)
 
 
 def test_an_infinite_max_grad_norm_leaves_the_update_unclipped():

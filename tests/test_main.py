@@ -198,6 +198,7 @@ def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_libr
     "model     BERT L2 H128 A2",
     "devices   1 x cpu",
     "data      python_docs (embedded), ",
+    "masking   15% of tokens (10 of a full 64-token sequence), token by token; 80% [MASK], 10% random, 10% unchanged",
     f"workdir   {whole}",
     "start     step 0: a new run from seed 0",
   ):

@@ -1,10 +1,15 @@
 """Masked-LM selection against the published recipe, measured on >100k generated tokens."""
 
+import dataclasses
+import re
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data.masking import mask_tokens
+from bert_jax.data import span_masking
+from bert_jax.data.masking import Masking, describe, mask_tokens
+from configs import default
 
 VOCAB, SEQ, MAX_PREDICTIONS = 1000, 128, 20
 PAD, CLS, SEP, MASK = 0, 2, 3, 4
@@ -28,21 +33,23 @@ def _sequences(n: int, seed: int = 0):
   return ids, mask
 
 
-def _mask_all(ids, mask, whole_word=False, seed=0):
-  word_start = np.arange(VOCAB) < 500
+def _settings(**overrides) -> Masking:
+  """BERT's masking (configs/default.py) with MAX_PREDICTIONS predictions, and `overrides`."""
+  bert = Masking.of(default.get_config().data)
+  return dataclasses.replace(bert, **{"max_predictions_per_seq": MAX_PREDICTIONS, **overrides})
+
+
+# What mask_tokens needs of a tokenizer, for _sequences' ids.
+GENERATED = dict(special_ids=SPECIAL, word_start=np.arange(VOCAB) < 500, vocab_size=VOCAB, mask_id=MASK)
+
+
+def _mask_all(ids, mask, whole_word=False, seed=0, vocabulary=GENERATED, **overrides):
+  """mask_tokens of each row (seed (seed, row)), with `vocabulary` (GENERATED's keys) and `overrides` of _settings."""
+  masking = _settings(whole_word_masking=whole_word, **overrides)
 
   def apply(index, input_ids, input_mask):
     return mask_tokens(
-      input_ids,
-      input_mask,
-      tf.stack([tf.constant(seed, tf.int64), index]),
-      special_ids=SPECIAL,
-      word_start=word_start,
-      vocab_size=VOCAB,
-      mask_id=MASK,
-      masked_lm_prob=0.15,
-      max_predictions_per_seq=MAX_PREDICTIONS,
-      whole_word=whole_word,
+      input_ids, input_mask, tf.stack([tf.constant(seed, tf.int64), index]), **vocabulary, masking=masking
     )
 
   dataset = tf.data.Dataset.from_tensor_slices((tf.range(len(ids), dtype=tf.int64), ids, mask))
@@ -118,11 +125,10 @@ def test_whole_word_masking_takes_every_piece_of_a_word():
 def test_whole_word_masking_skips_a_word_that_does_not_fit_and_goes_on():
   # 20 tokens -> 3 predictions. Words of 2 pieces and of 1: after a 2-piece word, another 2-piece word does
   # not fit, but a 1-piece word still does (BERT's `continue`), so every sequence gets exactly 3.
-  ids = np.array([[CLS] + [10, 600, 11, 12, 601, 13] * 3 + [SEP]], np.int32)
+  ids = np.repeat(np.array([[CLS] + [10, 600, 11, 12, 601, 13] * 3 + [SEP]], np.int32), 40, 0)  # 40 seeds.
   mask = np.ones_like(ids)
-  for seed in range(40):
-    out = _mask_all(ids, mask, whole_word=True, seed=seed)
-    assert out["masked_lm_weights"].sum() == 3
+  out = _mask_all(ids, mask, whole_word=True)
+  np.testing.assert_array_equal(out["masked_lm_weights"].sum(1), 3)
 
 
 def test_number_of_predictions_rounds_as_python_does():
@@ -138,8 +144,204 @@ def test_number_of_predictions_rounds_as_python_does():
     word_start=np.ones(VOCAB, bool),
     vocab_size=VOCAB,
     mask_id=MASK,
-    masked_lm_prob=0.15,
-    max_predictions_per_seq=80,
-    whole_word=False,
+    masking=_settings(max_predictions_per_seq=80),
   )
   assert int(out["masked_lm_weights"].numpy().sum()) == round(length * 0.15) == 52
+
+
+def _words(ids, mask):
+  """_sequences' candidates (real tokens, not special) and word starts (a piece below 500, or the first after a
+  special token): [n, SEQ] bool each."""
+  candidate = (mask > 0) & ~np.isin(ids, SPECIAL)
+  after_special = ~np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
+  return candidate, candidate & ((ids < 500) | after_special)
+
+
+def _selected(out) -> np.ndarray:
+  """[n, SEQ] bool: the positions mask_tokens selected."""
+  weights = out["masked_lm_weights"]
+  selected = np.zeros(out["input_ids"].shape, bool)
+  np.put_along_axis(selected, out["masked_lm_positions"], weights > 0, 1)
+  return selected
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+  """(start, end) of each run of consecutive True positions of a 1-D bool array, end excluded."""
+  edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+  return list(zip(edges[::2], edges[1::2], strict=True))
+
+
+def test_span_masking_selects_fifteen_percent_in_whole_words_replaced_span_by_span(masked):
+  ids, mask, _ = masked
+  out = _mask_all(ids, mask, span_masking=True)
+  assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.005
+  candidate, starts = _words(ids, mask)
+  selected = _selected(out)
+  assert not (selected & ~candidate).any()
+  assert (out["input_ids"][~selected] == ids[~selected]).all()
+  # Whole words, but for one word per row at most: the budget may cut the last span, leaving a word's first pieces.
+  word = np.cumsum(starts, 1) - 1
+  for row in range(len(ids)):
+    words, chosen = word[row][candidate[row]], selected[row][candidate[row]]
+    partial = np.flatnonzero((np.bincount(words, chosen) > 0) & (np.bincount(words, chosen) < np.bincount(words)))
+    assert len(partial) <= 1
+    for w in partial:
+      pieces = chosen[words == w]
+      assert (np.diff(pieces.astype(int)) <= 0).all()  # First pieces selected, then none.
+  # Each run of consecutive selected tokens (a span, or spans that touch: SpanBERT merges them) is all [MASK], all
+  # unchanged or all random. A random token equals [MASK] or the original one time in 1000, which alone mixes a run;
+  # tokens decided one by one would mix most runs of two tokens or more.
+  kinds = dict(mask=0, kept=0, random=0, mixed=0)
+  for row in range(len(ids)):
+    for start, end in _runs(selected[row]):
+      now, before = out["input_ids"][row, start:end], ids[row, start:end]
+      if (now == MASK).all():
+        kinds["mask"] += 1
+      elif (now == before).all():
+        kinds["kept"] += 1
+      elif ((now != MASK) & (now != before)).all():
+        kinds["random"] += 1
+      else:
+        kinds["mixed"] += 1
+  runs = sum(kinds.values())
+  assert runs > 2000 and kinds["mixed"] <= 0.01 * runs, kinds
+  assert abs(kinds["mask"] / runs - 0.8) < 0.03 and abs(kinds["kept"] / runs - 0.1) < 0.025, kinds
+  assert abs(kinds["random"] / runs - 0.1) < 0.025, kinds
+
+
+def _select_spans_all(ids, mask, seed=0):
+  """span_masking.select_spans of each row of _sequences at 15%: (candidate, starts, budget, selected, span_id,
+  span_words)."""
+  candidate, starts = _words(ids, mask)
+  budget = np.minimum(MAX_PREDICTIONS, np.maximum(1, np.round(mask.sum(1) * 0.15))).astype(np.int32)
+
+  def apply(index, row_candidate, row_starts, row_budget):
+    row_seed = tf.stack([tf.constant(seed, tf.int64), index])
+    return span_masking.select_spans(row_candidate, row_starts, row_budget, row_seed, geometric_p=0.2, max_words=10)
+
+  rows = tf.data.Dataset.from_tensor_slices((tf.range(len(ids), dtype=tf.int64), candidate, starts, budget))
+  selected, span_id, span_words = next(iter(rows.map(apply, num_parallel_calls=tf.data.AUTOTUNE).batch(len(ids))))
+  return candidate, starts, budget, selected.numpy(), span_id.numpy(), span_words.numpy()
+
+
+def test_spans_are_whole_words_from_a_word_start_with_spanbert_s_lengths(masked):
+  ids, mask, _ = masked
+  candidate, starts, budget, selected, span_id, span_words = _select_spans_all(ids, mask)
+  np.testing.assert_array_equal(selected.sum(1), budget)
+  np.testing.assert_array_equal(selected, span_id >= 0)
+  word = np.cumsum(starts, 1) - 1
+  segment = np.cumsum(candidate & ~np.pad(candidate[:, :-1], ((0, 0), (1, 0))), 1)
+  for row in range(len(ids)):
+    num_spans = int((span_words[row] > 0).sum())
+    assert span_id[row].max() == num_spans - 1 and not span_words[row][num_spans:].any()
+    before = np.zeros(SEQ, bool)
+    for k in range(num_spans):
+      mine = span_id[row] == k
+      first = np.argmax(mine)
+      assert mine.any() and starts[row, first]  # From the anchor's word start ...
+      # ... the drawn number of whole words, within the segment; tokens an earlier span took stay that span's.
+      in_reach = (segment[row] == segment[row, first]) & (word[row] >= word[row, first])
+      fresh = candidate[row] & in_reach & (word[row] < word[row, first] + span_words[row, k]) & ~before
+      if k == num_spans - 1:  # The last span stops at the budget.
+        fresh &= np.cumsum(fresh) <= budget[row] - before.sum()
+      np.testing.assert_array_equal(mine, fresh)
+      before |= mine
+  # The lengths drawn, which the spans above cover exactly unless cut: SpanBERT's renormalised geometric.
+  lengths = span_words[span_words > 0]
+  assert len(lengths) > 2500
+  np.testing.assert_allclose(
+    np.bincount(lengths, minlength=11)[1:] / len(lengths), span_masking.length_pmf(0.2, 10), atol=0.02
+  )
+  assert abs(lengths.mean() - 3.8) < 0.15 and abs(span_masking.mean_words(0.2, 10) - 3.797) < 5e-4
+
+
+@pytest.mark.parametrize("span_masking", [False, True], ids=["tokens", "spans"])
+def test_the_masking_rate_is_a_setting(span_masking):
+  ids, mask = _sequences(300, seed=2)
+  out = _mask_all(ids, mask, masked_lm_prob=0.4, max_predictions_per_seq=SEQ, span_masking=span_masking)
+  assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.4) < 0.01
+
+
+def test_a_rate_that_max_predictions_caps_is_stated_with_the_value_needed():
+  line, warning = describe(_settings(masked_lm_prob=0.4), SEQ)
+  assert warning == (
+    "data.masked_lm_prob=0.4 asks for 51 masked tokens in a full 128-token sequence, but "
+    "data.max_predictions_per_seq=20 allows 20: such a sequence gets 15.6% masked. Set "
+    "data.max_predictions_per_seq=51 to mask 40%."
+  )
+  assert line == (
+    "20 of a full 128-token sequence, 15.6% (data.max_predictions_per_seq caps data.masked_lm_prob=0.4), token by "
+    "token; 80% [MASK], 10% random, 10% unchanged"
+  )
+  full = _mask_all(
+    np.array([[CLS] + [7] * (SEQ - 2) + [SEP]], np.int32), np.ones([1, SEQ], np.int32), masked_lm_prob=0.4
+  )
+  assert full["masked_lm_weights"].sum() == 20
+  line, warning = describe(_settings(masked_lm_prob=0.4, max_predictions_per_seq=51, span_masking=True), SEQ)
+  assert warning == "" and line == (
+    "40% of tokens (51 of a full 128-token sequence), in spans of 1-10 whole words (geometric p=0.2, mean 3.80); "
+    "80% [MASK], 10% random, 10% unchanged"
+  )
+
+
+def test_the_replacement_fractions_are_settings(masked):
+  ids, mask, _ = masked
+  out = _mask_all(ids, mask, mask_token_fraction=0.85, random_token_fraction=0.0)  # ELECTRA's.
+  selected = out["masked_lm_weights"] > 0
+  now = np.take_along_axis(out["input_ids"], out["masked_lm_positions"], 1)[selected]
+  before = out["masked_lm_ids"][selected]
+  assert ((now == MASK) | (now == before)).all()  # No random token.
+  assert abs(np.mean(now == MASK) - 0.85) < 0.015
+
+
+# Words the fixture's SentencePiece model has as pieces, and words it spells with several (no x or z: its training
+# text has none, and [UNK] would begin a word of its own).
+SENTENCEPIECE_WORDS = (
+  "the dog ran to london with mary because people played chess in the garden then she went home quickly "
+  "and they were playing a new game of cards at night"
+).split()
+
+
+def test_sentencepiece_whole_word_masking_masks_every_piece_of_a_word(fixture_tokenizers):
+  tokenizer = fixture_tokenizers["sentencepiece"]
+  rng = np.random.default_rng(0)
+  rows = 300
+  ids, mask = np.zeros((rows, SEQ), np.int32), np.zeros((rows, SEQ), np.int32)
+  text_word = np.full((rows, SEQ), -1)  # Each piece's word in the text: a run of letters, or a full stop.
+  for row in range(rows):
+    tokens, words = [tokenizer.cls_id], [-1]
+    for _ in range(2):  # Two segments of a sentence each.
+      text = " ".join(rng.choice(SENTENCEPIECE_WORDS, rng.integers(3, 8))) + "."
+      spans = [match.span() for match in re.finditer(r"[a-z]+|\.", text)]
+      word_of_character = {c: len(words) + i for i, (start, end) in enumerate(spans) for c in range(start, end)}
+      position = 0
+      for piece_id in tokenizer.encode(text):
+        assert piece_id != tokenizer.unk_id, text
+        letters = tokenizer.pieces[piece_id].lstrip("\u2581")  # A bare "\u2581" belongs to the word after it.
+        while text[position] == " ":
+          position += 1
+        assert text.startswith(letters, position), (text, letters)
+        tokens.append(piece_id)
+        words.append(word_of_character[position])
+        position += len(letters)
+      tokens.append(tokenizer.sep_id)
+      words.append(-1)
+    assert len(tokens) <= SEQ
+    ids[row, : len(tokens)], mask[row, : len(tokens)], text_word[row, : len(tokens)] = tokens, 1, words
+  vocabulary = dict(
+    special_ids=[tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id],
+    word_start=tokenizer.word_start,
+    vocab_size=tokenizer.vocab_size,
+    mask_id=tokenizer.mask_id,
+  )
+  out = _mask_all(ids, mask, whole_word=True, vocabulary=vocabulary)
+  assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.02
+  selected = _selected(out)
+  alone = 0  # Full stops selected without the word before them.
+  for row in range(rows):
+    for word in np.unique(text_word[row][text_word[row] >= 0]):
+      pieces = selected[row][text_word[row] == word]
+      assert pieces.all() or not pieces.any(), (row, word)
+    for position in np.flatnonzero(selected[row] & (ids[row] == tokenizer.pieces.index("."))):
+      alone += not selected[row, position - 1]
+  assert alone > 0  # Punctuation is a word of its own (ALBERT's rule), not the end of the word before it.

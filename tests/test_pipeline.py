@@ -1,5 +1,6 @@
 """The tf.data pretraining pipeline against BERT's recipe, on a corpus the test generates (>100k tokens)."""
 
+import functools
 import json
 import random
 import shutil
@@ -286,6 +287,18 @@ def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, data_config, 
         path.write_bytes(b"garbage")
     _assert_same(_batches(_source(corpus, data_config, start_example=5 * BATCH, state_dir=str(copy)), 1), many[5:6])
     assert restores[-1] == (0, False)
+
+
+def test_a_state_saved_before_the_masking_keys_existed_still_applies(data_config):
+  manifest = {"shards": [{"file": "part-0.tfrecord", "documents": 3}], "tokenizer": {"path": "/here/vocab.txt"}}
+  fingerprint = functools.partial(sources.stream_fingerprint, manifest=manifest, seed=0, batch_size=8)
+  before = data_config()  # A run's keys before these existed: what its saved states' fingerprints hashed.
+  with before.unlocked():
+    for key in ("mask_token_fraction", "random_token_fraction", "span_masking", "span_geometric_p", "span_max_words"):
+      del before[key]
+  assert fingerprint(before) == fingerprint(data_config())
+  assert fingerprint(data_config(span_masking=True)) != fingerprint(data_config())
+  assert fingerprint(data_config(random_token_fraction=0.0)) != fingerprint(data_config())
 
 
 def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus, data_config):

@@ -11,6 +11,7 @@ from transformers import BertTokenizer, RobertaTokenizer, RobertaTokenizerFast
 from bert_jax.data.tokenizer import (
   SENTENCEPIECE_SPECIAL_IDS,
   SPECIAL_TOKENS,
+  is_start_piece,
   load_tokenizer,
   tokenizer_sha256,
   train_sentencepiece,
@@ -118,6 +119,27 @@ def test_sentencepiece_trains_with_bert_special_ids_and_round_trips(tmp_path):
   ids, lengths = tokenizer.encode_batch(TEXT)
   assert ids.tolist() == [i for text in TEXT for i in tokenizer.encode(text)]
   assert lengths.tolist() == [len(tokenizer.encode(text)) for text in TEXT]
+
+
+# (piece, whether it begins a word) by ALBERT's `_is_start_piece_sp`: the "\u2581" marker or "<"; one punctuation
+# character; a character that is not an English letter or punctuation (a digit, an accent: whole pieces of their own).
+START_PIECES = [
+  ("\u2581the", True),
+  ("\u2581", True),
+  ("the", False),
+  ("Ing", False),
+  (".", True),
+  ("s.", False),
+  ("99", True),
+  ("\u00e9t", True),
+  ("'s", True),
+  ("<unk>", True),
+]
+
+
+@pytest.mark.parametrize("piece,starts", START_PIECES, ids=[repr(piece) for piece, _ in START_PIECES])
+def test_a_sentencepiece_piece_begins_a_word_by_albert_s_rule(piece, starts):
+  assert is_start_piece(piece) is starts
 
 
 def test_a_vocabulary_without_bert_special_tokens_is_refused(tmp_path):

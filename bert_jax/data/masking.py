@@ -2,12 +2,70 @@
 
 BERT's recipe: `masked_lm_prob` (15%) of the tokens of a sequence are selected (counting [CLS] and [SEP] in
 the length as the original does, at least one, at most `max_predictions_per_seq`), never [CLS], [SEP] or
-[PAD]; of those, 80% become [MASK], 10% a random token, 10% stay. With whole-word masking, a word's pieces
-are selected together. Every random choice comes from a stateless seed, so the same example gets the same
+[PAD]; of those, 80% become [MASK], 10% a random token, 10% stay (`mask_token_fraction`, `random_token_fraction`).
+The selection works in units: tokens; whole words (a word's pieces are selected together); or SpanBERT's spans of
+whole words (`span_masking.py`). Every random choice comes from a stateless seed, so the same example gets the same
 masks on any host and after any restart.
 """
 
+import dataclasses
+
 import tensorflow as tf
+
+from bert_jax.data import span_masking
+
+
+@dataclasses.dataclass(frozen=True)
+class Masking:
+  """What masked-LM selection does: `config.data`'s masking keys, named as there (configs/default.py)."""
+
+  masked_lm_prob: float
+  max_predictions_per_seq: int
+  whole_word_masking: bool
+  span_masking: bool
+  span_geometric_p: float
+  span_max_words: int
+  mask_token_fraction: float
+  random_token_fraction: float
+
+  @classmethod
+  def of(cls, data) -> "Masking":
+    """The masking keys of `data` (`config.data`)."""
+    return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
+
+
+def describe(masking: Masking, max_seq_length: int) -> tuple[str, str]:
+  """The run header's line (the rate a full-length sequence gets, the units, the replacements) and a warning ('' if
+  none) when `max_predictions_per_seq` caps what `masked_lm_prob` asks of a full-length sequence."""
+  asked = max(1, round(max_seq_length * masking.masked_lm_prob))  # As `mask_tokens` rounds.
+  gets = min(asked, masking.max_predictions_per_seq)
+  if masking.span_masking:
+    mean = span_masking.mean_words(masking.span_geometric_p, masking.span_max_words)
+    units = (
+      f"in spans of 1-{masking.span_max_words} whole words (geometric p={masking.span_geometric_p:g}, mean {mean:.2f})"
+    )
+  else:
+    units = "by whole words" if masking.whole_word_masking else "token by token"
+  kept = max(0.0, 1 - masking.mask_token_fraction - masking.random_token_fraction)  # Not -5e-17 for 0.8 + 0.2.
+  replaced = (
+    f"{_percent(masking.mask_token_fraction)} [MASK], {_percent(masking.random_token_fraction)} random, "
+    f"{_percent(kept)} unchanged"
+  )
+  full = f"{gets} of a full {max_seq_length}-token sequence"
+  if gets == asked:
+    return f"{_percent(masking.masked_lm_prob)} of tokens ({full}), {units}; {replaced}", ""
+  warning = (
+    f"data.masked_lm_prob={masking.masked_lm_prob:g} asks for {asked} masked tokens in a full {max_seq_length}-token "
+    f"sequence, but data.max_predictions_per_seq={masking.max_predictions_per_seq} allows {gets}: such a sequence "
+    f"gets {_percent(gets / max_seq_length)} masked. Set data.max_predictions_per_seq={asked} to mask "
+    f"{_percent(masking.masked_lm_prob)}."
+  )
+  capped = f"data.max_predictions_per_seq caps data.masked_lm_prob={masking.masked_lm_prob:g}"
+  return f"{full}, {_percent(gets / max_seq_length)} ({capped}), {units}; {replaced}", warning
+
+
+def _percent(fraction: float) -> str:
+  return f"{100 * fraction:.3g}%"
 
 
 def mask_tokens(
@@ -19,38 +77,68 @@ def mask_tokens(
   word_start,
   vocab_size: int,
   mask_id: int,
-  masked_lm_prob: float,
-  max_predictions_per_seq: int,
-  whole_word: bool,
+  masking: Masking,
 ) -> dict:
-  """input_ids, input_mask: [seq] int32; seed: [2] int32 or int64.
+  """input_ids, input_mask: [seq] int32; seed: [2] int32 or int64; word_start: [vocab] bool.
 
   Returns `input_ids` with the replacements, `masked_lm_positions`, `masked_lm_ids` (the original tokens)
   and `masked_lm_weights` ([max_predictions_per_seq], padded with 0).
   """
   seq_len = tf.shape(input_ids)[0]
+  max_predictions = masking.max_predictions_per_seq
   seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=3)
   is_real = input_mask > 0
   candidate = is_real & ~tf.reduce_any(input_ids[:, None] == tf.constant(special_ids, tf.int32)[None, :], axis=1)
   # float64, so that round-half-to-even sees the same products as Python's `round(len(tokens) * prob)`.
   num_tokens = tf.reduce_sum(tf.cast(is_real, tf.float64))
   num_to_predict = tf.minimum(
-    max_predictions_per_seq, tf.maximum(1, tf.cast(tf.round(num_tokens * masked_lm_prob), tf.int32))
+    max_predictions, tf.maximum(1, tf.cast(tf.round(num_tokens * masking.masked_lm_prob), tf.int32))
   )
+  # A word starts at a word-start piece, or after a non-candidate ([CLS], [SEP]).
+  word_starts = candidate & (tf.gather(tf.constant(word_start, tf.bool), input_ids) | ~_shifted(candidate))
 
-  # Group candidates into units (a word for whole-word masking, else a token) and order units randomly.
-  if whole_word:
-    starts = candidate & (tf.gather(tf.constant(word_start, tf.bool), input_ids) | ~_shifted(candidate))
+  if masking.span_masking:
+    selected, _, _ = span_masking.select_spans(
+      candidate,
+      word_starts,
+      num_to_predict,
+      seeds[0],
+      geometric_p=masking.span_geometric_p,
+      max_words=masking.span_max_words,
+    )
+    # SpanBERT decides the replacement once per span, spans that touch counting as one (its `merge_intervals`):
+    # once per run of consecutive selected tokens.
+    unit = tf.maximum(tf.cumsum(tf.cast(selected & ~_shifted(selected), tf.int32)) - 1, 0)
   else:
-    starts = candidate
+    whole_word = masking.whole_word_masking
+    starts = word_starts if whole_word else candidate
+    selected = _select_units(candidate, starts, num_to_predict, seeds[0], whole_word=whole_word)
+    unit = tf.range(seq_len)  # BERT decides per token, with whole words too (create_pretraining_data.py).
+  masked_input_ids = _replace(input_ids, selected, unit, seeds[1], seeds[2], vocab_size, mask_id, masking)
+
+  positions = tf.cast(tf.where(selected)[:, 0], tf.int32)[:max_predictions]
+  num_predictions = tf.shape(positions)[0]
+  padding = [[0, max_predictions - num_predictions]]
+  return {
+    "input_ids": masked_input_ids,
+    "masked_lm_positions": tf.pad(positions, padding),
+    "masked_lm_ids": tf.pad(tf.gather(input_ids, positions), padding),
+    "masked_lm_weights": tf.pad(tf.ones([num_predictions], tf.float32), padding),
+  }
+
+
+def _select_units(candidate, starts, num_to_predict, seed, *, whole_word: bool) -> tf.Tensor:
+  """[seq] bool: BERT's selection. Candidates grouped into units (a unit begins at each of `starts`: a word, or a
+  token), taken in a random order until `num_to_predict` tokens; a unit that does not fit in what is left is
+  skipped, later ones may fit."""
+  seq_len = tf.shape(candidate)[0]
   unit = tf.cumsum(tf.cast(starts, tf.int32)) - 1  # Unit index of each position; only candidates count.
   num_units = tf.reduce_sum(tf.cast(starts, tf.int32))
-  unit_scores = tf.random.stateless_uniform([seq_len], seeds[0])
+  unit_scores = tf.random.stateless_uniform([seq_len], seed)
   unit_rank = tf.argsort(tf.argsort(unit_scores[:num_units]))  # A random permutation of the units.
   unit_sizes = tf.math.unsorted_segment_sum(
     tf.cast(candidate, tf.int32), tf.where(candidate, unit, num_units), num_units + 1
   )[:num_units]
-  # Take units in random order; a unit that does not fit in what is left is skipped, later ones may fit.
   size_by_rank = tf.scatter_nd(unit_rank[:, None], unit_sizes, [num_units])
   if whole_word:
     totals = tf.scan(
@@ -60,25 +148,23 @@ def mask_tokens(
   else:  # Units of one token: the first num_to_predict of them.
     taken_rank = tf.cumsum(size_by_rank) <= num_to_predict
   unit_taken = tf.gather(taken_rank, unit_rank)
-  selected = candidate & tf.gather(tf.concat([unit_taken, [False]], 0), tf.where(candidate, unit, num_units))
+  return candidate & tf.gather(tf.concat([unit_taken, [False]], 0), tf.where(candidate, unit, num_units))
 
-  # 80% [MASK], 10% random token, 10% unchanged; decided per selected token.
-  draw = tf.random.stateless_uniform([seq_len], seeds[1])
-  random_ids = tf.random.stateless_uniform([seq_len], seeds[2], minval=0, maxval=vocab_size, dtype=tf.int32)
-  replacement = tf.where(draw < 0.8, mask_id, tf.where(draw < 0.9, input_ids, random_ids))
-  masked_input_ids = tf.where(selected, replacement, input_ids)
 
-  positions = tf.cast(tf.where(selected)[:, 0], tf.int32)[:max_predictions_per_seq]
-  num_predictions = tf.shape(positions)[0]
-  padding = [[0, max_predictions_per_seq - num_predictions]]
-  return {
-    "input_ids": masked_input_ids,
-    "masked_lm_positions": tf.pad(positions, padding),
-    "masked_lm_ids": tf.pad(tf.gather(input_ids, positions), padding),
-    "masked_lm_weights": tf.pad(tf.ones([num_predictions], tf.float32), padding),
-  }
+def _replace(input_ids, selected, unit, draw_seed, random_seed, vocab_size: int, mask_id: int, masking: Masking):
+  """input_ids [seq] with each selected position replaced: [MASK] (`mask_token_fraction`), a random token
+  (`random_token_fraction`) or itself, decided once per unit (`unit` [seq]: each position's unit, in [0, seq));
+  a random replacement draws a token per position."""
+  seq_len = tf.shape(input_ids)[0]
+  draw = tf.gather(tf.random.stateless_uniform([seq_len], draw_seed), unit)
+  random_ids = tf.random.stateless_uniform([seq_len], random_seed, minval=0, maxval=vocab_size, dtype=tf.int32)
+  kept_below = 1 - masking.random_token_fraction  # Draws in [mask_token_fraction, kept_below) keep the token.
+  replacement = tf.where(
+    draw < masking.mask_token_fraction, mask_id, tf.where(draw < kept_below, input_ids, random_ids)
+  )
+  return tf.where(selected, replacement, input_ids)
 
 
 def _shifted(mask: tf.Tensor) -> tf.Tensor:
-  """mask[i - 1], False at 0: whether the previous position was a candidate."""
+  """mask[i - 1], False at 0: whether the previous position was a candidate (or was selected)."""
   return tf.concat([[False], mask[:-1]], 0)

@@ -23,7 +23,7 @@ import os
 import tensorflow as tf
 
 from bert_jax.data import packing
-from bert_jax.data.masking import mask_tokens
+from bert_jax.data.masking import Masking, mask_tokens
 from bert_jax.data.readers import reader_units
 
 # Salts that keep the random streams of different decisions apart.
@@ -233,8 +233,8 @@ def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, n
 
 
 @functools.cache
-def _mask_function(tokenizer, masked_lm_prob: float, max_predictions_per_seq: int, whole_word: bool):
-  """BERT's masked-LM selection applied to an instance, as one tf.function (traced once for all readers): the
+def _mask_function(tokenizer, masking: Masking):
+  """Masked-LM selection (`masking.py`) applied to an instance, as one tf.function (traced once for all readers): the
   pretraining batch's features."""
 
   def masked(example):
@@ -246,9 +246,7 @@ def _mask_function(tokenizer, masked_lm_prob: float, max_predictions_per_seq: in
       word_start=tokenizer.word_start,
       vocab_size=tokenizer.vocab_size,
       mask_id=tokenizer.mask_id,
-      masked_lm_prob=masked_lm_prob,
-      max_predictions_per_seq=max_predictions_per_seq,
-      whole_word=whole_word,
+      masking=masking,
     )
     return dict(
       input_mask=example["input_mask"],
@@ -299,7 +297,7 @@ def reader_dataset(
   dataset = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
   dataset = dataset.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
   dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-  masked = _mask_function(tokenizer, data.masked_lm_prob, data.max_predictions_per_seq, data.whole_word_masking)
+  masked = _mask_function(tokenizer, Masking.of(data))
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if data.pack_instances:
     dataset = packing.packed(dataset, data, seed)

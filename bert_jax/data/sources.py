@@ -162,6 +162,29 @@ _NOT_THE_STREAM = (  # The manifest says what preparation made; its own settings
 )
 
 
+# Stream keys added after saved states existed, each with the value every state saved before it ran with: a key at that
+# value is left out of the fingerprint, so those states still apply.
+_ADDED_LATER = {
+  "mask_token_fraction": 0.8,
+  "random_token_fraction": 0.1,
+  "span_masking": False,
+  "span_geometric_p": 0.2,
+  "span_max_words": 10,
+}
+
+
+def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> str:
+  """What defines a stream (`data`'s keys, the seed, the batch, the corpus), hashed; not where the files are (a moved
+  corpus or workdir keeps its saved state)."""
+  stream = {
+    key: value
+    for key, value in data.to_dict().items()
+    if key not in _NOT_THE_STREAM and not (key in _ADDED_LATER and value == _ADDED_LATER[key])
+  }
+  settings = dict(stream, seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
+  return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
 def _without_paths(value):
   """The manifest without the tokenizer's path (informative only)."""
   if isinstance(value, dict):
@@ -194,8 +217,5 @@ def pipeline_source(
     for reader in mine
   }
   files = readers.reader_files(prepared_dir, manifest, mine, data.num_readers)
-  # What defines the stream; not where the files are (a moved corpus or workdir keeps its saved state).
-  stream = {key: value for key, value in data.to_dict().items() if key not in _NOT_THE_STREAM}
-  settings = dict(stream, seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
-  fingerprint = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+  fingerprint = stream_fingerprint(data, manifest, seed=seed, batch_size=batch_size)
   return PipelineSource(datasets, mine, files, batch_size, start_example, state_dir, fingerprint)

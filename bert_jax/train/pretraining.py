@@ -18,6 +18,7 @@ import optax
 from absl import logging
 
 from bert_jax import config_checks, flops, progress, sharding
+from bert_jax.data import masking
 from bert_jax.data.corpus import Corpus
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances
 from bert_jax.handoff import pretrained
@@ -153,8 +154,13 @@ class PretrainingJob(loop.Job):
         f"masked positions each{packed}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
         f"({config.warmup_steps} warmup)",
       ),
-      ("workdir", self.workdir),
     ]
+    if config.data.source == "pretraining":  # The synthetic source masks 15% of tokens whatever the keys say.
+      line, warning = masking.describe(masking.Masking.of(config.data), config.data.max_seq_length)
+      if warning:
+        logging.warning("%s", warning)
+      rows.append(("masking", line))
+    rows.append(("workdir", self.workdir))
     if self.data.unigram:
       unigram = self.data.unigram
       rows.append(

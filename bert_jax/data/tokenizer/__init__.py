@@ -122,6 +122,23 @@ class WordPieceTokenizer(Tokenizer):
     return dict(super().identity(), lower_case=self.lower_case)
 
 
+# ALBERT's punctuation pieces (its `special_pieces`; `"` appears twice where `'` was likely meant: kept as written, and
+# "'" starts a word anyway, not being an English letter), and the letters of an English word's pieces.
+_ALBERT_PUNCTUATION = frozenset('!"#$%&"()*+,-./:;?@[\\]^_`{|}~')
+_ENGLISH_PIECE_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyz") | _ALBERT_PUNCTUATION
+
+
+def is_start_piece(piece: str) -> bool:
+  """Whether a SentencePiece piece begins a word, by ALBERT's rule (google-research/albert create_pretraining_data.py,
+  `_is_start_piece_sp`): it starts with "\u2581" or "<", is one punctuation character, or holds a character that is
+  neither an English letter nor punctuation (a digit, a foreign letter: such pieces are words of their own)."""
+  return (
+    piece.startswith(("\u2581", "<"))
+    or piece in _ALBERT_PUNCTUATION
+    or not all(character.lower() in _ENGLISH_PIECE_CHARACTERS for character in piece)
+  )
+
+
 class SentencePieceTokenizer(Tokenizer):
   kind = "sentencepiece"
   # bert_jax trains with BERT's names; ALBERT's models (`spiece.model`) name padding and unknown `<pad>`, `<unk>`.
@@ -132,7 +149,7 @@ class SentencePieceTokenizer(Tokenizer):
 
     self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
     pieces = [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())]
-    word_start = np.array([piece.startswith("\u2581") for piece in pieces])
+    word_start = np.array([is_start_piece(piece) for piece in pieces])
     super().__init__(model_path, pieces, word_start)
 
   def encode(self, text: str) -> list[int]:
