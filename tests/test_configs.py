@@ -105,6 +105,7 @@ BAD_VALUES = [
   ("data.short_seq_prob", 2.0, "data.short_seq_prob=2.0 must be in [0, 1]."),
   ("data.shuffle_buffer", 0, "data.shuffle_buffer=0 must be at least 1."),
   ("data.num_shards", 0, "data.num_shards=0 must be at least 1."),
+  ("data.instances", "roberta", "data.instances='roberta'; expected one of ('nsp', 'sop', 'doc_sentences', 'full"),
   ("tokenizer.train_max_sentences", 0, "tokenizer.train_max_sentences=0 must be at least 1."),
   ("eval_steps", -1, "eval_steps=-1 must be non-negative. 0 disables evaluation."),
 ]
@@ -141,6 +142,21 @@ def test_an_out_of_range_value_is_refused_naming_key_value_and_range(key, value,
 @pytest.mark.parametrize("key,value", GOOD_VALUES, ids=[f"{key}={value}" for key, value in GOOD_VALUES])
 def test_the_edges_of_each_range_pass(key, value):
   config_checks.check_pretraining(_tiny_with(key, value))
+
+
+def test_data_instances_and_the_older_next_sentence_prediction_key_are_checked_together():
+  config = _tiny_with("data.instances", "sop")
+  config.data.next_sentence_prediction = True
+  with pytest.raises(
+    ValueError, match=re.escape("data.next_sentence_prediction=True contradicts data.instances='sop'")
+  ):
+    config_checks.check_pretraining(config)
+  config.data.next_sentence_prediction = False  # No next-sentence prediction: true of sentence order too.
+  config_checks.check_pretraining(config)
+  config = _tiny_with("data.instances", "full_sentences")
+  config.data.pack_instances = True
+  with pytest.raises(ValueError, match=re.escape("data.pack_instances=True with data.instances='full_sentences'")):
+    config_checks.check_pretraining(config)
 
 
 def test_an_infinite_max_grad_norm_leaves_the_update_unclipped():
