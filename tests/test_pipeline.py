@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data import full_sentences, pipeline, prepare, readers, sources
+from bert_jax.data import full_sentences, packing, pipeline, prepare, readers, sources
 from bert_jax.data.tokenizer import load_tokenizer
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
@@ -118,6 +118,29 @@ def test_next_sentence_coin_flip_is_fair():
   labels = np.concatenate(labels)
   assert len(labels) > 5000
   assert abs(labels.mean() - 0.5) < 0.02, labels.mean()
+
+
+def test_rows_are_padded_with_the_tokenizers_pad_id():
+  """RoBERTa's <pad> is 1 and its <s> 0: every kind of row, packed or not, pads input_ids with the pad id (BERT's
+  [PAD] is 0, so BERT's rows are what they were)."""
+  tokens, lengths, special = tf.range(10, 110), tf.fill([20], 5), (0, 2, 1)  # [CLS]-like 0, [SEP]-like 2, pad 1.
+  seed = tf.constant([1, 2], tf.int64)
+  rows = [
+    pipeline.document_instances(
+      tokens, lengths, tokens, lengths, seed, max_seq_length=64, short_seq_prob=1.0, special=special, instances=kind
+    )
+    for kind in ("nsp", "sop", "doc_sentences")
+  ]
+  rows.append(
+    full_sentences.document_rows(tf.zeros([62], tf.int32), 0, tokens, lengths, max_seq_length=64, special=special)[1]
+  )
+  no_predictions = tf.zeros([len(rows[0]["input_ids"]), 4], tf.int32)
+  instances = dict(rows[0], masked_lm_positions=no_predictions, masked_lm_ids=no_predictions)
+  instances["masked_lm_weights"] = tf.cast(no_predictions, tf.float32)
+  rows.append(packing.pack_group(instances, max_seq_length=64, max_predictions=4, max_instances=4, pad_id=1))
+  for row in rows:
+    ids, mask = row["input_ids"].numpy(), row["input_mask"].numpy()
+    assert (mask == 0).any() and (ids[mask == 0] == 1).all() and (ids[mask > 0] != 1).all()
 
 
 def test_pairs_follow_berts_recipe(many):
