@@ -381,8 +381,9 @@ def test_full_sentences_rows_are_full_cross_documents_and_keep_every_sentence(co
   assert 0 < left <= SEQ - 2
 
 
-def test_full_sentences_cut_a_sentence_longer_than_a_row_into_pieces_and_drop_nothing():
-  """Rows of 8 (room for 6): a 14-token sentence closes the row before it, fills two rows and carries 2 tokens."""
+def test_full_sentences_cut_a_sentence_longer_than_a_row_and_drop_nothing():
+  """Rows of 8 (room for 6): a 14-token sentence goes on from the 3 tokens before it, fills two rows and carries 5
+  tokens; the next sentence does not fit after them and starts a row."""
   rows_of = tf.function(functools.partial(full_sentences.document_rows, max_seq_length=8, special=(2, 3, 0)))
   documents = [[[10] * 3, list(range(20, 34)), [40, 41]], [[50] * 4], [[60]]]
   state, ids = (tf.zeros([6], tf.int32), tf.constant(0)), []
@@ -392,10 +393,10 @@ def test_full_sentences_cut_a_sentence_longer_than_a_row_into_pieces_and_drop_no
     lengths = rows["input_mask"].numpy().sum(1)
     ids += [row[:n].tolist() for row, n in zip(rows["input_ids"].numpy(), lengths, strict=True)]
   assert ids == [
-    [2, 10, 10, 10, 3],
-    [2, *range(20, 26), 3],
-    [2, *range(26, 32), 3],
-    [2, 32, 33, 40, 41, 3],  # Document 2's 4 tokens do not fit after a [SEP]: they start the next row.
+    [2, 10, 10, 10, 20, 21, 22, 3],
+    [2, *range(23, 29), 3],
+    [2, *range(29, 34), 3],
+    [2, 40, 41, 3],  # Document 2's 4 tokens do not fit after a [SEP]: they start the next row.
   ]
   assert state[0].numpy()[: int(state[1])].tolist() == [50, 50, 50, 50, 3, 60]  # A [SEP] between documents.
 

@@ -3,9 +3,9 @@
 Each row is filled with whole sentences read on in the reader's document order, across document boundaries, with a
 [SEP] between two documents inside a row: `[CLS] sentences of d1 [SEP] sentences of d2 [SEP]`. A sentence that does
 not fit closes the row; there are no short targets and no random choices, so the rows are a function of the
-document stream alone. A sentence longer than a row's room (`max_seq_length - 2` tokens) closes the row too and is
-cut into pieces: full rows, and the rest starts the next row; no text is dropped. Segment ids and labels are 0 (no
-sentence task).
+document stream alone. A sentence longer than a row's room (`max_seq_length - 2` tokens) is cut: it goes on from
+the partly filled row, fills rows, and its rest starts the next one; no text is dropped. Segment ids and labels are
+0 (no sentence task).
 
 The partly filled row is carried from document to document (and on into the next epoch) by
 `tf.data.Dataset.scan`, whose state is part of tf.data's iterator checkpoint: a saved pipeline state resumes
@@ -43,13 +43,16 @@ def document_rows(buffer, fill, token_ids, sentence_lengths, *, max_seq_length: 
       return joined, rows, n
 
     def close_and_start():
-      rows_, n_ = tf.cond(fill > 0, lambda: close(rows, n, carried), lambda: (rows, n))
-      # A sentence longer than the room: its first pieces are full rows, the rest (1 .. room tokens) is carried.
-      pieces = tf.maximum((tf.shape(sentence)[0] - 1) // room, 0)
-      full = tf.reshape(sentence[: pieces * room], [pieces, room])
+      # A sentence longer than the room is cut anyway: it goes on from the carried row, filling rows, and the rest
+      # (1 .. room tokens) is carried. Another closes the carried row and is carried whole.
+      long = tf.shape(sentence)[0] > room
+      text = tf.cond(long, lambda: joined, lambda: sentence)
+      rows_, n_ = tf.cond(~long & (fill > 0), lambda: close(rows, n, carried), lambda: (rows, n))
+      pieces = tf.maximum((tf.shape(text)[0] - 1) // room, 0)
+      full = tf.reshape(text[: pieces * room], [pieces, room])
       full = tf.concat([tf.fill([pieces, 1], cls), full, tf.fill([pieces, 1], sep)], 1)
       rows_ = rows_.scatter(tf.range(n_, n_ + pieces), full)
-      return sentence[pieces * room :], rows_, n_ + pieces
+      return text[pieces * room :], rows_, n_ + pieces
 
     body, rows, n = tf.cond(tf.shape(joined)[0] <= room, append, close_and_start)
     fill = tf.shape(body)[0]
