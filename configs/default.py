@@ -110,9 +110,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.span_geometric_p = 0.2
   # ... up to this many words (SpanBERT: 10; with p=0.2 a span has 3.8 words on average).
   config.data.span_max_words = 10
-  # Next-sentence prediction as in BERT; False: no NSP loss, and each sequence is sentences of one document (RoBERTa's
-  # DOC-SENTENCES, not its FULL-SENTENCES: sequences never cross documents, and short targets remain).
-  config.data.next_sentence_prediction = True
+  # What each row holds (docs/data.md, "Instances"); the sentence-head loss is on for "nsp" and "sop" only.
+  # "nsp": BERT's [CLS] A [SEP] B [SEP], B the actual continuation or, half the time, a random document's (label 1);
+  # "sop": ALBERT's sentence order, A and B consecutive segments of one document, swapped half the time (label 1);
+  # "doc_sentences": RoBERTa's DOC-SENTENCES, [CLS] sentences of one document [SEP] (short targets remain);
+  # "full_sentences": RoBERTa's FULL-SENTENCES, rows filled with whole sentences that run on across documents, a
+  # [SEP] between two documents, no short targets; not with pack_instances (the rows are full already).
+  config.data.instances = "nsp"
+  # The key before data.instances, kept for older configs and commands: False gives "doc_sentences" (with
+  # data.instances left at "nsp"), True only goes with "nsp". Unset (None): data.instances alone decides.
+  config.data.next_sentence_prediction = ml_collections.config_dict.placeholder(bool)
   # The data stream is defined over this many virtual readers, whatever the number of hosts: reader r reads shards
   # r::num_readers (with fewer shards, stripes of their documents) and makes batch_size / num_readers rows of each
   # batch; each host runs the readers of its rows. 0: one per host of the run's first launch. The count is recorded
@@ -120,8 +127,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.num_readers = 0
   # Instances shuffled in a buffer of this size (per reader).
   config.data.shuffle_buffer = 10_000
-  # Pack several NSP instances into each row (bert_jax/data/packing.py): attention stays within an instance, each
-  # has its own positions, [CLS] and next-sentence label; far less padding on short documents and at 512 tokens.
+  # Pack several instances (NSP, SOP or DOC-SENTENCES) into each row (bert_jax/data/packing.py): attention stays
+  # within an instance, each has its own positions, [CLS] and next-sentence label; far less padding on short
+  # documents and at 512 tokens.
   config.data.pack_instances = False
   # Packed rows: at most this many instances per row (next-sentence labels are [batch, max_instances_per_row]) ...
   config.data.max_instances_per_row = 16

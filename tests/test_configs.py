@@ -110,6 +110,7 @@ BAD_VALUES = [
   ("data.span_max_words", 0, "data.span_max_words=0 must be at least 1."),
   ("data.shuffle_buffer", 0, "data.shuffle_buffer=0 must be at least 1."),
   ("data.num_shards", 0, "data.num_shards=0 must be at least 1."),
+  ("data.instances", "roberta", "data.instances='roberta'; expected one of ('nsp', 'sop', 'doc_sentences', 'full"),
   ("tokenizer.train_max_sentences", 0, "tokenizer.train_max_sentences=0 must be at least 1."),
   ("eval_steps", -1, "eval_steps=-1 must be non-negative. 0 disables evaluation."),
 ]
@@ -155,6 +156,21 @@ def test_span_masking_with_whole_word_masking_is_refused():
   config_checks.check_pretraining(config)
   config.data.whole_word_masking = True
   with pytest.raises(ValueError, match=re.escape("data.span_masking=True and data.whole_word_masking=True")):
+    config_checks.check_pretraining(config)
+
+
+def test_data_instances_and_the_older_next_sentence_prediction_key_are_checked_together():
+  config = _tiny_with("data.instances", "sop")
+  config.data.next_sentence_prediction = True
+  with pytest.raises(
+    ValueError, match=re.escape("data.next_sentence_prediction=True contradicts data.instances='sop'")
+  ):
+    config_checks.check_pretraining(config)
+  config.data.next_sentence_prediction = False  # No next-sentence prediction: true of sentence order too.
+  config_checks.check_pretraining(config)
+  config = _tiny_with("data.instances", "full_sentences")
+  config.data.pack_instances = True
+  with pytest.raises(ValueError, match=re.escape("data.pack_instances=True with data.instances='full_sentences'")):
     config_checks.check_pretraining(config)
 
 

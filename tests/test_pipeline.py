@@ -5,11 +5,12 @@ import json
 import random
 import shutil
 
+import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data import pipeline, prepare, readers, sources
+from bert_jax.data import full_sentences, packing, pipeline, prepare, readers, sources
 from bert_jax.data.tokenizer import load_tokenizer
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
@@ -106,7 +107,7 @@ def test_next_sentence_coin_flip_is_fair():
   tokens = tf.range(6, 10_006, dtype=tf.int32)
   instances = tf.function(
     lambda seed: pipeline.document_instances(
-      tokens, lengths, tokens, lengths, seed, max_seq_length=64, short_seq_prob=0.0, special=(2, 3)
+      tokens, lengths, tokens, lengths, seed, max_seq_length=64, short_seq_prob=0.0, special=(2, 3, 0)
     )
   )
   labels = []
@@ -117,6 +118,29 @@ def test_next_sentence_coin_flip_is_fair():
   labels = np.concatenate(labels)
   assert len(labels) > 5000
   assert abs(labels.mean() - 0.5) < 0.02, labels.mean()
+
+
+def test_rows_are_padded_with_the_tokenizers_pad_id():
+  """RoBERTa's <pad> is 1 and its <s> 0: every kind of row, packed or not, pads input_ids with the pad id (BERT's
+  [PAD] is 0, so BERT's rows are what they were)."""
+  tokens, lengths, special = tf.range(10, 110), tf.fill([20], 5), (0, 2, 1)  # [CLS]-like 0, [SEP]-like 2, pad 1.
+  seed = tf.constant([1, 2], tf.int64)
+  rows = [
+    pipeline.document_instances(
+      tokens, lengths, tokens, lengths, seed, max_seq_length=64, short_seq_prob=1.0, special=special, instances=kind
+    )
+    for kind in ("nsp", "sop", "doc_sentences")
+  ]
+  rows.append(
+    full_sentences.document_rows(tf.zeros([62], tf.int32), 0, tokens, lengths, max_seq_length=64, special=special)[1]
+  )
+  no_predictions = tf.zeros([len(rows[0]["input_ids"]), 4], tf.int32)
+  instances = dict(rows[0], masked_lm_positions=no_predictions, masked_lm_ids=no_predictions)
+  instances["masked_lm_weights"] = tf.cast(no_predictions, tf.float32)
+  rows.append(packing.pack_group(instances, max_seq_length=64, max_predictions=4, max_instances=4, pad_id=1))
+  for row in rows:
+    ids, mask = row["input_ids"].numpy(), row["input_mask"].numpy()
+    assert (mask == 0).any() and (ids[mask == 0] == 1).all() and (ids[mask > 0] != 1).all()
 
 
 def test_pairs_follow_berts_recipe(many):
@@ -249,8 +273,9 @@ def test_a_truncated_shard_is_named_never_skipped(corpus, data_config, tmp_path)
       next(source)
 
 
-def test_without_next_sentence_prediction_sequences_are_sentences_of_one_document(corpus, data_config):
-  batch = _batches(_source(corpus, data_config, next_sentence_prediction=False), 1)[0]
+def test_doc_sentences_are_sentences_of_one_document_and_the_older_key_gives_them_too(corpus, data_config):
+  batch = _batches(_source(corpus, data_config, instances="doc_sentences"), 1)[0]
+  _assert_same([batch], _batches(_source(corpus, data_config, next_sentence_prediction=False), 1))
   assert (batch["next_sentence_labels"] == 0).all() and (batch["segment_ids"] == 0).all()
   lengths = batch["input_mask"].sum(1)
   assert (lengths <= SEQ).all() and np.mean(lengths >= SEQ - 8) > 0.5
@@ -261,20 +286,144 @@ def test_without_next_sentence_prediction_sequences_are_sentences_of_one_documen
     assert np.flatnonzero(original == 3).tolist() == [lengths[row] - 1]  # One [SEP], at the end.
 
 
-def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, data_config, tmp_path, many, monkeypatch):
+def _sentences(tokens, lengths) -> list[tuple]:
+  """A document's sentences (its token ids and sentence lengths as tensors), each a tuple of token ids."""
+  ends = np.cumsum(lengths.numpy())
+  return [tuple(sentence) for sentence in np.split(tokens.numpy(), ends[:-1])]
+
+
+def _documents(corpus) -> list[list[tuple]]:
+  """Every training document of the corpus, shard by shard, as its sentences."""
+  prepared, manifest, _ = corpus
+  return [
+    _sentences(*document)
+    for shard in manifest["shards"]
+    for document in tf.data.TFRecordDataset(f"{prepared}/{shard['file']}").map(pipeline._parse)
+  ]
+
+
+def _unmasked(batch: dict) -> np.ndarray:
+  """input_ids with the original token back at every masked position."""
+  ids = batch["input_ids"].copy()
+  for row in range(len(ids)):
+    real = batch["masked_lm_weights"][row] > 0
+    ids[row, batch["masked_lm_positions"][row][real]] = batch["masked_lm_ids"][row][real]
+  return ids
+
+
+def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time(corpus, data_config):
+  """SOP: [CLS] A [SEP] B [SEP] with B the text that follows A in its document (label 0), or the two swapped (1)."""
+  batches = _batches(_source(corpus, data_config, instances="sop"), 40)
+  labels = np.concatenate([b["next_sentence_labels"] for b in batches])
+  assert len(labels) == 40 * BATCH and abs(labels.mean() - 0.5) < 0.02, labels.mean()
+  # Where each token 3-gram occurs: (document, offset) in the documents' running text.
+  texts = [sum(document, ()) for document in _documents(corpus)]
+  at = {}
+  for d, text in enumerate(texts):
+    for offset in range(len(text) - 2):
+      at.setdefault(text[offset : offset + 3], []).append((d, offset))
+
+  def in_one_document(tokens: tuple) -> bool:
+    return any(texts[d][offset : offset + len(tokens)] == tokens for d, offset in at.get(tokens[:3], []))
+
+  for batch in batches:
+    ids, lengths = _unmasked(batch), batch["input_mask"].sum(1)
+    for row, label in enumerate(batch["next_sentence_labels"]):
+      n = lengths[row]
+      seps = np.flatnonzero(ids[row, :n] == 3)
+      assert ids[row, 0] == 2 and len(seps) == 2 and seps[1] == n - 1
+      np.testing.assert_array_equal(batch["segment_ids"][row, :n], np.arange(n) > seps[0])
+      first, second = tuple(ids[row, 1 : seps[0]]), tuple(ids[row, seps[0] + 1 : n - 1])
+      assert first and second  # The corpus has no one-token sentence: every pair has two parts.
+      assert in_one_document(second + first if label else first + second), (row, label)
+
+
+def test_full_sentences_rows_are_full_cross_documents_and_keep_every_sentence(corpus, data_config):
+  """One epoch of one reader, in stream order: every row is [CLS] whole sentences [SEP], a [SEP] between two
+  documents; together the rows hold the epoch's sentences exactly once, in order (but the last partly filled row,
+  which the next epoch fills)."""
+  prepared, manifest, tokenizer = corpus
+  documents = pipeline._epoch_documents(
+    tf.constant(0, tf.int64),
+    units=tf.constant(readers.reader_units(manifest, 0, 1), tf.int64),
+    paths=tf.constant([f"{prepared}/{s['file']}" for s in manifest["shards"]]),
+    counts=tf.constant([s["documents"] for s in manifest["shards"]], tf.int64),
+    seed=0,
+  )
+  sentences = []  # (document number in the stream, whether it is the document's first, its tokens)
+  for d, (*_, document, _) in enumerate(documents):
+    sentences += [(d, i == 0, tokens) for i, tokens in enumerate(_sentences(*document))]
+  special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+  stream = full_sentences.full_sentence_rows(documents, max_seq_length=SEQ, special=special)
+  rows = {name: np.concatenate([out[3][name] for out in stream]) for name in ("input_ids", "input_mask")}
+  lengths = rows["input_mask"].sum(1)
+  assert (rows["input_ids"][:, 0] == 2).all() and (rows["input_ids"][np.arange(len(lengths)), lengths - 1] == 3).all()
+  assert (rows["input_ids"] * (1 - rows["input_mask"]) == 0).all()  # [PAD] is 0 here.
+  assert np.mean(lengths >= SEQ - 16) > 0.95, np.mean(lengths >= SEQ - 16)
+  crossing, next_sentence = 0, 0
+  for ids, n in zip(rows["input_ids"], lengths, strict=True):
+    body = ids[1 : n - 1]
+    pieces = np.split(body, np.flatnonzero(body == 3))
+    crossing += len(pieces) > 1
+    for p, piece in enumerate(pieces):
+      piece = tuple(piece[1:] if p else piece)  # After the first, a piece starts at its [SEP].
+      document, first, taken = sentences[next_sentence][0], sentences[next_sentence][1], ()
+      assert first or not p, "an interior [SEP] is followed by a document's first sentence"
+      while len(taken) < len(piece):
+        assert sentences[next_sentence][0] == document, "a piece holds sentences of one document"
+        taken += sentences[next_sentence][2]
+        next_sentence += 1
+      assert taken == piece, "a piece is whole consecutive sentences"
+      if p < len(pieces) - 1:  # Before an interior [SEP]: the document's last sentence.
+        assert next_sentence == len(sentences) or sentences[next_sentence][1]
+  assert crossing > len(lengths) // 10  # Documents of 15-60 sentences: about one row in four crosses.
+  left = sum(len(tokens) for _, _, tokens in sentences[next_sentence:])  # Carried into the next epoch's first row.
+  assert 0 < left <= SEQ - 2
+
+
+def test_full_sentences_cut_a_sentence_longer_than_a_row_and_drop_nothing():
+  """Rows of 8 (room for 6): a 14-token sentence goes on from the 3 tokens before it, fills two rows and carries 5
+  tokens; the next sentence does not fit after them and starts a row."""
+  rows_of = tf.function(functools.partial(full_sentences.document_rows, max_seq_length=8, special=(2, 3, 0)))
+  documents = [[[10] * 3, list(range(20, 34)), [40, 41]], [[50] * 4], [[60]]]
+  state, ids = (tf.zeros([6], tf.int32), tf.constant(0)), []
+  for sentences in documents:
+    lengths = tf.constant([len(s) for s in sentences], tf.int32)
+    state, rows = rows_of(*state, tf.constant(sum(sentences, []), tf.int32), lengths)
+    lengths = rows["input_mask"].numpy().sum(1)
+    ids += [row[:n].tolist() for row, n in zip(rows["input_ids"].numpy(), lengths, strict=True)]
+  assert ids == [
+    [2, 10, 10, 10, 20, 21, 22, 3],
+    [2, *range(23, 29), 3],
+    [2, *range(29, 34), 3],
+    [2, 40, 41, 3],  # Document 2's 4 tokens do not fit after a [SEP]: they start the next row.
+  ]
+  assert state[0].numpy()[: int(state[1])].tolist() == [50, 50, 50, 50, 3, 60]  # A [SEP] between documents.
+
+
+@pytest.mark.parametrize("instances", ["nsp", "sop", "full_sentences"])
+def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, data_config, tmp_path, many, monkeypatch, instances):
+  """FULL-SENTENCES carries a partly filled row from document to document: the saved state holds it, and the replay
+  rebuilds it."""
   restores = _restores(monkeypatch)
-  first = _source(corpus, data_config)
+  first = _source(corpus, data_config, instances=instances)
+  expected = many[:7] if instances == "nsp" else [next(first) for _ in range(7)]
+  first = _source(corpus, data_config, instances=instances)
   for _ in range(5):
     next(first)
   first.save_state(str(tmp_path / "state"))
   marker = json.loads((tmp_path / "state" / "reader_0" / "COMPLETE").read_text())
   assert marker == dict(position=5 * BATCH, reader=0, fingerprint=first._fingerprint)
   state = str(tmp_path / "state")
-  restored = _source(corpus, data_config, start_example=5 * BATCH, state_dir=state)
-  replayed = _source(corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "missing"))
+  restored = _source(corpus, data_config, start_example=5 * BATCH, state_dir=state, instances=instances)
+  replayed = _source(
+    corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "missing"), instances=instances
+  )
   assert restores == [(0, True), (0, False)]
   for source in (restored, replayed):
-    _assert_same(_batches(source, 2), many[5:7])
+    _assert_same(_batches(source, 2), expected[5:7])
+  if instances != "nsp":
+    return  # What follows is the same for every kind.
   # A state saved with other data settings is not used: that stream is replayed.
   _source(corpus, data_config, start_example=5 * BATCH, state_dir=state, masked_lm_prob=0.2)
   assert restores[-1] == (0, False)
@@ -299,6 +448,21 @@ def test_a_state_saved_before_the_masking_keys_existed_still_applies(data_config
   assert fingerprint(before) == fingerprint(data_config())
   assert fingerprint(data_config(span_masking=True)) != fingerprint(data_config())
   assert fingerprint(data_config(random_token_fraction=0.0)) != fingerprint(data_config())
+
+
+def test_a_state_saved_before_data_instances_existed_still_applies(corpus, data_config):
+  """Such a state's fingerprint names the kind by data.next_sentence_prediction alone (no data.instances)."""
+  _, manifest, _ = corpus
+
+  def fingerprint(data):
+    return sources.stream_fingerprint(data, manifest, seed=0, batch_size=BATCH)
+
+  for old, kind in ((True, "nsp"), (False, "doc_sentences")):
+    before = _data(data_config, next_sentence_prediction=old).to_dict()
+    del before["instances"]
+    assert fingerprint(ml_collections.ConfigDict(before)) == fingerprint(_data(data_config, instances=kind))
+  kinds = ("nsp", "sop", "doc_sentences", "full_sentences")
+  assert len({fingerprint(_data(data_config, instances=kind)) for kind in kinds}) == 4
 
 
 def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus, data_config):

@@ -1,10 +1,11 @@
 import functools
 
 import jax
+import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax import sharding
+from bert_jax import config_checks, progress, sharding
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.train import pretraining, step
@@ -105,13 +106,30 @@ def test_out_of_vocabulary_ids_stop_before_the_step(small_config, name):
     )
 
 
-def test_without_next_sentence_prediction_the_loss_is_the_mlm_loss(small_config):
+def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_only_then(small_config):
+  small_config.data.instances = "sop"  # The config's data.instances picks the run's sentence task.
   run, state = _setup(small_config, jax.devices()[:1])
+  assert run.loss.value.keywords == {"sentence_task": "sop"}
+  for instances, task in (("nsp", "nsp"), ("doc_sentences", None), ("full_sentences", None)):
+    assert config_checks.sentence_task(ml_collections.ConfigDict(dict(instances=instances))) == task
   batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
-  loss, metrics = pretraining.pretraining_loss(state.params, batch, run.model, next_sentence_prediction=False)
+  tasks = (None, "nsp", "sop")
+  losses = jax.jit(
+    lambda params, batch: [pretraining.pretraining_loss(params, batch, run.model, sentence_task=t) for t in tasks]
+  )(state.params, batch)
+  (loss, metrics), with_tasks = losses[0], dict(zip(tasks[1:], losses[1:], strict=True))
   np.testing.assert_allclose(float(loss), float(metrics["mlm_loss"]) / (float(metrics["mlm_count"]) + 1e-5), rtol=1e-6)
-  with_nsp, _ = pretraining.pretraining_loss(state.params, batch, run.model)
-  np.testing.assert_allclose(float(with_nsp) - float(loss), float(metrics["nsp_loss"]) / 8, rtol=1e-5)
+  assert not [name for name in metrics if name.startswith(("nsp", "sop"))] and float(metrics["row_instances"]) == 8
+  for task, (with_task, task_metrics) in with_tasks.items():  # The same head and labels, named for the task.
+    assert {name for name in task_metrics if name.startswith(task)} == {
+      f"{task}_{m}" for m in ("loss", "accuracy", "count")
+    }
+    np.testing.assert_allclose(float(with_task) - float(loss), float(task_metrics[f"{task}_loss"]) / 8, rtol=1e-5)
+  # The progress and eval lines show the sentence task's metrics only when there is one.
+  assert pretraining.shown_metrics(None, evaluation=True) == ("mlm_loss", "mlm_accuracy")
+  assert pretraining.shown_metrics("sop") == ("mlm_loss", "mlm_accuracy", "sop_accuracy")
+  summary = progress.summarize(jax.device_get(metrics), 1)
+  assert progress.format_metrics(summary, ("mlm_loss", "nsp_accuracy")) == f" | mlm_loss {summary['mlm_loss']:.4f}"
 
 
 def test_gradient_accumulation_equals_the_full_batch(small_config):

@@ -50,8 +50,9 @@ def _first_fit_decreasing(lengths, predictions, max_seq_length, max_predictions,
   return row, offset, pred_offset, slot
 
 
-def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, max_instances: int) -> dict:
-  """A group of masked instances ([group, ...] each, BERT's feature names) -> packed rows ([rows, ...])."""
+def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, max_instances: int, pad_id: int) -> dict:
+  """A group of masked instances ([group, ...] each, BERT's feature names) -> packed rows ([rows, ...]); padding
+  holds `pad_id` in input_ids, 0 elsewhere."""
   real = instances["input_mask"] > 0
   lengths = tf.reduce_sum(tf.cast(real, tf.int32), axis=1)
   has_prediction = instances["masked_lm_weights"] > 0
@@ -66,9 +67,9 @@ def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, ma
   instance, position = tf.cast(token[:, 0], tf.int32), tf.cast(token[:, 1], tf.int32)
   to = tf.stack([tf.gather(row, instance), tf.gather(offset, instance) + position], axis=1)
 
-  def tokens(values, fill=None):
+  def tokens(values, fill=None, pad=0):
     values = tf.gather_nd(instances[values], token) if fill is None else fill
-    return tf.scatter_nd(to, values, [rows, max_seq_length])
+    return tf.tensor_scatter_nd_update(tf.fill([rows, max_seq_length], pad), to, values)
 
   # Predictions j of instance i move to (row[i], pred_offset[i] + j), their positions shifted by offset[i].
   prediction = tf.where(has_prediction)
@@ -86,7 +87,7 @@ def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, ma
     return tf.scatter_nd(slots, values, [rows, max_instances])
 
   return dict(
-    input_ids=tokens("input_ids"),
+    input_ids=tokens("input_ids", pad=pad_id),
     segment_ids=tokens("segment_ids"),
     input_mask=tokens(None, fill=tf.gather(slot, instance) + 1),
     position_ids=tokens(None, fill=position),
@@ -103,13 +104,13 @@ _ROW_ORDER = 4  # A salt apart from the pipeline's own (pipeline.py): the order 
 
 
 @functools.cache
-def _pack_function(seed: int, max_seq_length: int, max_predictions: int, max_instances: int):
+def _pack_function(seed: int, max_seq_length: int, max_predictions: int, max_instances: int, pad_id: int):
   """`pack_group` for these settings as one tf.function (traced once for all readers), its rows in a random order:
   first-fit decreasing fills them longest instances first, and a batch should not see only one end of a group."""
 
   def pack(index, group):
     rows = pack_group(
-      group, max_seq_length=max_seq_length, max_predictions=max_predictions, max_instances=max_instances
+      group, max_seq_length=max_seq_length, max_predictions=max_predictions, max_instances=max_instances, pad_id=pad_id
     )
     seed_of_group = tf.random.experimental.stateless_fold_in(tf.constant([seed, _ROW_ORDER], tf.int64), index)
     order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(rows["input_ids"])[0]), seed_of_group)
@@ -118,9 +119,10 @@ def _pack_function(seed: int, max_seq_length: int, max_predictions: int, max_ins
   return tf.function(pack, autograph=False)
 
 
-def packed(dataset: tf.data.Dataset, data, seed: int) -> tf.data.Dataset:
+def packed(dataset: tf.data.Dataset, data, seed: int, pad_id: int) -> tf.data.Dataset:
   """Masked instances -> packed rows, by the settings of `data` (`config.data`): `packing_group`,
-  `max_instances_per_row`, `max_seq_length`, `max_predictions_per_seq`; `seed` orders each group's rows."""
-  pack = _pack_function(seed, data.max_seq_length, data.max_predictions_per_seq, data.max_instances_per_row)
+  `max_instances_per_row`, `max_seq_length`, `max_predictions_per_seq`; `seed` orders each group's rows; padding
+  holds the tokenizer's `pad_id`."""
+  pack = _pack_function(seed, data.max_seq_length, data.max_predictions_per_seq, data.max_instances_per_row, pad_id)
   groups = dataset.batch(data.packing_group, drop_remainder=True).enumerate()
   return groups.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()

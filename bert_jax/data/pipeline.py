@@ -1,4 +1,4 @@
-"""The pretraining input pipeline: prepared shards -> NSP pairs -> 80/10/10 masks -> batches, all in tf.data.
+"""The pretraining input pipeline: prepared shards -> instances -> 80/10/10 masks -> batches, all in tf.data.
 
 The stream is defined over `data.num_readers` virtual readers, whatever the number of hosts: reader r reads
 its own units of the corpus (shards `r::num_readers`; with fewer shards than readers, each shard is split into
@@ -7,14 +7,17 @@ batches of `batch_size / num_readers` examples. The global batch of a step is th
 order; hosts divide the readers among themselves (`host_readers`), so any host count that divides
 `num_readers` sees the same global stream, and a checkpoint resumes exactly on another host count.
 
-Each document becomes next-sentence-prediction instances exactly as `create_pretraining_data.py` of the
-original BERT builds them (see `document_instances`); instances are shuffled in a buffer, masked (`masking.py`)
-and batched. Every random choice is a stateless function of (seed, epoch, document) or of (seed, epoch,
-document, instance): the same document yields the same pairs and masks after any restart.
+Each document becomes instances of the kind `data.instances` names: next-sentence-prediction pairs exactly as
+`create_pretraining_data.py` of the original BERT builds them, ALBERT's sentence-order pairs or RoBERTa's
+DOC-SENTENCES (see `document_instances`), or RoBERTa's FULL-SENTENCES rows, which run on across documents
+(`full_sentences.py`); instances are shuffled in a buffer, masked (`masking.py`) and batched. Every random choice
+is a stateless function of (seed, epoch, document) or of (seed, epoch, document, instance): the same document
+yields the same pairs and masks after any restart.
 
 Stages, in order: `reader_units` (what a reader reads) -> `_unit_documents` / `_epoch_documents` (documents with
-their random-next partners) -> `_instances_function` (NSP pairs) -> shuffle -> `_mask_function` -> packing
-(`packing.py`, with `data.pack_instances`) -> batch; `reader_dataset` composes them.
+their random-next partners) -> `_instances_function` (a document's instances; FULL-SENTENCES:
+`full_sentences.full_sentence_rows`) -> shuffle -> `_mask_function` -> packing (`packing.py`, with
+`data.pack_instances`) -> batch; `reader_dataset` composes them.
 """
 
 import functools
@@ -22,7 +25,8 @@ import os
 
 import tensorflow as tf
 
-from bert_jax.data import packing
+from bert_jax import config_checks
+from bert_jax.data import full_sentences, packing
 from bert_jax.data.masking import Masking, mask_tokens
 from bert_jax.data.readers import reader_units
 
@@ -55,6 +59,12 @@ def _truncated_lengths(len_a, len_b, max_tokens):
   return len_a - cut_a, len_b - cut_b
 
 
+def _padded_row(ids, segments, max_seq_length: int, pad_id):
+  """input_ids (padded with `pad_id`), segment_ids and input_mask ([max_seq_length] each) of one instance."""
+  pad = [[0, max_seq_length - tf.shape(ids)[0]]]
+  return tf.pad(ids, pad, constant_values=pad_id), tf.pad(segments, pad), tf.pad(tf.ones_like(ids), pad)
+
+
 def document_instances(
   token_ids,
   sentence_lengths,
@@ -65,17 +75,25 @@ def document_instances(
   max_seq_length,
   short_seq_prob,
   special,
-  next_sentence_prediction=True,
+  instances="nsp",
 ):
-  """One document -> its NSP instances, as BERT's `create_instances_from_document`.
+  """One document -> its instances, as BERT's `create_instances_from_document`.
 
   token_ids [T], sentence_lengths [S] (this document); partner_* (another document, for random next
-  sentences); seed [2]. Returns input_ids, segment_ids, input_mask [n, max_seq_length] int32 and
-  next_sentence_labels [n] (1 = B is a random next sentence). Without next-sentence prediction (RoBERTa's
-  DOC-SENTENCES: never across documents), each instance is `[CLS] sentences... [SEP]` from one chunk, labelled 0.
+  sentences); seed [2]; special: the ids of [CLS], [SEP] and [PAD]. Returns input_ids, segment_ids, input_mask
+  [n, max_seq_length] int32 and next_sentence_labels [n], by `instances` (`data.instances`):
+
+  * "nsp": `[CLS] A [SEP] B [SEP]`, label 1 = B is a random next sentence (from the partner);
+  * "sop" (ALBERT's sentence order): the same chunks and A/B split, B always the actual continuation, and half the
+    time the two swapped (`[CLS] B [SEP] A [SEP]`, label 1). Where NSP trims a long pair at either end of each
+    segment at random, SOP trims A's front and B's back, so the two stay consecutive. A chunk of one sentence is
+    split at a random token boundary (ALBERT's code takes B from a random document there, which is NSP's task,
+    not sentence order); a one-token sentence gives B empty, label 0;
+  * "doc_sentences" (RoBERTa's DOC-SENTENCES: never across documents): `[CLS] sentences... [SEP]` from one chunk,
+    labelled 0.
   """
-  nsp = next_sentence_prediction
-  max_tokens = max_seq_length - (3 if nsp else 2)  # [CLS] A [SEP] B [SEP], or [CLS] A [SEP]
+  pair = instances in ("nsp", "sop")
+  max_tokens = max_seq_length - (3 if pair else 2)  # [CLS] A [SEP] B [SEP], or [CLS] A [SEP]
   splits = tf.concat([[0], tf.cumsum(sentence_lengths)], 0)
   partner_splits = tf.concat([[0], tf.cumsum(partner_lengths)], 0)
   num_sentences = tf.shape(sentence_lengths)[0]
@@ -84,6 +102,7 @@ def document_instances(
   target = tf.where(
     tf.random.stateless_uniform([], seeds[0]) < short_seq_prob, _randint(seeds[1], 2, max_tokens), max_tokens
   )
+  cls, sep, pad = special
 
   def build(i, chunk_start, n, arrays):
     chunk = i - chunk_start + 1
@@ -91,11 +110,11 @@ def document_instances(
     # (Keys [s0 + 1, ...] and [s0 + 2, ...]: instance k's masks use [s0, s1 + k + 1], see pretraining_dataset.)
     key = seed + tf.stack([tf.constant(1, tf.int64), tf.cast(n, tf.int64) + 1])
     u = tf.random.stateless_uniform([3], key)
-    if nsp:
+    if pair:
       a_end = tf.where(chunk < 2, 1, 1 + tf.cast(u[0] * tf.cast(chunk - 1, tf.float32), tf.int32))
-      is_random = (chunk == 1) | (u[1] < 0.5)
     else:  # The whole chunk is A; B is empty.
-      a_end, is_random = chunk, tf.constant(False)
+      a_end = chunk
+    is_random = ((chunk == 1) | (u[1] < 0.5)) if instances == "nsp" else tf.constant(False)
     a_lo, a_hi = splits[chunk_start], splits[chunk_start + a_end]
     # Random next: sentences of the partner from a random start until target_b tokens.
     target_b = target - (a_hi - a_lo)
@@ -105,29 +124,33 @@ def document_instances(
     b_lo = tf.where(is_random, partner_splits[start], splits[chunk_start + a_end])
     b_hi = tf.where(is_random, partner_splits[last + 1], splits[i + 1])
     next_i = tf.where(is_random, i - (chunk - a_end), i)  # Random next: unused sentences go back.
+    if instances == "sop":  # A one-sentence chunk: A and B are its two parts, cut after token 1 .. length - 1.
+      cut = a_lo + 1 + tf.cast(u[0] * tf.cast(tf.maximum(a_hi - a_lo - 1, 0), tf.float32), tf.int32)
+      cut = tf.where(chunk == 1, tf.minimum(cut, a_hi), a_hi)
+      a_hi, b_lo = cut, tf.where(chunk == 1, cut, b_lo)
 
     len_a, len_b = _truncated_lengths(a_hi - a_lo, b_hi - b_lo, max_tokens)
-    # Each trimmed token comes off the front or the back with equal chance.
-    trimmed = tf.cast(tf.stack([a_hi - a_lo - len_a, b_hi - b_lo - len_b]), tf.float32)
-    front_a, front_b = tf.unstack(tf.cast(tf.random.stateless_binomial([2], key + [1, 0], trimmed, 0.5), tf.int32))
+    if instances == "sop":  # A loses its front, B its back: still consecutive.
+      front_a, front_b = a_hi - a_lo - len_a, 0
+    else:  # Each trimmed token comes off the front or the back with equal chance.
+      trimmed = tf.cast(tf.stack([a_hi - a_lo - len_a, b_hi - b_lo - len_b]), tf.float32)
+      front = tf.random.stateless_binomial([2], key + [1, 0], trimmed, 0.5)
+      front_a, front_b = tf.unstack(tf.cast(front, tf.int32))
     tokens_a = token_ids[a_lo + front_a : a_lo + front_a + len_a]
     source_b = tf.cond(is_random, lambda: partner_ids, lambda: token_ids)
     tokens_b = source_b[b_lo + front_b : b_lo + front_b + len_b]
-    cls, sep = special
-    if nsp:
+    label = is_random
+    if instances == "sop":
+      label = (u[1] < 0.5) & (len_b > 0)
+      tokens_a, tokens_b = tf.cond(label, lambda: (tokens_b, tokens_a), lambda: (tokens_a, tokens_b))
+      len_a, len_b = tf.shape(tokens_a)[0], tf.shape(tokens_b)[0]
+    if pair:
       ids = tf.concat([[cls], tokens_a, [sep], tokens_b, [sep]], 0)
       segments = tf.concat([tf.zeros([len_a + 2], tf.int32), tf.ones([len_b + 1], tf.int32)], 0)
     else:
       ids = tf.concat([[cls], tokens_a, [sep]], 0)
       segments = tf.zeros([len_a + 2], tf.int32)
-    length = tf.shape(ids)[0]
-    pad = [[0, max_seq_length - length]]
-    row = (
-      tf.pad(ids, pad),
-      tf.pad(segments, pad),
-      tf.pad(tf.ones([length], tf.int32), pad),
-      tf.cast(is_random, tf.int32),
-    )
+    row = (*_padded_row(ids, segments, max_seq_length, pad), tf.cast(label, tf.int32))
     arrays = tuple(array.write(n, value) for array, value in zip(arrays, row, strict=True))
     return next_i, arrays
 
@@ -206,14 +229,19 @@ def _epoch_documents(epoch, *, units, paths, counts, seed):
   )
 
 
+def _with_mask_seeds(rows: dict, doc_seed) -> dict:
+  """A document's instances (or the rows it closed) with their masking seeds: instance k masks with key
+  (doc_seed[0], doc_seed[1] + k + 1), a distinct Philox key."""
+  k = tf.range(1, tf.shape(rows["next_sentence_labels"])[0] + 1, dtype=tf.int64)
+  return dict(rows, mask_seed=tf.stack([tf.fill(tf.shape(k), doc_seed[0]), doc_seed[1] + k], axis=1))
+
+
 @functools.cache
-def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, nsp: bool, special: tuple):
-  """A document's NSP instances (`document_instances`) with their masking seeds, for these settings, as one
-  tf.function: traced once, whatever the number of readers
-  (each reader's dataset calls the same graph)."""
+def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, kind: str, special: tuple):
+  """A document's instances of kind `kind` (`document_instances`) with their masking seeds, for these settings, as
+  one tf.function: traced once, whatever the number of readers (each reader's dataset calls the same graph)."""
 
   def instances(epoch, shard, index, document, partner):
-    """A document's NSP instances, each with its masking seed."""
     doc_seed = _seed(_DOCUMENT, seed, epoch, shard, index)
     out = document_instances(
       *document,
@@ -222,14 +250,20 @@ def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, n
       max_seq_length=max_seq_length,
       short_seq_prob=short_seq_prob,
       special=special,
-      next_sentence_prediction=nsp,
+      instances=kind,
     )
-    # Instance k of the document masks with key (doc_seed[0], doc_seed[1] + k + 1): a distinct Philox key.
-    k = tf.range(1, tf.shape(out["next_sentence_labels"])[0] + 1, dtype=tf.int64)
-    out["mask_seed"] = tf.stack([tf.fill(tf.shape(k), doc_seed[0]), doc_seed[1] + k], axis=1)
-    return out
+    return _with_mask_seeds(out, doc_seed)
 
   return tf.function(instances, autograph=False)
+
+
+@functools.cache
+def _seeds_function(seed: int):
+  """The masking seeds of the FULL-SENTENCES rows a document closed, as one tf.function (traced once)."""
+  return tf.function(
+    lambda epoch, shard, index, rows: _with_mask_seeds(rows, _seed(_DOCUMENT, seed, epoch, shard, index)),
+    autograph=False,
+  )
 
 
 @functools.cache
@@ -284,9 +318,8 @@ def reader_dataset(
   counts = tf.constant([s["documents"] for s in shards], tf.int64)
   corpus = dict(paths=paths, counts=counts, seed=seed)
   epochs = functools.partial(_epoch_documents, units=tf.constant(units, tf.int64), **corpus)
-  special = (tokenizer.cls_id, tokenizer.sep_id)
-  nsp = data.next_sentence_prediction
-  instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, nsp, special)
+  special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
+  kind = config_checks.instance_kind(data)
   options = tf.data.Options()
   options.deterministic = True
   # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine
@@ -294,13 +327,19 @@ def reader_dataset(
   # 6,238 vs 5,175 at 512; and a finished run no longer waits up to ~40 s at exit for the autotuner's thread to notice
   # that the iterator is being destroyed (py-spy: ~IteratorResource waiting in UnboundedThreadPool's thread wrapper).
   options.autotune.enabled = False
-  dataset = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
-  dataset = dataset.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
+  documents = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
+  if kind == "full_sentences":  # Rows carried from document to document: a scan, in order.
+    dataset = full_sentences.full_sentence_rows(documents, max_seq_length=data.max_seq_length, special=special)
+    dataset = dataset.map(_seeds_function(seed), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  else:
+    instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, kind, special)
+    dataset = documents.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.unbatch()
   dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
   masked = _mask_function(tokenizer, Masking.of(data))
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if data.pack_instances:
-    dataset = packing.packed(dataset, data, seed)
+    dataset = packing.packed(dataset, data, seed, tokenizer.pad_id)
   dataset = dataset.batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )

@@ -15,7 +15,7 @@ import tensorflow as tf
 from absl import logging
 from etils import epath
 
-from bert_jax import paths
+from bert_jax import config_checks, paths
 from bert_jax.data import pipeline, readers
 
 _COMPLETE = "COMPLETE"  # Written last (position, reader, fingerprint): a state directory without it is never read.
@@ -173,18 +173,6 @@ _ADDED_LATER = {
 }
 
 
-def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> str:
-  """What defines a stream (`data`'s keys, the seed, the batch, the corpus), hashed; not where the files are (a moved
-  corpus or workdir keeps its saved state)."""
-  stream = {
-    key: value
-    for key, value in data.to_dict().items()
-    if key not in _NOT_THE_STREAM and not (key in _ADDED_LATER and value == _ADDED_LATER[key])
-  }
-  settings = dict(stream, seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
-  return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
-
-
 def _without_paths(value):
   """The manifest without the tokenizer's path (informative only)."""
   if isinstance(value, dict):
@@ -219,3 +207,23 @@ def pipeline_source(
   files = readers.reader_files(prepared_dir, manifest, mine, data.num_readers)
   fingerprint = stream_fingerprint(data, manifest, seed=seed, batch_size=batch_size)
   return PipelineSource(datasets, mine, files, batch_size, start_example, state_dir, fingerprint)
+
+
+def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> str:
+  """A hash of what defines the stream of `data` (`config.data`): not where the files are (a moved
+  corpus or workdir keeps its saved state). Keys added later are left out at the value older states ran with
+  (`_ADDED_LATER`), and the instance kind is written as states saved before `data.instances` existed wrote it where
+  it can be (`next_sentence_prediction`: True for "nsp", False for "doc_sentences"), so those states still apply."""
+  stream = {
+    key: value
+    for key, value in data.to_dict().items()
+    if key not in _NOT_THE_STREAM and not (key in _ADDED_LATER and value == _ADDED_LATER[key])
+  }
+  kind = config_checks.instance_kind(data)
+  stream.pop("instances", None)
+  if kind in ("nsp", "doc_sentences"):
+    stream["next_sentence_prediction"] = kind == "nsp"
+  else:
+    stream.update(instances=kind, next_sentence_prediction=False)
+  settings = dict(stream, seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
+  return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()

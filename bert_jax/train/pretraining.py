@@ -59,13 +59,15 @@ def pretraining_loss(
   dropout_key=None,
   normalizers: tuple | None = None,
   *,
-  next_sentence_prediction: bool = True,
+  sentence_task: str | None = "nsp",
 ):
-  """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + next-sentence cross-entropy (if enabled).
+  """Masked-LM cross-entropy (weighted by `masked_lm_weights`) + the sentence task's cross-entropy on the `nsp` head
+  (`sentence_task`: "nsp", "sop", or None for none).
 
-  The MLM term is the mean over real predictions, the NSP term the mean over instances; `normalizers` (from
+  The MLM term is the mean over real predictions, the sentence term the mean over instances; `normalizers` (from
   `loss_normalizers` of the whole batch) replace this batch's own counts when it is one microbatch of many.
-  Returns (loss, metrics); metrics are sums with their counts.
+  Returns (loss, metrics); metrics are sums with their counts, the sentence task's named for it (`sop_accuracy`)
+  and only with one.
   """
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
@@ -77,35 +79,31 @@ def pretraining_loss(
   mlm_loss_sum = jnp.sum(mlm_xent * weights)
   mlm_count = jnp.sum(weights)
   mlm_correct = jnp.sum((jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]) * weights)
-
-  labels = batch["next_sentence_labels"]  # [batch], or [batch, instances] for packed rows
-  nsp_weights = next_sentence_weights(batch)
-  nsp_xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * nsp_weights
-  nsp_count = jnp.sum(nsp_weights)
-  nsp_correct = jnp.sum((jnp.argmax(nsp_logits, -1) == labels) * nsp_weights)
-
-  mlm_normalizer, nsp_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
+  mlm_normalizer, sentence_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
   loss = mlm_loss_sum / mlm_normalizer
-  if next_sentence_prediction:
-    loss += jnp.sum(nsp_xent) / nsp_normalizer
+  instances = next_sentence_weights(batch)
   metrics = dict(
     mlm_loss=mlm_loss_sum,
     mlm_accuracy=mlm_correct,
     mlm_count=mlm_count,
-    nsp_loss=jnp.sum(nsp_xent),
-    nsp_accuracy=nsp_correct,
-    nsp_count=nsp_count,
     # Per row: the fraction of real (non-padding) tokens and the instances it holds (more than one when packed).
     row_fill=jnp.sum(batch["input_mask"] > 0) / batch["input_mask"].shape[1],
-    row_instances=nsp_count,
+    row_instances=jnp.sum(instances),
     row_count=jnp.asarray(batch["input_mask"].shape[0], jnp.float32),
   )
+  if sentence_task:
+    labels = batch["next_sentence_labels"]  # [batch], or [batch, instances] for packed rows
+    xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * instances
+    loss += jnp.sum(xent) / sentence_normalizer
+    metrics[f"{sentence_task}_loss"] = jnp.sum(xent)
+    metrics[f"{sentence_task}_accuracy"] = jnp.sum((jnp.argmax(nsp_logits, -1) == labels) * instances)
+    metrics[f"{sentence_task}_count"] = jnp.sum(instances)
   return loss, metrics
 
 
-def make_loss(next_sentence_prediction: bool = True) -> Loss:
-  """The pretraining `Loss`; without the NSP term when `next_sentence_prediction` is False (NSP metrics stay)."""
-  value = functools.partial(pretraining_loss, next_sentence_prediction=next_sentence_prediction)
+def make_loss(sentence_task: str | None = "nsp") -> Loss:
+  """The pretraining `Loss`: masked LM, plus `sentence_task` ("nsp", "sop"; None: masked LM alone)."""
+  value = functools.partial(pretraining_loss, sentence_task=sentence_task)
   return Loss(value=value, normalizers=loss_normalizers)
 
 
@@ -113,11 +111,16 @@ def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.R
   """The pretraining run of `config` (checked by `config_checks.check_pretraining`); `model_cfg` replaces the
   config's model (e.g. another layer layout)."""
   model = BertForPretraining(model_cfg or config_checks.model_config(config))
-  loss = make_loss(config.data.next_sentence_prediction)
+  loss = make_loss(config_checks.sentence_task(config.data))
   return run.make_run(config, model, loss, make_optimizer(config), devices=devices)
 
 
-EVAL_SHOWN = ("mlm_loss", "mlm_accuracy", "nsp_accuracy", "nsp_loss")
+def shown_metrics(sentence_task: str | None, evaluation: bool = False) -> tuple[str, ...]:
+  """The metrics a progress or eval line shows: masked LM's, and the sentence task's when there is one."""
+  shown = ("mlm_loss", "mlm_accuracy")
+  if sentence_task:
+    shown += (f"{sentence_task}_accuracy", f"{sentence_task}_loss") if evaluation else (f"{sentence_task}_accuracy",)
+  return shown
 
 
 class PretrainingJob(loop.Job):
@@ -138,6 +141,7 @@ class PretrainingJob(loop.Job):
     self.data = Corpus(config, workdir, model_cfg, tokenizer)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
+    self.sentence_task = config_checks.sentence_task(config.data)
 
   def header_rows(self) -> list[tuple[str, str]]:
     config = self.config
@@ -218,6 +222,7 @@ class PretrainingJob(loop.Job):
       first_step,
       flops.train_flops_per_step(self.model_cfg, config.batch_size, seq, config.data.max_predictions_per_seq),
       peak * jax.device_count() if peak else None,
+      shown=shown_metrics(self.sentence_task),
       packed=config.data.pack_instances,
       baseline=self.data.unigram,
     )
@@ -239,7 +244,8 @@ class PretrainingJob(loop.Job):
       metrics = self.run.eval_step(state.params, self._device_batch(source))
       totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
     summary = progress.summarize(jax.device_get(totals), self.config.eval_steps)
-    logging.info("eval at step %d%s", step, progress.format_metrics(summary, EVAL_SHOWN, self.data.unigram))
+    shown = shown_metrics(self.sentence_task, evaluation=True)
+    logging.info("eval at step %d%s", step, progress.format_metrics(summary, shown, self.data.unigram))
     writer.write(step, summary)
     self.history["eval"] = dict(summary, step=step)
 
@@ -271,10 +277,10 @@ class PretrainingJob(loop.Job):
     history = self.history
     train, evaluation = history.get("train", {}), history.get("eval", {})
     if train.get("step", -1) > self.first_step:
-      shown = ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy")
+      shown = ("loss", *shown_metrics(self.sentence_task))
       rows.append(("train", f"step {train['step']}" + progress.format_metrics(train, shown)))
     if evaluation.get("step", -1) > self.first_step:
-      metrics = progress.format_metrics(evaluation, EVAL_SHOWN, self.data.unigram)
+      metrics = progress.format_metrics(evaluation, shown_metrics(self.sentence_task, True), self.data.unigram)
       rows.append(("eval", f"step {evaluation['step']}{metrics}"))
     return rows
 
