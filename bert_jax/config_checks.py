@@ -215,10 +215,9 @@ def check_pretraining(config) -> BertConfig:
   model = check_training(config)
   check_ranges(config, PRETRAINING)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  if seq > model.max_position_embeddings:
+  if seq > model.max_sequence_length:
     raise ValueError(
-      f"data.max_seq_length={seq} exceeds model.max_position_embeddings="
-      f"{model.max_position_embeddings}: positions beyond it have no embedding."
+      f"data.max_seq_length={seq} exceeds {model.max_sequence_text}: positions beyond it have no embedding."
     )
   if seq < 5:
     raise ValueError(f"data.max_seq_length={seq} cannot fit a pair: [CLS] A [SEP] B [SEP] needs at least 5.")
@@ -318,11 +317,8 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
     raise ValueError(f"finetune.task={config.finetune.task!r}; expected one of {TASKS}.")
   if name in ("conll2003", "swag") and not config.finetune.data_dir:
     raise ValueError(f"finetune.task={name!r} reads files: set finetune.data_dir.")
-  if not config.init_from and config.finetune.max_seq_length > model.max_position_embeddings:
-    raise ValueError(
-      f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds model.max_position_embeddings="
-      f"{model.max_position_embeddings}."
-    )
+  if not config.init_from and config.finetune.max_seq_length > model.max_sequence_length:
+    raise ValueError(f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds {model.max_sequence_text}.")
   return model, sweep_members(config)
 
 

@@ -24,12 +24,14 @@ PEAK_TFLOPS = (
 def train_flops_per_step(config: BertConfig, batch: int, seq: int, predictions: int) -> float:
   """Training FLOPs of one step (3x forward: forward, and backward at twice the forward) of the useful work:
   encoder, pooler, and the MLM and NSP heads at the masked positions only. Embedding lookups, norms and softmaxes
-  are not counted."""
-  hidden, inter = config.hidden_size, config.intermediate_size
+  are not counted. Factorised embeddings (ALBERT) add the projection to the hidden width and make the MLM
+  transform and decoder `embedding_width` wide; shared layers still run `num_layers` times."""
+  hidden, inter, width = config.hidden_size, config.intermediate_size, config.embedding_width
   tokens = batch * seq
   per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
-  heads = 2 * batch * predictions * (hidden * hidden + hidden * config.vocab_size) + 2 * batch * (hidden * hidden)
-  return 3.0 * (config.num_layers * per_layer + heads)
+  projection = 2 * tokens * width * hidden if width != hidden else 0
+  heads = 2 * batch * predictions * (hidden * width + width * config.vocab_size) + 2 * batch * (hidden * hidden)
+  return 3.0 * (config.num_layers * per_layer + projection + heads)
 
 
 def peak_flops_per_device(device_kind: str, configured_tflops: float = 0.0) -> float | None:

@@ -48,6 +48,20 @@ def get_config() -> ml_collections.ConfigDict:
   # platform). The fused kernels have no attention dropout: they need attention_dropout_prob=0 ("auto" falls back
   # to "xla" otherwise).
   config.model.attention = "xla"
+  # The family: "bert", "roberta" or "albert". It names the tensors of Hugging Face files (import and export).
+  config.model.model_type = "bert"
+  # Width of the embedding tables; 0: hidden_size. ALBERT factorises them (128), projected to hidden_size by
+  # bert/embeddings_project; the MLM transform maps back to this width for the tied decoder.
+  config.model.embedding_size = 0
+  # Activation of the feed-forward layers and the MLM transform: "gelu" (BERT's exact erf form) or "gelu_new" (the
+  # tanh approximation, ALBERT's).
+  config.model.hidden_act = "gelu"
+  # Added to every real token's position; padding takes position_offset - 1. RoBERTa: 2 (its padding index + 1),
+  # with max_position_embeddings = max_seq_length + 2.
+  config.model.position_offset = 0
+  # Parameters shared across layers (ALBERT): "none", "all" (one layer's parameters, bert/shared_layer), or one
+  # sub-layer's: "attention" or "ffn" (bert/shared_*; not with scan_layers).
+  config.model.layer_sharing = "none"
 
   config.tokenizer = ml_collections.ConfigDict()
   # "sentencepiece" (a .model file), "wordpiece" (a Google BERT vocab.txt) or "bpe" (byte-level, RoBERTa's: a

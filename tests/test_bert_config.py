@@ -37,3 +37,9 @@ def test_bad_model_configs_name_the_value():
     BertConfig(dtype="float16")
   with pytest.raises(ValueError, match="Unknown model preset 'huge'"):
     preset("huge")
+  with pytest.raises(ValueError, match=r"model.hidden_act='relu' is not supported; expected one of \('gelu'"):
+    BertConfig(hidden_act="relu")
+  with pytest.raises(ValueError, match=r"model.layer_sharing='half' is not supported"):
+    BertConfig(layer_sharing="half")
+  with pytest.raises(ValueError, match=r"model.embedding_size must be a non-negative integer, got -1"):
+    BertConfig(embedding_size=-1)

@@ -9,21 +9,35 @@ import pytest
 import torch
 import transformers
 
-from bert_jax.handoff.hf_format import hf_config_dict, load_safetensors, params_from_hf
+from bert_jax.handoff.hf_configs import hf_config
+from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model import param_layout
 from bert_jax.model.encoder import BertForPretraining
 from bert_jax.train import pretraining
 
 
-def _reference(config, seed=0):
-  hf_config = transformers.BertConfig(**hf_config_dict(config))
+def _reference(config, seed=0, cls=transformers.BertForPreTraining):
+  """transformers' `cls` (a model of `config`'s family) with random weights of `seed`."""
   torch.manual_seed(seed)
-  model = transformers.BertForPreTraining(hf_config).eval()
+  model = cls(cls.config_class(**hf_config(config))).eval()
   with torch.no_grad():  # HF initialises LayerNorms to 1/0 and biases to 0; make every tensor matter.
     for name, param in model.named_parameters():
       if "LayerNorm" in name or name.endswith("bias"):
         param.add_(0.1 * torch.randn_like(param))
   return model
+
+
+def _reference_outputs(hf_model, inputs, attentions=False):
+  """`hf_model`'s outputs, every layer's hidden states included, on `_inputs`."""
+  input_ids, input_mask, segment_ids, _ = inputs
+  with torch.no_grad():
+    return hf_model(
+      torch.tensor(input_ids, dtype=torch.long),
+      attention_mask=torch.tensor(input_mask),
+      token_type_ids=torch.tensor(segment_ids, dtype=torch.long),
+      output_hidden_states=True,
+      output_attentions=attentions,
+    )
 
 
 def _inputs(config, batch=3, seq=24, predictions=6, seed=0):
@@ -45,14 +59,9 @@ def test_matches_hugging_face_bert_for_pretraining(small_model_config, tmp_path)
   reference.save_pretrained(tmp_path)  # The file format users have: model.safetensors.
   params = params_from_hf(load_safetensors(str(tmp_path / "model.safetensors")), config)
 
-  input_ids, input_mask, segment_ids, positions = _inputs(config)
+  input_ids, input_mask, segment_ids, positions = inputs = _inputs(config)
+  expected = _reference_outputs(reference, inputs)
   with torch.no_grad():
-    expected = reference(
-      torch.tensor(input_ids, dtype=torch.long),
-      attention_mask=torch.tensor(input_mask),
-      token_type_ids=torch.tensor(segment_ids, dtype=torch.long),
-      output_hidden_states=True,
-    )
     expected_sequence = expected.hidden_states[-1]
     expected_pooled = reference.bert.pooler(expected_sequence).numpy()
   expected_mlm = np.take_along_axis(expected.prediction_logits.numpy(), positions[:, :, None], axis=1)

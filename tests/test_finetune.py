@@ -28,7 +28,7 @@ from bert_jax.finetune import job, tasks
 from bert_jax.finetune import losses as finetune_losses
 from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.finetune import swag as swag_task
-from bert_jax.handoff import export, hf_format, pretrained
+from bert_jax.handoff import export, hf_format, hf_names, pretrained
 from bert_jax.model.encoder import init_params
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead, task_model
 from bert_jax.train import run, start_order
@@ -403,7 +403,7 @@ def _check_trains_as_pytorch_does(config, workdir: str, source, task, train, sum
   model = task_model(model_cfg, task.head, task.num_labels)
   fresh = init_params(model, jax.random.key(config.seed))
   tensors = hf_format.hf_from_params(nn.meta.unbox(fresh), model_cfg)
-  head = {name: value for name, value in tensors.items() if name.split(".")[0] in hf_format.TASK_HEADS}
+  head = {name: value for name, value in tensors.items() if name.split(".")[0] in hf_names.TASK_HEADS}
   reference = torch_reference.load_model(config.init_from, task.head, task.num_labels, head, pad_embedding_trains=True)
   rows = [job.training_rows(s, train.num_rows, config.batch_size, config.seed) for s in range(1, PARITY_STEPS + 1)]
   steps = Steps(warmup_steps=PARITY_STEPS // 10, end_step=PARITY_STEPS)  # 10% warmup.

@@ -11,7 +11,8 @@ import torch
 import transformers
 
 from bert_jax.finetune import losses
-from bert_jax.handoff.hf_format import hf_config_dict, hf_from_params, params_from_hf
+from bert_jax.handoff.hf_configs import hf_config
+from bert_jax.handoff.hf_format import hf_from_params, params_from_hf
 from bert_jax.model.encoder import init_params
 from bert_jax.model.heads import task_model
 from bert_jax.train.step import overwrite_params
@@ -28,11 +29,11 @@ CHOICES, BATCH, SEQ = 3, 4, 16
 
 
 def _hf_model(config, head):
-  hf_config = transformers.BertConfig(
-    **hf_config_dict(config), num_labels=NUM_LABELS[head], problem_type="regression" if head == "regression" else None
+  reference_config = transformers.BertConfig(
+    **hf_config(config), num_labels=NUM_LABELS[head], problem_type="regression" if head == "regression" else None
   )
   torch.manual_seed(0)
-  model = HF_CLASSES[head](hf_config).eval()
+  model = HF_CLASSES[head](reference_config).eval()
   with torch.no_grad():  # HF initialises LayerNorms to 1/0 and biases to 0; make every tensor matter.
     for name, param in model.named_parameters():
       if "LayerNorm" in name or name.endswith("bias"):

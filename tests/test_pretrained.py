@@ -18,14 +18,15 @@ import transformers
 from bert_jax import sharding
 from bert_jax.data import corpus, prepare, shards
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.handoff import export, pretrained
-from bert_jax.handoff.hf_format import TIED, hf_config_dict, load_safetensors, params_from_hf, save_safetensors
+from bert_jax.handoff import export, hf_names, pretrained
+from bert_jax.handoff.hf_configs import hf_config
+from bert_jax.handoff.hf_format import load_safetensors, params_from_hf, save_safetensors
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
 from bert_jax.train import pretraining, start_order
 from bert_jax.workdir import checkpoints
-from tests.test_encoder import _inputs, _reference
+from tests.test_encoder import _inputs, _reference, _reference_outputs
 from tests.test_tokenizer import train_bpe
 
 _equal = jax.tree.map
@@ -189,18 +190,6 @@ def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece
   _assert_params_equal(resumed.opt_state, jax.device_get(state.opt_state))
 
 
-def _reference_outputs(hf_model, inputs):
-  input_ids, input_mask, segment_ids, _ = inputs
-  with torch.no_grad():
-    return hf_model(
-      torch.tensor(input_ids, dtype=torch.long),
-      attention_mask=torch.tensor(input_mask),
-      token_type_ids=torch.tensor(segment_ids, dtype=torch.long),
-      output_hidden_states=True,
-      output_attentions=True,
-    )
-
-
 def test_the_hugging_face_export_loads_in_transformers_and_computes_what_bert_jax_does(
   wordpiece_run, exports, tmp_path
 ):
@@ -225,7 +214,7 @@ def test_the_hugging_face_export_loads_in_transformers_and_computes_what_bert_ja
 
   # Logits, every layer's hidden states and attention probabilities, in both layer layouts.
   inputs = _inputs(types.SimpleNamespace(vocab_size=101), batch=3, seq=24, predictions=6)
-  expected = _reference_outputs(reference.eval(), inputs)
+  expected = _reference_outputs(reference.eval(), inputs, attentions=True)
   for scan_layers in (False, True):
     loaded = pretrained.load(str(hf_dir), scan_layers=scan_layers)
     outputs, state = BertForPretraining(loaded.config).apply(
@@ -287,8 +276,9 @@ def _from_google(directory, seed: int) -> dict:
 def test_google_bert_checkpoints_load_and_export_both_ways_as_transformers_reads_them(small_model_config, tmp_path):
   reference = _reference(small_model_config)
   everything = {name: value.numpy() for name, value in reference.state_dict().items()}
-  tensors = {name: value for name, value in everything.items() if name not in TIED and "position_ids" not in name}
-  bert_config = hf_config_dict(small_model_config)
+  tied = hf_names.names(small_model_config, "bert.").tied
+  tensors = {name: value for name, value in everything.items() if name not in tied and "position_ids" not in name}
+  bert_config = hf_config(small_model_config)
   del bert_config["model_type"], bert_config["architectures"], bert_config["layer_norm_eps"]
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(96)]]
   google = tmp_path / "google"

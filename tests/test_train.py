@@ -96,6 +96,11 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   "override, message",
   [
     (dict(data=dict(max_seq_length=64)), r"data.max_seq_length=64 exceeds model.max_position_embeddings=40"),
+    (
+      dict(model=dict(position_offset=2), data=dict(max_seq_length=40)),
+      r"max_seq_length=40 exceeds model.max_position_embeddings=40 - model.position_offset=2",
+    ),
+    (dict(model=dict(layer_sharing="ffn", scan_layers=True)), r"layer_sharing='ffn' shares a part of each layer"),
     (dict(model=dict(num_heads=5)), r"hidden_size=32 is not divisible by model.num_heads=5"),
     (dict(batch_size=12), r"Global batch size 12 is not divisible by the data-parallel size 8"),
     (dict(mesh=dict(data=2)), r"Mesh \(data=2, fsdp=1, tensor=1\) needs 2 devices, but 8 are available"),

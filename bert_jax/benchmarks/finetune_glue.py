@@ -35,7 +35,7 @@ from bert_jax import config_checks
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, job
 from bert_jax.handoff import export, pretrained
-from bert_jax.model.bert_config import SIZE_FIELDS
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
 from bert_jax.train.optim import LR_SCHEDULES
 from configs import glue as glue_config
 
@@ -81,7 +81,7 @@ def _config(task: str, init: str, schedule: str):
     config.init_from = _INIT_FROM.value
   else:  # The pretrained model's sizes, from its metadata; random weights.
     source = pretrained.describe(_INIT_FROM.value)
-    config.model.update({name: getattr(source.config, name) for name in SIZE_FIELDS})
+    config.model.update({name: getattr(source.config, name) for name in SIZE_FIELDS + ARCHITECTURE_FIELDS})
     config.tokenizer.update(kind="wordpiece", path=_VOCAB.value, lower_case=_LOWER_CASE.value)
   return config
 

@@ -40,7 +40,7 @@ from bert_jax import flops as flops_lib
 from bert_jax import sharding
 from bert_jax.benchmarks.reference import hf_train_step
 from bert_jax.finetune import losses
-from bert_jax.handoff.hf_format import hf_config_dict
+from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.model import heads
 from bert_jax.model.bert_config import BertConfig, preset
 from bert_jax.train import run
@@ -68,8 +68,8 @@ def make_config(preset_name: str, dtype: str, batch_size: int, seq: int):
   config.finetune.max_seq_length = seq
   config.mesh.update(data=1, fsdp=1, tensor=1)
   model_cfg = BertConfig(**config.model.to_dict())
-  if not 8 <= seq <= model_cfg.max_position_embeddings:
-    raise ValueError(f"--seq={seq} must be in [8, max_position_embeddings={model_cfg.max_position_embeddings}].")
+  if not 8 <= seq <= model_cfg.max_sequence_length:
+    raise ValueError(f"--seq={seq} must be in [8, {model_cfg.max_sequence_text}].")
   return config, model_cfg
 
 
@@ -128,7 +128,7 @@ def transformers_contestant(config, model_cfg: BertConfig, num_labels: int, mesh
   from transformers import FlaxBertForSequenceClassification
 
   hf_model = FlaxBertForSequenceClassification(
-    HFBertConfig(**hf_config_dict(model_cfg), num_labels=num_labels),
+    HFBertConfig(**hf_config(model_cfg), num_labels=num_labels),
     seed=0,
     dtype=model_cfg.compute_dtype,
     _do_init=True,

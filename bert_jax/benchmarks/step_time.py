@@ -29,7 +29,7 @@ from bert_jax import config_checks, sharding
 from bert_jax import flops as flops_lib
 from bert_jax.benchmarks.reference import hf_pretraining_loss, hf_train_step
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.handoff.hf_format import hf_config_dict
+from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.model.bert_config import preset
 from bert_jax.train import pretraining
 from configs import default
@@ -113,9 +113,7 @@ def _contestants(dtype: str, mesh, batches, dropout_key) -> dict:
   ours_state, ours_step = run.init_state(0), run.train_step
 
   # The reference, built from the same config with random weights (no download).
-  hf_model = FlaxBertForPreTraining(
-    HFBertConfig(**hf_config_dict(model_cfg)), seed=0, dtype=jnp.dtype(dtype), _do_init=True
-  )
+  hf_model = FlaxBertForPreTraining(HFBertConfig(**hf_config(model_cfg)), seed=0, dtype=jnp.dtype(dtype), _do_init=True)
   hf_params = jax.tree.map(jnp.asarray, hf_model.params)
   # Placed where the step returns it (with the batches), so that the second step does not compile again.
   hf_state = jax.device_put((hf_params, tx.init(hf_params), jnp.zeros((), jnp.int32)), sharding.replicated(mesh))

@@ -22,7 +22,7 @@ from absl import app, flags
 from bert_jax import sharding
 from bert_jax.benchmarks.reference import hf_pretraining_loss, hf_train_step
 from bert_jax.dry_run import ahead_of_time, planner
-from bert_jax.handoff.hf_format import hf_config_dict
+from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.model.bert_config import BertConfig, preset
 from configs import default
 
@@ -61,7 +61,7 @@ def _reference(config, devices) -> dict:
   from bert_jax.train.optim import make_optimizer
 
   model_cfg = BertConfig(**config.model.to_dict())
-  module = FlaxBertForPreTraining(HFBertConfig(**hf_config_dict(model_cfg)), dtype=jnp.bfloat16, _do_init=False).module
+  module = FlaxBertForPreTraining(HFBertConfig(**hf_config(model_cfg)), dtype=jnp.bfloat16, _do_init=False).module
   tx = make_optimizer(config)
   mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
   replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)

@@ -435,10 +435,10 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   else:
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
   model_cfg = model_config(config, source)
-  if config.finetune.max_seq_length > model_cfg.max_position_embeddings:
+  if config.finetune.max_seq_length > model_cfg.max_sequence_length:
     raise ValueError(
       f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the model's "
-      f"max_position_embeddings={model_cfg.max_position_embeddings} ({config.init_from})."
+      f"{model_cfg.max_sequence_text} ({config.init_from})."
     )
   splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
   total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)

@@ -10,7 +10,9 @@ workdir) and writes one of:
   parameter count, and the SHA-256 of every file (`verify_bundle` checks them).
 * `huggingface`: `model.safetensors`, `config.json`, `vocab.txt` + `tokenizer_config.json` (or the SentencePiece
   `tokenizer.model`; or a byte-level BPE's `vocab.json` + `merges.txt` + `tokenizer_config.json`, RobertaTokenizer),
-  which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load.
+  which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load; a RoBERTa is a `RobertaForMaskedLM`
+  (no pooler, no sentence head), an ALBERT an `AlbertForPreTraining` (hf_names.py), and an encoder without heads the
+  family's bare model (`BertModel`, ...).
 * `google`: `bert_model.ckpt.{index,data-00000-of-00001}` with the original TF1 variable names,
   `bert_config.json` and `vocab.txt`, as google-research/bert publishes.
 
@@ -39,7 +41,7 @@ from etils import epath
 
 from bert_jax import config_checks, paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
-from bert_jax.handoff import google_format, hf_format, pretrained
+from bert_jax.handoff import google_format, hf_configs, hf_format, pretrained
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints
@@ -150,17 +152,16 @@ def _hf_task_config(task: TaskHead) -> dict:
 
 
 def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
-  tensors = hf_format.hf_from_params(jax.device_get(loaded.params), loaded.config)
+  params = jax.device_get(loaded.params)
+  tensors = hf_format.hf_from_params(params, loaded.config)
   task = loaded.task
   if task is not None and task.head in ("span", "token"):  # transformers' models of these heads have no pooler.
     tensors = {name: value for name, value in tensors.items() if not name.startswith("bert.pooler.")}
   hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
-  config = hf_format.hf_config_dict(loaded.config)
+  config = hf_configs.hf_config(loaded.config, hf_format.architecture(params, loaded.config))
   if task is not None:
     config.update(_hf_task_config(task))
-  elif "nsp" not in loaded.params:
-    config["architectures"] = ["BertModel"]
   (directory / "config.json").write_text(json.dumps(dict(config, torch_dtype="float32"), indent=2))
 
 
@@ -219,6 +220,11 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
   replaced_format = _check_target(source, source, target, overwrite)
   loaded = pretrained.load(source)  # Checks the source before anything is written.
   _check_target(source, loaded.source.path, target, overwrite)
+  if format == "google" and loaded.config.model_type != "bert":
+    raise ValueError(
+      f"{source} is a {loaded.config.model_type} model; the google format is BERT's. Export it as bundle or "
+      "huggingface."
+    )
   if format == "google" and loaded.task is not None:
     raise ValueError(
       f"{source} is fine-tuned ({loaded.task.head} head for {loaded.task.task or 'a task'}); the google format has "

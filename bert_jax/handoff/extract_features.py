@@ -115,10 +115,9 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
   rules = config.logical_axis_rules
   loaded = pretrained.load(settings.source or workdir, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
   model_cfg = dataclasses.replace(loaded.config, dtype=config.model.dtype)
-  if settings.max_seq_length > model_cfg.max_position_embeddings:
+  if settings.max_seq_length > model_cfg.max_sequence_length:
     raise ValueError(
-      f"features.max_seq_length={settings.max_seq_length} exceeds the model's max_position_embeddings="
-      f"{model_cfg.max_position_embeddings}."
+      f"features.max_seq_length={settings.max_seq_length} exceeds the model's {model_cfg.max_sequence_text}."
     )
   layers = list(settings.layers)
   indices = _layer_indices(layers, model_cfg.num_layers)

@@ -1,10 +1,12 @@
-"""Hugging Face BERT weights <-> bert_jax params, both ways.
+"""Hugging Face weights <-> bert_jax params, both ways, for every family of `model_type` (BERT, RoBERTa, ALBERT).
 
-Reads and writes the tensor names of `BertForPreTraining` (prefix `bert.` and the `cls.` heads) and reads those
-of `BertModel` (no prefix, no heads), from and to `model.safetensors` (or, read only, a PyTorch
-`pytorch_model.bin` when torch is installed), or a dict of numpy arrays. Old Google-converted files name
-LayerNorm parameters `gamma`/`beta`; both spellings load. The MLM decoder is tied to the word embeddings, as in
-BERT: written files leave the tied tensors out, as `transformers`' own `save_pretrained` does.
+The file I/O (`model.safetensors`, its shards, or, read only, a PyTorch `pytorch_model.bin` when torch is
+installed) and the conversion, driven by each family's table of names (hf_names.py): the pretraining model's
+tensors (e.g. `BertForPreTraining`: prefix `bert.` and the `cls.` heads) and the bare encoder's (`BertModel`: no
+prefix, no heads) are read; the pretraining model's, or the encoder's, are written. Old Google-converted files name
+LayerNorm parameters `gamma`/`beta`; both spellings load. The MLM decoder is tied to the word embeddings: written
+files leave the tied tensors out, as `transformers`' own `save_pretrained` does, and read files may hold them
+(equal to what they are tied to) or not. `config.json` is hf_configs.py's.
 """
 
 import dataclasses
@@ -19,17 +21,13 @@ from etils import epath
 from flax import traverse_util
 
 from bert_jax import paths
-from bert_jax.model.bert_config import BertConfig, to_bert_json
+from bert_jax.handoff import hf_names
+from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import abstract_params
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"  # A model saved in several shards.
 PYTORCH_BIN = "pytorch_model.bin"
-
-
-def hf_config_dict(config: BertConfig) -> dict:
-  """The Hugging Face `config.json` of the same architecture (a `BertForPreTraining`)."""
-  return dict(to_bert_json(config), model_type="bert", architectures=["BertForPreTraining"])
 
 
 # How a bert_jax leaf relates to its Hugging Face tensor: (to bert_jax, to Hugging Face), given (heads, head_dim).
@@ -43,48 +41,6 @@ _KINDS = {
 }
 
 
-def _layer_norm(hf: str, ours: tuple) -> list:
-  return [(f"{hf}.weight", ours + ("scale",), "copy"), (f"{hf}.bias", ours + ("bias",), "copy")]
-
-
-def _dense(hf: str, ours: tuple, kernel="linear", bias="copy") -> list:
-  return [(f"{hf}.weight", ours + ("kernel",), kernel), (f"{hf}.bias", ours + ("bias",), bias)]
-
-
-def _encoder_table(num_layers: int, prefix: str) -> list:
-  """(HF tensor name, path in bert_jax params, kind) for the encoder and pooler."""
-  embed = ("bert", "embeddings")
-  table = [
-    (f"{prefix}embeddings.word_embeddings.weight", embed + ("word_embeddings", "embedding"), "copy"),
-    (f"{prefix}embeddings.position_embeddings.weight", embed + ("position_embeddings", "embedding"), "copy"),
-    (f"{prefix}embeddings.token_type_embeddings.weight", embed + ("token_type_embeddings", "embedding"), "copy"),
-    *_layer_norm(f"{prefix}embeddings.LayerNorm", embed + ("layer_norm",)),
-    *_dense(f"{prefix}pooler.dense", ("bert", "pooler")),
-  ]
-  for i in range(num_layers):
-    hf, ours = f"{prefix}encoder.layer.{i}", ("bert", f"layer_{i}")
-    for name in ("query", "key", "value"):
-      table += _dense(f"{hf}.attention.self.{name}", ours + ("attention", name), "split_heads", "head_bias")
-    table += _dense(f"{hf}.attention.output.dense", ours + ("attention", "output"), "merge_heads")
-    table += _layer_norm(f"{hf}.attention.output.LayerNorm", ours + ("attention_layer_norm",))
-    table += _dense(f"{hf}.intermediate.dense", ours + ("intermediate",))
-    table += _dense(f"{hf}.output.dense", ours + ("output",))
-    table += _layer_norm(f"{hf}.output.LayerNorm", ours + ("output_layer_norm",))
-  return table
-
-
-HEADS_TABLE = [
-  *_dense("cls.predictions.transform.dense", ("mlm_transform",)),
-  *_layer_norm("cls.predictions.transform.LayerNorm", ("mlm_layer_norm",)),
-  ("cls.predictions.bias", ("mlm_output_bias",), "copy"),
-  *_dense("cls.seq_relationship", ("nsp",)),
-]
-# Fine-tuning heads (model/heads.py), named as transformers' BertFor{SequenceClassification, TokenClassification,
-# MultipleChoice} (`classifier`) and BertForQuestionAnswering (`qa_outputs`); their width is the task's.
-TASK_HEADS = ("classifier", "qa_outputs")
-TASK_HEADS_TABLE = [entry for head in TASK_HEADS for entry in _dense(head, (head,))]
-# The decoder is tied to the word embeddings (its bias to `cls.predictions.bias`): files may hold copies.
-TIED = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Tensors that carry nothing bert_jax needs: buffers.
 _IGNORED_SUFFIXES = ("embeddings.position_ids",)
 
@@ -162,38 +118,45 @@ def save_safetensors(tensors: Mapping[str, np.ndarray], path) -> None:
   epath.Path(path).write_bytes(safetensors_numpy.save(contiguous, metadata={"format": "pt"}))
 
 
-def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dict:
-  """Converts HF BERT tensors to a bert_jax params tree (nested dicts of float32 numpy arrays, unrolled layers).
+def _present(entries, tensors) -> bool:
+  return any(hf in tensors for hf, _, _ in entries)
 
-  The result always holds `bert` (encoder and pooler); it also holds the pretraining heads
-  (`mlm_transform`, `mlm_layer_norm`, `mlm_output_bias`, `nsp`) when the file has them, and a fine-tuning head
-  (`classifier` or `qa_outputs`, as in `transformers`' BERT task models) when it has one. Raises ValueError,
-  naming the tensors, if the encoder is incomplete, if a shape disagrees with `config`, if the heads are
-  only partly present, or if the MLM decoder is not tied to the word embeddings.
+
+def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dict:
+  """Converts the HF tensors of `config.model_type`'s family (see hf_names.py) to a bert_jax params tree (nested
+  dicts of float32 numpy arrays, unrolled layers).
+
+  The result holds `bert` (the encoder, and the pooler when the file has one: transformers' RobertaForMaskedLM,
+  token and span models have none); each group of pretraining heads the file has (`mlm_transform`,
+  `mlm_layer_norm`, `mlm_output_bias`; the sentence head `nsp`); and a BERT fine-tuning head (`classifier` or
+  `qa_outputs`, as in `transformers`' BERT task models) when it has one. Raises ValueError, naming the tensors, if
+  the encoder is incomplete, if a shape disagrees with `config`, if a head or the pooler is only partly present, if
+  a tied tensor differs from the one it is tied to, or if copies of one shared parameter differ.
   """
   tensors = {_canonical(name): value for name, value in tensors.items()}
-  prefix = "bert." if any(name.startswith("bert.") for name in tensors) else ""
-  has_heads = any(name.startswith("cls.") for name in tensors)
-  table = _encoder_table(config.num_layers, prefix) + (HEADS_TABLE if has_heads else [])
-  table += [entry for entry in TASK_HEADS_TABLE if entry[0].split(".")[0] in {n.split(".")[0] for n in tensors}]
-  if f"{prefix}pooler.dense.weight" not in tensors and any(path[0] in TASK_HEADS for _, path, _ in table):
-    # transformers' token-classification and question-answering models have no pooler: it stays fresh here.
-    table = [entry for entry in table if entry[1][:2] != ("bert", "pooler")]
+  family_prefix = hf_names.PREFIXES[config.model_type]
+  prefix = family_prefix if any(name.startswith(family_prefix) for name in tensors) else ""
+  names = hf_names.names(config, prefix)
+  table = list(names.encoder)
+  table += [entry for group in names.heads.values() if _present(group, tensors) for entry in group]
+  table += [entry for entry in names.task_heads if entry[0].split(".")[0] in {n.split(".")[0] for n in tensors}]
+  if _present(names.pooler, tensors):  # Absent: the caller gives it a value (handoff/pretrained.py).
+    table += names.pooler
 
   missing = [hf for hf, _, _ in table if hf not in tensors]
   if missing:
     raise ValueError(
-      f"The Hugging Face weights lack {len(missing)} tensor(s) that a BERT with "
+      f"The Hugging Face weights lack {len(missing)} tensor(s) that a {config.model_type} model with "
       f"num_layers={config.num_layers} needs: {missing[:8]}{' ...' if len(missing) > 8 else ''}"
     )
-  used = {hf for hf, _, _ in table} | set(TIED)
+  used = {hf for hf, _, _ in table} | set(names.tied)
   unexpected = [name for name in tensors if name not in used and not name.endswith(_IGNORED_SUFFIXES)]
   if unexpected:
     raise ValueError(
-      f"The Hugging Face weights hold tensors that this config has no place for (more layers "
+      f"The Hugging Face weights hold tensors that this {config.model_type} config has no place for (more layers "
       f"than num_layers={config.num_layers}, or another architecture?): {unexpected[:8]}"
     )
-  for tied, source in zip(TIED, (f"{prefix}embeddings.word_embeddings.weight", "cls.predictions.bias"), strict=True):
+  for tied, source in names.tied.items():
     if tied in tensors and not np.array_equal(tensors[tied], tensors[source]):
       raise ValueError(
         f"{tied} differs from {source}; bert_jax ties the MLM decoder to the word embeddings as BERT does, so an "
@@ -202,9 +165,10 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
 
   expected = _expected_shapes(config)
   params: dict = {}
+  written: dict[tuple, str] = {}
   for hf, path, kind in table:
     shape = np.shape(tensors[hf])
-    if path[0] in TASK_HEADS:  # The task's width: only the input side is the model's.
+    if path[0] in hf_names.TASK_HEADS:  # The task's width: only the input side is the model's.
       expected["/".join(path)] = (config.hidden_size, shape[0]) if path[-1] == "kernel" else shape
     try:
       value = np.asarray(_KINDS[kind][0](np.asarray(tensors[hf]), config.num_heads, config.head_dim), np.float32)
@@ -213,28 +177,50 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
     if value is None or value.shape != expected["/".join(path)]:
       raise ValueError(
         f"Hugging Face tensor {hf} has shape {shape}, which does not fit this config "
-        f"(hidden_size={config.hidden_size}, num_heads={config.num_heads}, "
-        f"intermediate_size={config.intermediate_size}, vocab_size={config.vocab_size}, "
-        f"max_position_embeddings={config.max_position_embeddings}, "
+        f"(hidden_size={config.hidden_size}, embedding_size={config.embedding_width}, "
+        f"num_heads={config.num_heads}, intermediate_size={config.intermediate_size}, "
+        f"vocab_size={config.vocab_size}, max_position_embeddings={config.max_position_embeddings}, "
         f"type_vocab_size={config.type_vocab_size})."
       )
     node = params
     for key in path[:-1]:
       node = node.setdefault(key, {})
+    if path in written and not np.array_equal(node[path[-1]], value):  # Copies of one shared parameter.
+      raise ValueError(
+        f"{hf} differs from {written[path]}; with model.layer_sharing={config.layer_sharing!r} both are "
+        f"{'/'.join(path)}."
+      )
     node[path[-1]] = value
+    written.setdefault(path, hf)
   return params
 
 
+def architecture(params: Mapping, config: BertConfig) -> str:
+  """The transformers class `hf_from_params` writes `params` as: the family's pretraining model when `params`
+  hold the MLM head, else its encoder. (A fine-tuned BERT's task model: model/heads.py HF_ARCHITECTURES.)"""
+  names = hf_names.names(config, hf_names.PREFIXES[config.model_type])
+  return names.pretraining if "mlm_transform" in params else names.encoder_only
+
+
 def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
-  """A bert_jax params tree (unrolled layers; heads optional) -> `BertForPreTraining` tensors (or, with a task
-  head, the task model's) as numpy, named and laid out as `transformers` saves them (tied decoder tensors left
-  out)."""
+  """A bert_jax params tree (unrolled layers; heads optional) -> the tensors of `architecture(params, config)` (or,
+  with a task head, of BERT's task model) as numpy, named and laid out as `transformers` saves them (tied tensors
+  left out; a shared parameter copied to every layer that uses it). Heads the family's model has no place for
+  (RoBERTa's sentence head) are left out. A bare encoder's names have no prefix, as transformers writes them."""
   flat = traverse_util.flatten_dict(params)
-  has_heads = "nsp" in params
-  table = _encoder_table(config.num_layers, "bert.") + (HEADS_TABLE if has_heads else [])
-  table += [entry for entry in TASK_HEADS_TABLE if entry[1][0] in params]
+  has_task = any(head in params for head in hf_names.TASK_HEADS)
+  bare = "mlm_transform" not in params and not has_task
+  names = hf_names.names(config, "" if bare else hf_names.PREFIXES[config.model_type])
+  task = [entry for entry in names.task_heads if entry[1][0] in params]
+  if has_task and not task:
+    raise ValueError(
+      f"A fine-tuned {config.model_type} model has BERT's task head, which transformers' {config.model_type} task "
+      "models do not have: export it as a bundle."
+    )
+  heads = [entry for group in names.heads.values() if group[0][1][0] in params for entry in group]
+  pooler = list(names.pooler) if task or bare or names.pooler_with_heads else []
   tensors = {}
-  for hf, path, kind in table:
+  for hf, path, kind in [*names.encoder, *pooler, *heads, *task]:
     if path not in flat:
       raise ValueError(f"The params lack {'/'.join(path)} (for {hf}); are the layers scanned? Convert them first.")
     value = np.asarray(jax.device_get(flat[path]), np.float32)

@@ -6,16 +6,17 @@ Sources (local paths or `gs://`), told apart by what the directory holds:
   directory `<workdir>/checkpoints/<step>`: only the `params` item is read, never the optimizer state;
 * a fine-tuning workdir: its `best/` checkpoint (the best sweep member), or `best/<step>`;
 * an export bundle (`manifest.json`, written last by `bert_jax.handoff.export`);
-* a Hugging Face BERT directory: `config.json` + `model.safetensors` (or `pytorch_model.bin` with torch) +
-  `vocab.txt` (or a SentencePiece `tokenizer.model` or `spiece.model`, or a byte-level BPE's `vocab.json` +
-  `merges.txt`);
+* a Hugging Face BERT, RoBERTa or ALBERT directory (hf_configs.py, hf_names.py): `config.json` +
+  `model.safetensors` (or `pytorch_model.bin` with torch) + `vocab.txt` (or a SentencePiece `tokenizer.model` or
+  `spiece.model`, or a byte-level BPE's `vocab.json` + `merges.txt`);
 * an original Google BERT directory: `bert_config.json` + `bert_model.ckpt.{index,data-*}` + `vocab.txt`.
 
 A fine-tuned model (a fine-tuning workdir, its bundle, a Hugging Face `BertFor{SequenceClassification,
 QuestionAnswering,TokenClassification,MultipleChoice}` directory) loads with its head: `params` holds `bert` and
 `classifier` or `qa_outputs`, and `task` (a `heads.TaskHead`) names the task, head and labels, so that
 `loaded.task.model(loaded.config)` is the model to apply them to. transformers' token and span models have no
-pooler, which those heads never read: from their files the pooler loads as zeros.
+pooler, which those heads never read: from their files the pooler loads as zeros. RobertaForMaskedLM has none
+either: its pooler starts fresh (random, seed 0), as a new head does.
 
 Orbax sources restore straight into the requested shardings (each host reads only its shards: BERT-Large never
 exists whole on one host), in either layer layout whatever the checkpoint's. Foreign formats are read whole on
@@ -40,10 +41,10 @@ from jax.experimental import multihost_utils
 
 from bert_jax import config_checks, paths, sharding
 from bert_jax.data.tokenizer import Tokenizer, file_sha256, load_tokenizer, tokenizer_sha256
-from bert_jax.handoff import google_format, hf_format
+from bert_jax.handoff import google_format, hf_configs, hf_format
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import SIZE_FIELDS, BertConfig, from_bert_json
-from bert_jax.model.encoder import abstract_params
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, from_bert_json
+from bert_jax.model.encoder import abstract_params, make_pooler
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints
 
@@ -165,10 +166,10 @@ def read_json(path: epath.Path) -> dict:
 
 
 def _read_config(config_file: epath.Path) -> BertConfig:
-  """The model config of a `bert_config.json` or Hugging Face `config.json`, checked as the user's is."""
-  return _named(
-    config_file, lambda: config_checks.check_model(from_bert_json(read_json(config_file), str(config_file)))
-  )
+  """The model config of a `bert_config.json` or Hugging Face `config.json` (by its `model_type`), checked as the
+  user's is."""
+  read = hf_configs.config_from_hf if config_file.name == "config.json" else from_bert_json
+  return _named(config_file, lambda: config_checks.check_model(read(read_json(config_file), str(config_file))))
 
 
 def verify_bundle(directory, manifest: dict, part: str | None = None) -> None:
@@ -303,10 +304,11 @@ def describe(path, lower_case: bool | None = None) -> Source:
 
 
 def check_fits(source: Source, config: BertConfig, where: str) -> None:
-  """Raises ValueError, naming `where` and each field, if the source's parameter shapes differ from `config`'s."""
+  """Raises ValueError, naming `where` and each field, if the source's parameter shapes or architecture (a
+  RoBERTa's positions, an activation) differ from `config`'s."""
   different = [
-    f"model.{name}: {getattr(source.config, name)} vs {getattr(config, name)}"
-    for name in SIZE_FIELDS
+    f"model.{name}: {getattr(source.config, name)!r} vs {getattr(config, name)!r}"
+    for name in SIZE_FIELDS + ARCHITECTURE_FIELDS
     if getattr(source.config, name) != getattr(config, name)
   ]
   if different:
@@ -420,9 +422,14 @@ def _read_params(source: Source, mesh, rules) -> dict:
     numpy_params = hf_format.params_from_hf(tensors, source.config)
   except ValueError as error:
     raise ValueError(f"{source.path}: {error}") from None
-  if source.task is not None and "pooler" not in numpy_params["bert"]:  # transformers' token and span models.
-    pooler = nn.meta.unbox(_abstract(source.config, source.task))["bert"]["pooler"]
-    numpy_params["bert"]["pooler"] = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), pooler)
+  if "pooler" not in numpy_params["bert"]:  # transformers' token and span models, and RobertaForMaskedLM.
+    config = source.config
+    pooler = nn.meta.unbox(make_pooler(config).init(jax.random.key(0), np.zeros((1, config.hidden_size)))["params"])
+    if source.task is not None:  # A task model whose head never reads it.
+      pooler = jax.tree.map(np.zeros_like, pooler)
+    else:  # Fresh, as a new head is, for the task or sentence head that will train it.
+      logging.info("%s has no pooler; it starts fresh (random, seed 0).", source.path)
+    numpy_params["bert"]["pooler"] = jax.tree.map(np.asarray, pooler)
   if source.config.scan_layers:
     raise AssertionError("Foreign formats are unrolled.")
   return _place(numpy_params, shardings)

@@ -8,8 +8,8 @@ import dataclasses
 import jax.numpy as jnp
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
-# The fields that fix the parameters' shapes: a checkpoint loads into any config that agrees on these.
-SIZE_FIELDS = (
+# The sizes that must be positive integers.
+_POSITIVE_SIZES = (
   "vocab_size",
   "hidden_size",
   "num_layers",
@@ -18,6 +18,18 @@ SIZE_FIELDS = (
   "max_position_embeddings",
   "type_vocab_size",
 )
+# The fields that fix the parameters' shapes: a checkpoint loads into any config that agrees on these.
+SIZE_FIELDS = (*_POSITIVE_SIZES, "embedding_size", "layer_sharing")
+# The fields that change what the same parameters compute: a checkpoint of another family (a RoBERTa into a BERT
+# config) has the shapes but not the function.
+ARCHITECTURE_FIELDS = ("model_type", "hidden_act", "position_offset")
+# model.model_type: the family a model was published as, which names its tensors in Hugging Face files.
+MODEL_TYPES = ("bert", "roberta", "albert")
+# model.hidden_act: "gelu" is BERT's exact (erf) form; "gelu_new" the tanh approximation (ALBERT's).
+ACTIVATIONS = ("gelu", "gelu_new")
+# model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
+# feed-forward sub-layer (with its LayerNorm) only.
+LAYER_SHARING = ("none", "all", "attention", "ffn")
 # What the backward pass keeps of each layer's activations: everything ("none": no rematerialisation), nothing
 # but the layer's input ("full": the layer is recomputed), or the matmul outputs ("save_dots").
 REMAT_POLICIES = ("none", "full", "save_dots")
@@ -49,9 +61,19 @@ class BertConfig:
   scan_layers: bool = False
   # The attention kernel, one of ATTENTION_KINDS: "xla" (the reference), "splash" (TPU), "cudnn" (GPU) or "auto".
   attention: str = "xla"
+  # The family, one of MODEL_TYPES: it names the tensors of Hugging Face files.
+  model_type: str = "bert"
+  # Width of the embedding tables (ALBERT's factorisation, projected to hidden_size); 0: hidden_size.
+  embedding_size: int = 0
+  # The feed-forward and masked-LM activation, one of ACTIVATIONS.
+  hidden_act: str = "gelu"
+  # Added to every real token's position (RoBERTa: 2, its padding index + 1); padding takes position_offset - 1.
+  position_offset: int = 0
+  # Which parameters the layers share, one of LAYER_SHARING.
+  layer_sharing: str = "none"
 
   def __post_init__(self):
-    for name in SIZE_FIELDS:
+    for name in _POSITIVE_SIZES:
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"model.{name} must be a positive integer, got {value!r}.")
@@ -80,6 +102,38 @@ class BertConfig:
       raise ValueError(f"model.attention='cudnn' runs in bfloat16 only; model.dtype={self.dtype!r}.")
     if not isinstance(self.scan_layers, bool):
       raise ValueError(f"model.scan_layers must be True or False, got {self.scan_layers!r}.")
+    for name, allowed in (
+      ("model_type", MODEL_TYPES),
+      ("hidden_act", ACTIVATIONS),
+      ("layer_sharing", LAYER_SHARING),
+    ):
+      if getattr(self, name) not in allowed:
+        raise ValueError(f"model.{name}={getattr(self, name)!r} is not supported; expected one of {allowed}.")
+    for name in ("embedding_size", "position_offset"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 0:
+        raise ValueError(f"model.{name} must be a non-negative integer, got {value!r}.")
+    if self.scan_layers and self.layer_sharing in ("attention", "ffn"):
+      raise ValueError(
+        f"model.layer_sharing={self.layer_sharing!r} shares a part of each layer, which a scan over layers cannot "
+        "express: set model.scan_layers=False (or layer_sharing 'none' or 'all')."
+      )
+
+  @property
+  def max_sequence_length(self) -> int:
+    """The longest sequence the position table covers: beyond it, positions have no embedding."""
+    return self.max_position_embeddings - self.position_offset
+
+  @property
+  def max_sequence_text(self) -> str:
+    """`max_sequence_length` as errors name it, by the keys it comes from."""
+    text = f"model.max_position_embeddings={self.max_position_embeddings}"
+    return f"{text} - model.position_offset={self.position_offset}" if self.position_offset else text
+
+  @property
+  def embedding_width(self) -> int:
+    """The width of the embedding tables: embedding_size, or hidden_size when it is 0."""
+    return self.embedding_size or self.hidden_size
 
   @property
   def head_dim(self) -> int:
@@ -135,25 +189,37 @@ _BERT_JSON_NAMES = {
 }
 
 
+# bert_jax's fields beyond the original's: a bundle's `bert_config.json` names those that differ from BERT's, so
+# that a BERT's file is the original format and a RoBERTa's or ALBERT's still says what it is.
+EXTENSION_FIELDS = ("model_type", "embedding_size", "position_offset", "layer_sharing")
+
+
 def to_bert_json(config: BertConfig) -> dict:
   """The architecture in the original `bert_config.json` names (plus `layer_norm_eps`, which Hugging Face reads;
-  the original code fixes it at 1e-12)."""
+  the original code fixes it at 1e-12), and the fields of `EXTENSION_FIELDS` that differ from BERT's."""
   fields = {original: getattr(config, ours) for ours, original in _BERT_JSON_NAMES.items()}
-  return dict(fields, hidden_act="gelu", layer_norm_eps=config.layer_norm_eps)
+  bert = BertConfig()
+  extensions = {
+    name: getattr(config, name) for name in EXTENSION_FIELDS if getattr(config, name) != getattr(bert, name)
+  }
+  return dict(fields, hidden_act=config.hidden_act, layer_norm_eps=config.layer_norm_eps, **extensions)
 
 
 def from_bert_json(fields: dict, where: str) -> BertConfig:
-  """A `bert_config.json` or Hugging Face `config.json` (as a dict) -> BertConfig; `where` names it in errors."""
+  """A `bert_config.json` (Google's, or a bert_jax bundle's with the fields `to_bert_json` adds) or a Hugging Face
+  BERT `config.json`, as a dict -> BertConfig; `where` names it in errors."""
   missing = [name for name in _BERT_JSON_NAMES.values() if name not in fields]
   if missing:
     raise ValueError(f"{where} lacks {missing}; a BERT config names {sorted(_BERT_JSON_NAMES.values())}.")
-  if fields.get("hidden_act", "gelu") != "gelu":
-    raise ValueError(f"{where} has hidden_act={fields['hidden_act']!r}; bert_jax implements BERT's exact 'gelu'.")
-  if fields.get("model_type", "bert") != "bert":
-    raise ValueError(f"{where} has model_type={fields['model_type']!r}; bert_jax loads BERT ('bert') models.")
   if fields.get("position_embedding_type", "absolute") != "absolute":
     raise ValueError(
       f"{where} has position_embedding_type={fields['position_embedding_type']!r}; BERT's is 'absolute'."
     )
   values = {ours: fields[original] for ours, original in _BERT_JSON_NAMES.items()}
-  return BertConfig(**values, layer_norm_eps=fields.get("layer_norm_eps", 1e-12))
+  values.update({name: fields[name] for name in EXTENSION_FIELDS if name in fields})
+  try:
+    return BertConfig(
+      **values, hidden_act=fields.get("hidden_act", "gelu"), layer_norm_eps=fields.get("layer_norm_eps", 1e-12)
+    )
+  except ValueError as error:
+    raise ValueError(f"{where}: {error}") from None

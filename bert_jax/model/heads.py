@@ -19,7 +19,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.encoder import Array, BertModel, dense
+from bert_jax.model.encoder import Array, BertModel
+from bert_jax.model.layers import dense
 
 HEADS = ("classification", "regression", "span", "token", "choice")
 # transformers' class of each head, the `architectures` of a Hugging Face config.json.

@@ -34,7 +34,7 @@ from jax.experimental import multihost_utils
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.handoff import pretrained
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import SIZE_FIELDS, BertConfig
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig
 from bert_jax.model.encoder import BertForPretraining
 from bert_jax.train import step as step_lib
 from bert_jax.train.run import Run
@@ -42,11 +42,13 @@ from bert_jax.workdir import checkpoints
 
 
 def _check_compatible(saved: dict, config, where: str) -> None:
-  """Raises if the checkpoint's config (a dict) has other parameter or optimizer-state shapes than `config`."""
+  """Raises if the checkpoint's config (a dict) has other parameter or optimizer-state shapes, or another
+  architecture, than `config`. Keys a checkpoint predates take their defaults (BERT's)."""
+  ours, theirs = BertConfig(**config.model.to_dict()), BertConfig(**saved["model"])
   different = [
-    f"model.{name}: {saved['model'][name]} vs {config.model[name]}"
-    for name in SIZE_FIELDS
-    if saved["model"][name] != config.model[name]
+    f"model.{name}: {getattr(theirs, name)!r} vs {getattr(ours, name)!r}"
+    for name in SIZE_FIELDS + ARCHITECTURE_FIELDS
+    if getattr(theirs, name) != getattr(ours, name)
   ]
   if saved.get("optimizer", "adamw") != config.optimizer:
     different.append(f"optimizer: {saved.get('optimizer', 'adamw')!r} vs {config.optimizer!r}")

@@ -22,7 +22,8 @@ from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
 from bert_jax.model.attention import target_platform
-from bert_jax.model.encoder import activation_rules, init_params
+from bert_jax.model.encoder import init_params
+from bert_jax.model.layers import activation_rules
 from bert_jax.train.guard import DEFAULT_GUARD, Guard
 
 

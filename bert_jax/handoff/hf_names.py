@@ -1,0 +1,184 @@
+"""Each model family's Hugging Face tensor names, as tables of (HF name, path in bert_jax params, kind); the kinds
+(how a tensor's layout changes) are `hf_format._KINDS`.
+
+`names(config, prefix)` gives the family of `config.model_type`: the encoder's entries (embeddings, the projection
+of factorised embeddings, the layers), the pooler's, the pretraining heads' in groups that a file holds whole or
+not at all, the tensors tied to others (which `save_pretrained` leaves out), and the architectures written. The
+encoder's names start with `prefix`: the family's in its pretraining model (`bert.`, `roberta.`, `albert.`), empty
+in a bare encoder's file (`BertModel`, ...).
+
+  family   pretraining model (heads: `mlm`, `sentence`)     encoder           pooler in the pretraining model
+  bert     BertForPreTraining (cls.predictions, cls.seq_relationship)    BertModel     yes
+  roberta  RobertaForMaskedLM (lm_head; no sentence head)   RobertaModel      no
+  albert   AlbertForPreTraining (predictions, sop_classifier)            AlbertModel   yes
+
+A layer shared across the model (`layer_sharing`) is written once per layer that uses it, as copies: BERT and
+RoBERTa files have a place per layer, and ALBERT's groups hold "all" as one group and anything else as one group
+per layer. A new family is one more function in `_FAMILIES`.
+"""
+
+import dataclasses
+
+from bert_jax.model import layers
+from bert_jax.model.bert_config import BertConfig
+
+Entry = tuple[str, tuple[str, ...], str]  # (HF name, path in bert_jax params, kind of hf_format._KINDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Names:
+  """One family's tensor names for one config and prefix."""
+
+  encoder: tuple[Entry, ...]
+  pooler: tuple[Entry, ...]
+  heads: dict[str, tuple[Entry, ...]]  # Head group ("mlm", "sentence") -> its entries.
+  tied: dict[str, str]  # Tied tensor -> the tensor it must equal (both HF names).
+  pretraining: str  # The architecture of a file with the heads ...
+  encoder_only: str  # ... and without.
+  pooler_with_heads: bool  # Whether the pretraining architecture has the pooler.
+  task_heads: tuple[Entry, ...] = ()  # Fine-tuning heads transformers' models of this family name alike.
+
+
+def _layer_norm(hf: str, ours: tuple) -> list[Entry]:
+  return [(f"{hf}.weight", ours + ("scale",), "copy"), (f"{hf}.bias", ours + ("bias",), "copy")]
+
+
+def _dense(hf: str, ours: tuple) -> list[Entry]:
+  return [(f"{hf}.weight", ours + ("kernel",), "linear"), (f"{hf}.bias", ours + ("bias",), "copy")]
+
+
+def _heads_in(hf: str, ours: tuple) -> list[Entry]:
+  return [(f"{hf}.weight", ours + ("kernel",), "split_heads"), (f"{hf}.bias", ours + ("bias",), "head_bias")]
+
+
+def _heads_out(hf: str, ours: tuple) -> list[Entry]:
+  return [(f"{hf}.weight", ours + ("kernel",), "merge_heads"), (f"{hf}.bias", ours + ("bias",), "copy")]
+
+
+def _embeddings(prefix: str) -> list[Entry]:
+  embed = ("bert", "embeddings")
+  return [
+    (f"{prefix}embeddings.word_embeddings.weight", embed + ("word_embeddings", "embedding"), "copy"),
+    (f"{prefix}embeddings.position_embeddings.weight", embed + ("position_embeddings", "embedding"), "copy"),
+    (f"{prefix}embeddings.token_type_embeddings.weight", embed + ("token_type_embeddings", "embedding"), "copy"),
+    *_layer_norm(f"{prefix}embeddings.LayerNorm", embed + ("layer_norm",)),
+  ]
+
+
+# A layer's sub-modules (model/layers.py `_SUBLAYERS`, then the path inside) -> HF module name and entry maker.
+_BERT_LAYER = (
+  (("attention", "query"), "attention.self.query", _heads_in),
+  (("attention", "key"), "attention.self.key", _heads_in),
+  (("attention", "value"), "attention.self.value", _heads_in),
+  (("attention", "output"), "attention.output.dense", _heads_out),
+  (("attention_layer_norm",), "attention.output.LayerNorm", _layer_norm),
+  (("intermediate",), "intermediate.dense", _dense),
+  (("output",), "output.dense", _dense),
+  (("output_layer_norm",), "output.LayerNorm", _layer_norm),
+)
+_ALBERT_LAYER = (
+  (("attention", "query"), "attention.query", _heads_in),
+  (("attention", "key"), "attention.key", _heads_in),
+  (("attention", "value"), "attention.value", _heads_in),
+  (("attention", "output"), "attention.dense", _heads_out),
+  (("attention_layer_norm",), "attention.LayerNorm", _layer_norm),
+  (("intermediate",), "ffn", _dense),
+  (("output",), "ffn_output", _dense),
+  (("output_layer_norm",), "full_layer_layer_norm", _layer_norm),
+)
+
+
+def _layers(config: BertConfig, count: int, hf_layer, sublayers) -> list[Entry]:
+  """Entries of layers 0..count-1: layer i's modules are under `hf_layer(i)` in the file, and wherever
+  `layer_sharing` puts them in bert_jax's tree."""
+  return [
+    entry
+    for i in range(count)
+    for (name, *inside), hf, make in sublayers
+    for entry in make(f"{hf_layer(i)}.{hf}", ("bert", *layers.sublayer_path(config, i, name), *inside))
+  ]
+
+
+def _tied(decoder: str, prefix: str, bias: str) -> dict[str, str]:
+  """The MLM decoder, tied to the word embeddings, and its bias, tied to the output bias."""
+  return {f"{decoder}.weight": f"{prefix}embeddings.word_embeddings.weight", f"{decoder}.bias": bias}
+
+
+def _mlm(transform: str, layer_norm: str, bias: str) -> list[Entry]:
+  return [
+    *_dense(transform, ("mlm_transform",)),
+    *_layer_norm(layer_norm, ("mlm_layer_norm",)),
+    (bias, ("mlm_output_bias",), "copy"),
+  ]
+
+
+# Fine-tuning heads (model/heads.py), named as transformers' BertFor{SequenceClassification, TokenClassification,
+# MultipleChoice} (`classifier`) and BertForQuestionAnswering (`qa_outputs`); their width is the task's.
+TASK_HEADS = ("classifier", "qa_outputs")
+
+
+def _bert(config: BertConfig, prefix: str) -> Names:
+  return Names(
+    encoder=(
+      *_embeddings(prefix),
+      *_layers(config, config.num_layers, lambda i: f"{prefix}encoder.layer.{i}", _BERT_LAYER),
+    ),
+    pooler=tuple(_dense(f"{prefix}pooler.dense", ("bert", "pooler"))),
+    heads={
+      "mlm": tuple(
+        _mlm("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
+      ),
+      "sentence": tuple(_dense("cls.seq_relationship", ("nsp",))),
+    },
+    tied=_tied("cls.predictions.decoder", prefix, "cls.predictions.bias"),
+    pretraining="BertForPreTraining",
+    encoder_only="BertModel",
+    pooler_with_heads=True,
+    task_heads=tuple(entry for head in TASK_HEADS for entry in _dense(head, (head,))),
+  )
+
+
+def _roberta(config: BertConfig, prefix: str) -> Names:
+  return Names(
+    encoder=(
+      *_embeddings(prefix),
+      *_layers(config, config.num_layers, lambda i: f"{prefix}encoder.layer.{i}", _BERT_LAYER),
+    ),
+    pooler=tuple(_dense(f"{prefix}pooler.dense", ("bert", "pooler"))),
+    heads={"mlm": tuple(_mlm("lm_head.dense", "lm_head.layer_norm", "lm_head.bias"))},
+    tied=_tied("lm_head.decoder", prefix, "lm_head.bias"),
+    pretraining="RobertaForMaskedLM",
+    encoder_only="RobertaModel",
+    pooler_with_heads=False,
+  )
+
+
+def _albert(config: BertConfig, prefix: str) -> Names:
+  groups = 1 if config.layer_sharing == "all" else config.num_layers
+  group = lambda g: f"{prefix}encoder.albert_layer_groups.{g}.albert_layers.0"  # noqa: E731
+  return Names(
+    encoder=(
+      *_embeddings(prefix),
+      *_dense(f"{prefix}encoder.embedding_hidden_mapping_in", ("bert", "embeddings_project")),
+      *_layers(config, groups, group, _ALBERT_LAYER),
+    ),
+    pooler=tuple(_dense(f"{prefix}pooler", ("bert", "pooler"))),
+    heads={
+      "mlm": tuple(_mlm("predictions.dense", "predictions.LayerNorm", "predictions.bias")),
+      "sentence": tuple(_dense("sop_classifier.classifier", ("nsp",))),
+    },
+    tied=_tied("predictions.decoder", prefix, "predictions.bias"),
+    pretraining="AlbertForPreTraining",
+    encoder_only="AlbertModel",
+    pooler_with_heads=True,
+  )
+
+
+_FAMILIES = {"bert": _bert, "roberta": _roberta, "albert": _albert}
+# The encoder's prefix in each family's pretraining model.
+PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert."}
+
+
+def names(config: BertConfig, prefix: str) -> Names:
+  """The tensor names of `config.model_type`'s family, the encoder's under `prefix` (PREFIXES', or empty)."""
+  return _FAMILIES[config.model_type](config, prefix)
