@@ -31,6 +31,7 @@ def get_config():
   config.data.max_seq_length = 512
   config.data.max_predictions_per_seq = 20
   config.data.short_seq_prob = 0.1
+  config.data.instances = "sop"  # Sentence-order prediction in place of NSP.
   config.batch_size = 4096
   config.num_train_steps = 125_000
   config.warmup_steps = 3125

@@ -3,7 +3,7 @@ no next-sentence task, batch 8k of 512 tokens, peak learning rate 6e-4 after 24k
 beta2 0.98 and no gradient clipping, a linear decay from the peak.
 
     python -m bert_jax.main --config=configs/roberta_base.py --workdir=gs://BUCKET/roberta-base \\
-        --config.tokenizer.path=gs://BUCKET/vocab/roberta --config.data.prepared_dir=gs://BUCKET/wiki_roberta
+        --config.tokenizer.path=gs://BUCKET/roberta/vocab.json --config.data.prepared_dir=gs://BUCKET/wiki_roberta
 
 The architecture is BERT's with RoBERTa's conventions: positions start at 2 (its padding index 1, plus one), so
 the position table has 514 rows for 512 tokens; one token type; LayerNorm epsilon 1e-5; a 50,265-piece byte-level
@@ -27,7 +27,8 @@ def get_config():
     layer_norm_eps=1e-5,
     dtype="bfloat16",  # fairseq trained in fp16.
   )
-  config.data.next_sentence_prediction = False
+  config.tokenizer.kind = "bpe"  # vocab.json with merges.txt beside it, or a tokenizer.json.
+  config.data.instances = "full_sentences"  # FULL-SENTENCES, no next-sentence task.
   config.data.max_seq_length = 512
   config.data.max_predictions_per_seq = 80
   config.batch_size = 8192
