@@ -149,7 +149,9 @@ def test_the_synthetic_source_gives_one_token_type_to_a_model_that_has_one(rober
     type_vocab_size=1,
   )
   two_types = next(
-    SyntheticSource(seed=0, global_batch_size=4, max_seq_length=16, max_predictions_per_seq=3, vocab_size=99)
+    SyntheticSource(
+      seed=0, global_batch_size=4, max_seq_length=16, max_predictions_per_seq=3, vocab_size=roberta_config.vocab_size
+    )
   )
   assert two_types["segment_ids"].max() == 1  # BERT's two segments, as before.
   assert all(np.array_equal(batch[k], two_types[k]) for k in batch if k != "segment_ids")
