@@ -135,6 +135,9 @@ def finetuning_job(config, devices, layers: int | None = None) -> Job:
   params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
   rows = config.batch_size * max(task.num_choices, 1)
   eval_rows = config.finetune.eval_batch_size * max(task.num_choices, 1)
+  train_flops = flops.train_flops_per_step(model_cfg, rows, seq, 0)
+  if the_run.frozen is not None:  # A teacher's forward pass too, for each member's rows.
+    train_flops = flops.distillation_flops_per_step(model_cfg, the_run.frozen.model.config, rows, seq, 0)
   return Job(
     name=f"fine-tuning {task.name} ({task.head} head), {len(members)} sweep member(s)",
     run=the_run,
@@ -144,7 +147,7 @@ def finetuning_job(config, devices, layers: int | None = None) -> Job:
     eval_args=(params, eval_batch),
     tokens_per_step=rows * seq,
     # Per member; the head and the [CLS]-only heads are negligible beside the encoder (no MLM head here).
-    model_flops_per_step=len(members) * flops.train_flops_per_step(model_cfg, rows, seq, 0),
+    model_flops_per_step=len(members) * train_flops,
     eval_model_flops=len(members) * flops.train_flops_per_step(model_cfg, eval_rows, seq, 0) / 3,
     batch_row=f"{config.batch_size} rows x {seq} tokens (eval {config.finetune.eval_batch_size} rows)",
   )
