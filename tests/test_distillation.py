@@ -10,16 +10,21 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
+from etils import epath
 
-from bert_jax import sharding
-from bert_jax.finetune import losses
-from bert_jax.handoff import pretrained
+from bert_jax import config_checks, flops, sharding
+from bert_jax.dry_run import ahead_of_time
+from bert_jax.finetune import job, losses
+from bert_jax.handoff import export, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.encoder import BertForPretraining, init_params
+from bert_jax.model.heads import TaskHead
 from bert_jax.train import distillation, objectives, pretraining, start_order
 from bert_jax.train import run as run_lib
 from bert_jax.train.optim import make_optimizer
 from bert_jax.workdir import checkpoints
+from configs import glue
+from tests.test_finetune import _write_sst2
 from tests.test_train_step import _batches
 
 T, ALPHA_CE, ALPHA_MLM, ALPHA_COS = 2.0, 5.0, 2.0, 1.0
@@ -91,7 +96,7 @@ def test_the_distillation_loss_equals_a_hand_computation(small_config, teacher_a
   np.testing.assert_allclose(float(sum(halves)), float(got), rtol=1e-6)
 
 
-def test_the_student_starts_from_every_other_teacher_layer_copied(small_model_config):
+def test_the_student_starts_from_every_other_teacher_layer_copied(small_config, small_model_config):
   teacher_cfg = dataclasses.replace(small_model_config, num_layers=4)
   teacher = _params(BertForPretraining(teacher_cfg), 0)
   placed = jax.device_put(teacher)
@@ -109,12 +114,10 @@ def test_the_student_starts_from_every_other_teacher_layer_copied(small_model_co
   scanned = distillation.student_params(param_layout.convert(placed, scanned=True), (0, 2), 4, scanned=True)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(param_layout.convert(scanned, scanned=False)), expected)
   # DistilBERT's own choice of layers, by config.
-  config = type("Config", (), {})()
-  config.distill = type("Distill", (), dict(student_layers=()))()
-  config.model = type("Model", (), dict(num_layers=6))()
-  assert distillation.student_layers(config) == (0, 2, 4, 6, 8, 10)
-  config.distill.student_layers = (0, 2, 4, 7, 9, 11)
-  assert distillation.student_layers(config) == (0, 2, 4, 7, 9, 11)
+  small_config.model.num_layers = 6
+  assert distillation.student_layers(small_config) == (0, 2, 4, 6, 8, 10)
+  small_config.distill.student_layers = (0, 2, 4, 7, 9, 11)
+  assert distillation.student_layers(small_config) == (0, 2, 4, 7, 9, 11)
 
 
 def _distillation_run(config, devices, teacher, teacher_params):
@@ -126,15 +129,9 @@ def _distillation_run(config, devices, teacher, teacher_params):
     {"path": "in memory"},
     lambda mesh, rules: jax.device_put(teacher_params, pretrained.param_shardings(teacher.config, mesh, rules)),
   )
-  student = BertForPretraining(dataclasses.replace(config_model(config), num_layers=1))
+  student = BertForPretraining(dataclasses.replace(config_checks.model_config(config), num_layers=1))
   loss = distillation.make_loss(config, frozen)
   return run_lib.make_run(config, student, loss, make_optimizer(config), devices=devices, frozen=frozen).read_frozen()
-
-
-def config_model(config):
-  from bert_jax import config_checks
-
-  return config_checks.model_config(config)
 
 
 def test_one_step_with_the_teacher_sharded_fsdp_over_eight_devices_equals_one_device(small_config, teacher_and_student):
@@ -275,9 +272,20 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
     assert checkpoints.read_config(manager, 1)["objective"] == "distillation"
   assert pretrained.load(workdir).config.num_layers == 1  # The student is a BERT: every hand-off reads it.
   objective = objectives.of("distillation")
-  frozen = objective.frozen(config, config_model(config))
+  frozen = objective.frozen(config, config_checks.model_config(config))
   assert frozen.identity == identity
   start_order.check_frozen(workdir, 1, frozen)  # The same teacher resumes.
+  # The dry run compiles the step with the abstract teacher (its HBM counted) and counts its forward pass.
+  planned = ahead_of_time.pretraining_job(config, jax.devices())
+  teacher_cfg = frozen.model.config
+  expected = pretrained.param_shardings(teacher_cfg, planned.run.mesh, config.logical_axis_rules)
+  assert jax.tree.map(lambda a: a.sharding, planned.train_args[3]) == expected == planned.run.frozen_shardings
+  assert jax.tree.map(lambda a: a.shape, planned.eval_args[2]) == jax.tree.map(np.shape, teacher_params)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  student_flops = flops.train_flops_per_step(planned.model_cfg, config.batch_size, seq, preds)
+  teacher_flops = flops.train_flops_per_step(teacher_cfg, config.batch_size, seq, preds) / 3
+  assert planned.model_flops_per_step == pytest.approx(student_flops + teacher_flops)
+  assert planned.eval_model_flops == pytest.approx(student_flops / 3 + teacher_flops)
 
   other = tmp_path / "other_teacher"
   shutil.copytree(teacher_dir, other)
@@ -292,3 +300,40 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   config.distill.teacher = ""
   with pytest.raises(ValueError, match=r"was trained with objective='distillation'; this config's is 'bert'"):
     pretraining.pretrain(config, workdir)
+
+
+def test_fine_tuning_learns_from_a_fine_tuned_teacher_and_refuses_another_one(wordpiece_run, tmp_path):
+  pretrained_dir = wordpiece_run[0]
+  # The teacher: the session's encoder with an SST-2 head, as transformers' BertForSequenceClassification.
+  loaded = pretrained.load(pretrained_dir)
+  task = TaskHead("sst2", "classification", ("0", "1"))
+  head = {"kernel": np.random.default_rng(0).normal(0, 1, (32, 2)).astype(np.float32), "bias": np.zeros(2, np.float32)}
+  teacher = dataclasses.replace(
+    loaded,
+    params=dict(bert=loaded.params["bert"], classifier=head),
+    source=dataclasses.replace(loaded.source, task=task),
+  )
+  (tmp_path / "teacher").mkdir()
+  export._write_huggingface(teacher, epath.Path(tmp_path / "teacher"))
+  _write_sst2(tmp_path / "SST-2")
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16, num_epochs=0.25)
+  config.update(init_from=pretrained_dir, batch_size=8, learning_rate=1e-3)
+  config.distill.teacher = pretrained_dir  # Not fine-tuned.
+  with pytest.raises(ValueError, match=r"is not a fine-tuned model; task distillation needs one fine-tuned on 'sst2'"):
+    distillation.task_teacher(config, loaded.config, task)
+  config.distill.teacher = str(tmp_path / "teacher")
+  other_task = TaskHead("mrpc", "classification", ("0", "1"))
+  with pytest.raises(ValueError, match=r"was fine-tuned on 'sst2' \(classification head, labels \['0', '1'\]\); this"):
+    distillation.task_teacher(config, loaded.config, other_task)
+
+  summary = job.finetune(config, str(tmp_path / "student"))
+  assert summary["evaluations"][-1]["step"] == 2
+  with checkpoints.read_only_manager(str(tmp_path / "student")) as manager:
+    recorded = checkpoints.read_history(manager, 2)["teacher"]
+  assert recorded == {"path": str(tmp_path / "teacher"), "format": "huggingface", "step": None}
+  shutil.copytree(tmp_path / "teacher", tmp_path / "other_teacher")
+  config.distill.teacher = str(tmp_path / "other_teacher")
+  config.finetune.num_epochs = 0.5
+  with pytest.raises(ValueError, match=r"distill.teacher='.*/teacher' in the checkpoint, '.*/other_teacher' in the"):
+    job.finetune(config, str(tmp_path / "student"))
