@@ -23,7 +23,7 @@ from bert_jax.train import distillation, objectives, pretraining, start_order
 from bert_jax.train import run as run_lib
 from bert_jax.train.optim import make_optimizer
 from bert_jax.workdir import checkpoints
-from configs import glue
+from configs import distil, glue
 from tests.test_finetune import _write_sst2
 from tests.test_train_step import _batches
 
@@ -262,6 +262,25 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   config.distill.teacher = teacher_dir
   config.model.num_layers = 1
   workdir = str(tmp_path / "student")
+  # A teacher that does not fit is named, with the values, before anything is written.
+  wide = config.copy_and_resolve_references()
+  wide.model.update(hidden_size=64, intermediate_size=64)
+  with pytest.raises(
+    ValueError,
+    match=re.escape("(teacher vs student): ['model.hidden_size: 32 vs 64', 'model.intermediate_size: 48 vs 64']"),
+  ):
+    pretraining.pretrain(wide, workdir)
+  deep = config.copy_and_resolve_references()
+  deep.distill.student_layers = (2,)
+  with pytest.raises(ValueError, match=r"from teacher layers \(2,\), but distill.teacher=.* has 2 layers \(0 to 1\)"):
+    pretraining.pretrain(deep, workdir)
+  other_vocab = config.copy_and_resolve_references()
+  other_vocab.tokenizer.path = str(tmp_path / "vocab.txt")
+  (tmp_path / "vocab.txt").write_text(open(config.tokenizer.path).read().replace("w94", "w95"))
+  with pytest.raises(ValueError, match=r"distill.teacher=.* was trained with tokenizer .* the config's is"):
+    pretraining.pretrain(other_vocab, workdir)
+  assert not (tmp_path / "student").exists()
+
   state = pretraining.pretrain(config, workdir)
   # Warmup: step 0's learning rate is 0, so the student is still the teacher's layer 0 and the rest of it.
   expected = dict(teacher_params, bert={k: v for k, v in teacher_params["bert"].items() if k != "layer_1"})
@@ -337,3 +356,30 @@ def test_fine_tuning_learns_from_a_fine_tuned_teacher_and_refuses_another_one(wo
   config.finetune.num_epochs = 0.5
   with pytest.raises(ValueError, match=r"distill.teacher='.*/teacher' in the checkpoint, '.*/other_teacher' in the"):
     job.finetune(config, str(tmp_path / "student"))
+
+
+BAD_SETTINGS = [
+  (dict(objective="electra"), "objective='electra'; expected one of ('bert', 'distillation')."),
+  (dict(objective="bert"), "distill.teacher='gs://BUCKET/bert-base' is set, but objective='bert'"),
+  (dict(distill=dict(teacher="")), "objective='distillation' needs distill.teacher"),
+  (dict(distill=dict(temperature=0.0)), "distill.temperature=0.0 must be positive."),
+  (dict(distill=dict(alpha_cos=-1.0)), "distill.alpha_cos=-1.0 must be non-negative."),
+  (dict(distill=dict(alpha_ce=0.0, alpha_mlm=0.0, alpha_cos=0.0)), "alpha_mlm and alpha_cos are all 0"),
+  (dict(distill=dict(student_layers=(0, 2))), "distill.student_layers=(0, 2) must name one teacher layer (from 0) per"),
+  (dict(distill=dict(student_layers=(0, 2, 4, 7, 9, -1))), "student layer: model.num_layers=6 of them"),
+]
+
+
+@pytest.mark.parametrize("overrides,message", BAD_SETTINGS, ids=[m[:40] for _, m in BAD_SETTINGS])
+def test_a_bad_distillation_setting_is_refused_naming_it(overrides, message):
+  config = distil.get_config()
+  config_checks.check(config, "pretrain")  # As shipped, and with DistilBERT's own layers.
+  config.distill.student_layers = (0, 2, 4, 7, 9, 11)
+  config_checks.check(config, "pretrain")
+  config.update(overrides)
+  with pytest.raises(ValueError, match=re.escape(message)):
+    config_checks.check(config, "pretrain")
+  finetuning = glue.get_config()
+  finetuning.distill.update(teacher="/a/teacher", alpha_hard=1.5)
+  with pytest.raises(ValueError, match=re.escape("distill.alpha_hard=1.5 must be in [0, 1].")):
+    config_checks.check(finetuning, "finetune")
