@@ -14,7 +14,7 @@ from etils import epath
 
 from bert_jax import config_checks, flops, sharding
 from bert_jax.dry_run import ahead_of_time
-from bert_jax.finetune import job, losses
+from bert_jax.finetune import job, losses, tasks
 from bert_jax.handoff import export, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.encoder import BertForPretraining, init_params
@@ -321,7 +321,7 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
     pretraining.pretrain(config, workdir)
 
 
-def test_fine_tuning_learns_from_a_fine_tuned_teacher_and_refuses_another_one(wordpiece_run, tmp_path):
+def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpiece_run, tmp_path):
   pretrained_dir = wordpiece_run[0]
   # The teacher: the session's encoder with an SST-2 head, as transformers' BertForSequenceClassification.
   loaded = pretrained.load(pretrained_dir)
@@ -336,7 +336,7 @@ def test_fine_tuning_learns_from_a_fine_tuned_teacher_and_refuses_another_one(wo
   export._write_huggingface(teacher, epath.Path(tmp_path / "teacher"))
   _write_sst2(tmp_path / "SST-2")
   config = glue.get_config()
-  config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16, num_epochs=0.25)
+  config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16)
   config.update(init_from=pretrained_dir, batch_size=8, learning_rate=1e-3)
   config.distill.teacher = pretrained_dir  # Not fine-tuned.
   with pytest.raises(ValueError, match=r"is not a fine-tuned model; task distillation needs one fine-tuned on 'sst2'"):
@@ -346,16 +346,21 @@ def test_fine_tuning_learns_from_a_fine_tuned_teacher_and_refuses_another_one(wo
   with pytest.raises(ValueError, match=r"was fine-tuned on 'sst2' \(classification head, labels \['0', '1'\]\); this"):
     distillation.task_teacher(config, loaded.config, other_task)
 
-  summary = job.finetune(config, str(tmp_path / "student"))
-  assert summary["evaluations"][-1]["step"] == 2
-  with checkpoints.read_only_manager(str(tmp_path / "student")) as manager:
-    recorded = checkpoints.read_history(manager, 2)["teacher"]
-  assert recorded == {"path": str(tmp_path / "teacher"), "format": "huggingface", "step": None}
-  shutil.copytree(tmp_path / "teacher", tmp_path / "other_teacher")
-  config.distill.teacher = str(tmp_path / "other_teacher")
-  config.finetune.num_epochs = 0.5
-  with pytest.raises(ValueError, match=r"distill.teacher='.*/teacher' in the checkpoint, '.*/other_teacher' in the"):
-    job.finetune(config, str(tmp_path / "student"))
+  # The job reads the teacher onto its mesh in its model's shardings, as the loss's frozen input (the loop, the
+  # sweep's shared teacher and the loss are tested above; a changed distill.teacher is a run key: a resume refuses it).
+  checked = config_checks.check(config, "finetune")
+  sst2 = tasks.make_task(config.finetune)
+  plan = job.Plan.of(config, 2, job.model_config(config, loaded), checked.members)
+  splits = job._read_splits(sst2, loaded.tokenizer, 16)
+  finetuning = job.FinetuningJob(config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits)
+  the_run = finetuning.run
+  (read,) = the_run.frozen_args
+  expected = pretrained.param_shardings(the_run.frozen.model.config, the_run.mesh, the_run.rules, task)
+  assert jax.tree.map(lambda x: x.sharding, read) == expected
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(read), jax.device_get(teacher.params))
+  assert the_run.frozen.identity == {"path": str(tmp_path / "teacher"), "format": "huggingface", "step": None}
+  assert the_run.loss.value.func is losses.distilled_loss and "distill.teacher" in job.RUN_KEYS
+  assert not (tmp_path / "student").exists()
 
 
 BAD_SETTINGS = [
