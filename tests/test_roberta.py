@@ -12,11 +12,14 @@ import transformers
 
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.finetune import job
 from bert_jax.handoff import export, hf_configs, pretrained
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.encoder import BertForPretraining, abstract_params
 from bert_jax.train.step import overwrite_params
+from configs import glue
 from tests.test_encoder import _inputs, _reference, _reference_outputs
+from tests.test_finetune import _write_sst2
 
 PAD = 1  # RoBERTa's padding id; positions start after it.
 
@@ -106,6 +109,23 @@ def check_hf_round_trip(reference, config, tmp_path) -> pretrained.Pretrained:
   return loaded
 
 
+def check_fine_tunes(source: str, tmp_path) -> None:
+  """A short SST-2 fine-tuning (one epoch of 16 rows, batch 8) from `source`: it starts from the file's encoder and
+  trains."""
+  data = tmp_path / "SST-2"
+  _write_sst2(data, train_rows=16)
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=1.0, eval_batch_size=24)
+  config.update(init_from=source, batch_size=8, log_every_steps=1)
+  summary = job.finetune(config, str(tmp_path / "sst2"))
+  assert 0 <= summary["final"]["dev"][0]["accuracy"] <= 1
+  start, tuned = pretrained.load(source), pretrained.load(str(tmp_path / "sst2"))
+  assert tuned.config.model_type == start.config.model_type and tuned.task is not None
+  # Two steps at glue.py's learning rate move the encoder by far less than a fresh initialisation would differ.
+  words = [p["bert"]["embeddings"]["word_embeddings"]["embedding"] for p in (start.params, tuned.params)]
+  np.testing.assert_allclose(*jax.device_get(words), atol=1e-3)
+
+
 def test_roberta_files_load_and_export_as_transformers_reads_them(roberta_config, tmp_path):
   reference = _reference(roberta_config, cls=transformers.RobertaForMaskedLM)
   loaded = check_hf_round_trip(reference, roberta_config, tmp_path / "mlm")
@@ -117,6 +137,7 @@ def test_roberta_files_load_and_export_as_transformers_reads_them(roberta_config
   expected = params_from_hf({name: value.numpy() for name, value in encoder.state_dict().items()}, roberta_config)
   assert set(loaded.params) == {"bert"}
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params), expected)
+  check_fine_tunes(str(tmp_path / "encoder" / "exported"), tmp_path)
 
 
 def test_a_roberta_checkpoint_does_not_load_as_bert(roberta_config, tmp_path):
