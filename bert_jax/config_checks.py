@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from bert_jax import distributed
 from bert_jax.dry_run import tpu_topology
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import BertConfig, generator_config
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.optim import LR_SCHEDULES
 
@@ -137,6 +137,14 @@ PRETRAINING = (
   ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
 )
 
+# ELECTRA (model.model_type="electra"): the generator's size and the loss.
+ELECTRA = (
+  ("electra.generator_hidden_fraction", Range(0, 1, low_open=True, high_open=False)),
+  ("electra.generator_layers_fraction", Range(0, 1, low_open=True, high_open=False)),
+  ("electra.rtd_weight", NON_NEGATIVE),
+  ("electra.sampling_temperature", POSITIVE),
+)
+
 FINETUNING = (
   ("finetune.num_epochs", POSITIVE),
   ("finetune.warmup_fraction", Range(0, 1)),
@@ -237,6 +245,8 @@ def check_pretraining(config) -> BertConfig:
   if config.data.source not in DATA_SOURCES:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
   check_instances(config.data)
+  if model.model_type == "electra":
+    electra_generator(config, model)
   readers = config.data.num_readers
   if config.data.source == "pretraining" and readers and config.batch_size % readers:
     raise ValueError(
@@ -244,6 +254,13 @@ def check_pretraining(config) -> BertConfig:
       "part of every batch."
     )
   return model
+
+
+def electra_generator(config, model: BertConfig) -> BertConfig:
+  """ELECTRA's generator config for the discriminator `model`, from `config.electra` (checked)."""
+  check_ranges(config, ELECTRA)
+  settings = config.electra
+  return generator_config(model, settings.generator_hidden_fraction, settings.generator_layers_fraction)
 
 
 def _check_masking(data) -> None:
