@@ -257,10 +257,11 @@ def check_pretraining(config) -> BertConfig:
 
 
 def electra_generator(config, model: BertConfig) -> BertConfig:
-  """ELECTRA's generator config for the discriminator `model`, from `config.electra` (checked)."""
+  """ELECTRA's generator config for the discriminator `model`, from `config.electra` (checked; `config` may be a
+  checkpoint's saved config, a dict)."""
   check_ranges(config, ELECTRA)
-  settings = config.electra
-  return generator_config(model, settings.generator_hidden_fraction, settings.generator_layers_fraction)
+  settings = config["electra"]
+  return generator_config(model, settings["generator_hidden_fraction"], settings["generator_layers_fraction"])
 
 
 def _check_masking(data) -> None:

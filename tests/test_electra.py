@@ -12,12 +12,14 @@ import pytest
 import torch
 import transformers
 
-from bert_jax.handoff.hf_format import params_from_hf
+from bert_jax.handoff import export, pretrained
+from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.bert_config import generator_config
 from bert_jax.model.electra import ElectraForPretraining, generator_as_masked_lm, with_generator
 from bert_jax.model.encoder import init_params
 from bert_jax.train import electra
 from tests.test_encoder import _inputs, _reference
+from tests.test_roberta import check_hf_round_trip, write_hf_directory
 
 
 @pytest.fixture
@@ -204,3 +206,32 @@ def test_the_loss_is_the_masked_lm_loss_plus_50_times_the_replaced_token_loss(el
   _, _, labels = electra.replaced_tokens(key, _generate(model, params, batch), batch, 1.0)
   assert metrics["rtd_replaced"] == np.asarray(labels).sum() > 0
   assert 0 <= metrics["rtd_accuracy"] <= metrics["rtd_count"]
+
+
+def test_electra_files_load_and_export_as_transformers_reads_them(electra_configs, tmp_path):
+  """A discriminator directory alone, and one with its generator in `generator/` (as our export writes them)."""
+  discriminator, generator = electra_configs
+  hf_discriminator, hf_generator = _hf_pair(discriminator, generator)
+  loaded = check_hf_round_trip(hf_discriminator, discriminator, tmp_path / "discriminator")
+  assert set(loaded.params) == {"bert", "rtd_dense", "rtd_prediction"} and loaded.source.generator is None
+
+  source, exported = tmp_path / "pair", tmp_path / "exported"
+  write_hf_directory(hf_discriminator, source, discriminator.vocab_size)
+  write_hf_directory(hf_generator, source / "generator", discriminator.vocab_size)
+  loaded = pretrained.load(str(source))
+  assert (loaded.config, loaded.source.generator) == (discriminator, generator)
+  expected = _electra_params(hf_discriminator, hf_generator, discriminator, generator)
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params["generator"]), expected["generator"])
+  export.export(str(source), str(exported), format="huggingface")
+  for reference, directory in ((hf_discriminator, exported), (hf_generator, exported / "generator")):
+    again, info = type(reference).from_pretrained(directory, output_loading_info=True)
+    assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+    for name, value in reference.state_dict().items():
+      np.testing.assert_array_equal(again.state_dict()[name].numpy(), value.numpy(), err_msg=name)
+  assert "generator_lm_head.weight" not in load_safetensors(str(exported / "generator" / "model.safetensors"))
+
+  with torch.no_grad():
+    hf_generator.electra.embeddings.token_type_embeddings.weight.add_(1.0)
+  write_hf_directory(hf_generator, source / "generator", discriminator.vocab_size)
+  with pytest.raises(ValueError, match=r"generator's embeddings/token_type_embeddings/embedding differ"):
+    pretrained.load(str(source))
