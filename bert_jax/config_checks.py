@@ -137,7 +137,7 @@ PRETRAINING = (
   ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
 )
 
-# ELECTRA (model.model_type="electra"): the generator's size and the loss.
+# ELECTRA (model.model_type="electra"): the generator's size and the loss; checked in every pretraining config.
 ELECTRA = (
   ("electra.generator_hidden_fraction", Range(0, 1, low_open=True, high_open=False)),
   ("electra.generator_layers_fraction", Range(0, 1, low_open=True, high_open=False)),
@@ -245,6 +245,7 @@ def check_pretraining(config) -> BertConfig:
   if config.data.source not in DATA_SOURCES:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
   check_instances(config.data)
+  check_ranges(config, ELECTRA)
   if model.model_type == "electra":
     electra_generator(config, model)
   readers = config.data.num_readers

@@ -235,3 +235,12 @@ def test_electra_files_load_and_export_as_transformers_reads_them(electra_config
   write_hf_directory(hf_generator, source / "generator", discriminator.vocab_size)
   with pytest.raises(ValueError, match=r"generator's embeddings/token_type_embeddings/embedding differ"):
     pretrained.load(str(source))
+
+
+def test_a_generator_size_that_does_not_fit_is_refused_naming_the_fraction(electra_configs):
+  discriminator = electra_configs[0]
+  with pytest.raises(ValueError, match=r"electra.generator_layers_fraction=0.1 of model.num_layers=2 rounds to 0"):
+    generator_config(discriminator, 0.25, 0.1)
+  wide = dataclasses.replace(discriminator, hidden_size=516)
+  with pytest.raises(ValueError, match=r"generator_hidden_fraction=0.25 gives a generator hidden size of 129, which"):
+    generator_config(wide, 0.25, 1.0)
