@@ -12,6 +12,7 @@ import pytest
 import transformers
 
 from bert_jax import flops
+from bert_jax.handoff import hf_configs
 from bert_jax.handoff.hf_format import params_from_hf
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
 from tests.test_encoder import _inputs, _reference, _reference_outputs
@@ -54,6 +55,9 @@ def test_albert_files_load_and_export_as_transformers_reads_them(albert_config, 
   encoder = _reference(dataclasses.replace(albert_config, layer_sharing="none"), cls=transformers.AlbertModel)
   loaded = check_hf_round_trip(encoder, dataclasses.replace(albert_config, layer_sharing="none"), tmp_path / "bare")
   assert set(loaded.params) == {"bert"}
+  two_groups = dict(hf_configs.hf_config(albert_config), num_hidden_groups=2)
+  with pytest.raises(ValueError, match=r"num_hidden_groups=2 and inner_group_num=1 for num_hidden_layers=3"):
+    hf_configs.config_from_hf(two_groups, "config.json")
 
 
 def _unshared(params: dict, config, sharing: str) -> dict:

@@ -1,7 +1,10 @@
+import importlib
+
 import jax
 import numpy as np
 import pytest
 
+from bert_jax import config_checks
 from bert_jax.model.bert_config import PRESETS, BertConfig, preset
 from bert_jax.model.encoder import BertForPretraining
 
@@ -14,9 +17,16 @@ def _param_count(config: BertConfig) -> int:
   return sum(int(np.prod(leaf.shape)) for leaf in jax.tree.leaves(variables))
 
 
-@pytest.mark.parametrize("name, millions", [("base", 110), ("large", 340)])
+@pytest.mark.parametrize(
+  "name, millions", [("base", 110), ("large", 340), ("configs.roberta_base", 125), ("configs.albert_base", 12)]
+)
 def test_paper_sizes_have_the_papers_parameter_counts(name, millions):
-  count = _param_count(BertConfig(**preset(name)))
+  """BERT's two sizes, and RoBERTa's and ALBERT's base configs (ALBERT: factorised embeddings, one shared layer)."""
+  if name.startswith("configs."):
+    config = config_checks.model_config(importlib.import_module(name).get_config())
+  else:
+    config = BertConfig(**preset(name))
+  count = _param_count(config)
   # The paper's figures are rounded; the encoder with pooler and heads is within 2% of them.
   assert abs(count / 1e6 - millions) / millions < 0.02, count
 

@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import transformers
 
+from bert_jax.data.pretraining_batch import check_pretraining_batch
+from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.handoff import export, hf_configs, pretrained
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.encoder import BertForPretraining, abstract_params
@@ -125,3 +127,31 @@ def test_a_roberta_checkpoint_does_not_load_as_bert(roberta_config, tmp_path):
     pretrained.check_fits(source, bert, "init_from")
   with pytest.raises(ValueError, match="position_offset=0: transformers' RoBERTa starts positions after"):
     hf_configs.hf_config(dataclasses.replace(roberta_config, position_offset=0))
+
+
+def test_the_synthetic_source_gives_one_token_type_to_a_model_that_has_one(roberta_config):
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=4,
+    max_seq_length=16,
+    max_predictions_per_seq=3,
+    vocab_size=roberta_config.vocab_size,
+    type_vocab_size=roberta_config.type_vocab_size,
+  )
+  batch = next(source)
+  assert not batch["segment_ids"].any()
+  check_pretraining_batch(
+    batch,
+    batch_size=4,
+    max_seq_length=16,
+    max_predictions_per_seq=3,
+    vocab_size=roberta_config.vocab_size,
+    type_vocab_size=1,
+  )
+  two_types = next(
+    SyntheticSource(
+      seed=0, global_batch_size=4, max_seq_length=16, max_predictions_per_seq=3, vocab_size=roberta_config.vocab_size
+    )
+  )
+  assert two_types["segment_ids"].max() == 1  # BERT's two segments, as before.
+  assert all(np.array_equal(batch[k], two_types[k]) for k in batch if k != "segment_ids")

@@ -91,6 +91,7 @@ class Corpus:
         max_seq_length=config.data.max_seq_length,
         max_predictions_per_seq=config.data.max_predictions_per_seq,
         vocab_size=self._model.vocab_size,
+        type_vocab_size=self._model.type_vocab_size,
         process_index=process_index,
         process_count=process_count,
         start_example=start_example,

@@ -2,7 +2,8 @@
 
 For benchmarks and smoke runs, where what matters is the shape of the work, not the text. Each example is
 a pure function of (seed, example index): a restart, or a different number of hosts, sees the same stream.
-Sequences have random lengths (so padding and `input_mask` are exercised), two segments, and up to
+Sequences have random lengths (so padding and `input_mask` are exercised), two segments (both segment id 0 for a
+model with one token type, as RoBERTa), and up to
 `max_predictions_per_seq` masked positions among the real non-special tokens.
 """
 
@@ -16,7 +17,7 @@ CLS_ID, SEP_ID, MASK_ID = 2, 3, 4
 
 
 def synthetic_example(
-  seed: int, index: int, max_seq_length: int, max_predictions_per_seq: int, vocab_size: int
+  seed: int, index: int, max_seq_length: int, max_predictions_per_seq: int, vocab_size: int, type_vocab_size: int = 2
 ) -> dict:
   """One example; `index` is its position in the stream."""
   rng = np.random.default_rng([seed, index])
@@ -26,7 +27,7 @@ def synthetic_example(
   input_ids[:length] = rng.integers(FIRST_WORD_ID, vocab_size, length)
   input_ids[[0, split, length - 1]] = CLS_ID, SEP_ID, SEP_ID
   segment_ids = np.zeros(max_seq_length, np.int32)
-  segment_ids[split + 1 : length] = 1
+  segment_ids[split + 1 : length] = min(1, type_vocab_size - 1)
   input_mask = (np.arange(max_seq_length) < length).astype(np.int32)
 
   candidates = np.setdiff1d(np.arange(1, length - 1), [split])
@@ -65,13 +66,14 @@ class SyntheticSource:
     max_seq_length: int,
     max_predictions_per_seq: int,
     vocab_size: int,
+    type_vocab_size: int = 2,
     process_index: int = 0,
     process_count: int = 1,
     start_example: int = 0,
   ):
     if global_batch_size % process_count:
       raise ValueError(f"Global batch size {global_batch_size} does not split over {process_count} hosts.")
-    self._seed, self._vocab_size = seed, vocab_size
+    self._seed, self._vocab_size, self._type_vocab_size = seed, vocab_size, type_vocab_size
     self._seq, self._pred = max_seq_length, max_predictions_per_seq
     self._global_batch = global_batch_size
     self._host_batch = global_batch_size // process_count
@@ -87,7 +89,8 @@ class SyntheticSource:
   def __next__(self) -> dict:
     first = self.position + self._host_offset
     examples = [
-      synthetic_example(self._seed, first + i, self._seq, self._pred, self._vocab_size) for i in range(self._host_batch)
+      synthetic_example(self._seed, first + i, self._seq, self._pred, self._vocab_size, self._type_vocab_size)
+      for i in range(self._host_batch)
     ]
     self.position += self._global_batch
     shapes = pretraining_shapes(self._host_batch, self._seq, self._pred)
