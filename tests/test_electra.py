@@ -244,3 +244,41 @@ def test_a_generator_size_that_does_not_fit_is_refused_naming_the_fraction(elect
   wide = dataclasses.replace(discriminator, hidden_size=516)
   with pytest.raises(ValueError, match=r"generator_hidden_fraction=0.25 gives a generator hidden size of 129, which"):
     generator_config(wide, 0.25, 1.0)
+
+
+@pytest.fixture(scope="module")
+def electra_run(wordpiece_run, tmp_path_factory):
+  """A 2-step ELECTRA run (discriminator H32, E16; generator H8) on `wordpiece_run`'s prepared corpus, packed rows,
+  FSDP over the 8 devices: (workdir, config, final state)."""
+  _, bert_config, _ = wordpiece_run
+  config = copy.deepcopy(bert_config)
+  config.unlock()
+  config.objective = "electra"
+  config.lock()
+  config.model.update(model_type="electra", embedding_size=16)
+  config.data.update(instances="doc_sentences", mask_token_fraction=0.85, random_token_fraction=0.0)
+  config.update(eval_steps=0)
+  workdir = str(tmp_path_factory.mktemp("electra") / "run")
+  return workdir, config, pretraining.pretrain(config, workdir)
+
+
+def test_an_electra_run_hands_its_discriminator_to_load_export_and_fine_tuning(electra_run, tmp_path):
+  workdir, config, state = electra_run
+  assert int(state.step) == 2
+  loaded = pretrained.load(workdir)
+  assert loaded.config.model_type == "electra" and loaded.source.generator.hidden_size == 8
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params), jax.device_get(state.params))
+
+  exported = tmp_path / "hf"
+  export.export(workdir, str(exported), format="huggingface")
+  for cls, directory in ((transformers.ElectraForPreTraining, exported), (transformers.ElectraForMaskedLM, exported / "generator")):
+    _, info = cls.from_pretrained(directory, output_loading_info=True)
+    assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+
+  data = tmp_path / "SST-2"
+  _write_sst2(data, train_rows=16)
+  finetuning = glue.get_config()
+  finetuning.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=1.0, eval_batch_size=24)
+  finetuning.update(init_from=workdir, batch_size=8, log_every_steps=1)
+  summary = job.finetune(finetuning, str(tmp_path / "sst2"))
+  assert summary["final"]["dev"][0]["accuracy"] >= 0
