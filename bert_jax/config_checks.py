@@ -20,6 +20,7 @@ from bert_jax import distributed
 from bert_jax.dry_run import tpu_topology
 from bert_jax.model.bert_config import BertConfig, generator_config
 from bert_jax.train.guard import POLICIES
+from bert_jax.train.objectives import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES
 
 
@@ -157,6 +158,15 @@ FINETUNING = (
   ("sweep.seeds", AT_LEAST_ONE),
 )
 
+# Distillation, in pretraining (objective="distillation") and fine-tuning (distill.teacher set).
+DISTILLATION = (
+  ("distill.temperature", POSITIVE),
+  ("distill.alpha_ce", NON_NEGATIVE),
+  ("distill.alpha_mlm", NON_NEGATIVE),
+  ("distill.alpha_cos", NON_NEGATIVE),
+  ("distill.alpha_hard", Range(0, 1, high_open=False)),
+)
+
 FEATURES = (
   ("features.max_seq_length", Range(3), "([CLS] x [SEP])"),
   ("features.batch_size", AT_LEAST_ONE),
@@ -254,6 +264,7 @@ def check_pretraining(config) -> BertConfig:
       f"batch_size={config.batch_size} does not split over data.num_readers={readers}: each reader makes an equal "
       "part of every batch."
     )
+  check_objective(config, model)
   return model
 
 
@@ -314,6 +325,31 @@ def check_instances(data) -> None:
     )
 
 
+def check_objective(config, model: BertConfig) -> None:
+  """`config.objective` and, for distillation, `config.distill`'s pretraining keys."""
+  if config.objective not in OBJECTIVES:
+    raise ValueError(f"objective={config.objective!r}; expected one of {OBJECTIVES}.")
+  settings = config.distill
+  if config.objective != "distillation":
+    if settings.teacher:
+      raise ValueError(
+        f"distill.teacher={settings.teacher!r} is set, but objective={config.objective!r}: set "
+        "objective='distillation' to distil from it, or unset it."
+      )
+    return
+  if not settings.teacher:
+    raise ValueError("objective='distillation' needs distill.teacher: the model to distil from.")
+  check_ranges(config, DISTILLATION)
+  if not settings.alpha_ce + settings.alpha_mlm + settings.alpha_cos > 0:
+    raise ValueError("distill.alpha_ce, alpha_mlm and alpha_cos are all 0: nothing to train on.")
+  layers = tuple(settings.student_layers)
+  if layers and (len(layers) != model.num_layers or not all(isinstance(i, int) and i >= 0 for i in layers)):
+    raise ValueError(
+      f"distill.student_layers={layers} must name one teacher layer (from 0) per student layer: "
+      f"model.num_layers={model.num_layers} of them (empty: every other one, 0, 2, 4, ...)."
+    )
+
+
 def sweep_members(config) -> tuple[Member, ...]:
   """Every (learning rate, seed) pair of `config.sweep`, learning rate major."""
   text = config.sweep.learning_rates
@@ -336,6 +372,8 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
     raise ValueError(f"finetune.task={config.finetune.task!r}; expected one of {TASKS}.")
   if name in ("conll2003", "swag") and not config.finetune.data_dir:
     raise ValueError(f"finetune.task={name!r} reads files: set finetune.data_dir.")
+  if config.distill.teacher:
+    check_ranges(config, DISTILLATION)
   if not config.init_from and config.finetune.max_seq_length > model.max_sequence_length:
     raise ValueError(f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds {model.max_sequence_text}.")
   return model, sweep_members(config)

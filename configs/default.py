@@ -209,6 +209,34 @@ def get_config() -> ml_collections.ConfigDict:
   # names phase 1's workdir here. The model sizes and optimizer must match; dtype, remat and layer layout may not.
   config.init_from = ""
 
+  # The pretraining objective (bert_jax/train/objectives.py): "bert" (masked LM, and the sentence task the data
+  # gives) or "distillation" (DistilBERT: this model, the student, trained on a teacher's predictions; distill.*).
+  # A workdir's checkpoints resume only with the objective that wrote them.
+  config.objective = "bert"
+
+  # Distillation (bert_jax/train/distillation.py, configs/distil.py): a teacher's predictions train this model.
+  config.distill = ml_collections.ConfigDict()
+  # The teacher: any source bert_jax.handoff.pretrained.load reads (workdir, checkpoint step, bundle, Hugging Face or
+  # Google BERT directory), local or gs://, with this run's tokenizer; never trained. Pretraining (objective=
+  # "distillation"): a pretrained BERT with its MLM head, of the student's vocabulary and hidden size. Fine-tuning:
+  # a model fine-tuned on the same task (head and labels); empty: no task distillation.
+  config.distill.teacher = ""
+  # Temperature T of the soft targets: both softmaxes divide the logits by T, and the KL term is multiplied by T^2.
+  config.distill.temperature = 2.0
+  # Pretraining: the weights of the KL to the teacher's soft targets and of the masked-LM cross-entropy (both at
+  # the masked positions), and of the cosine distance between the student's and the teacher's last hidden states
+  # (at every real token): DistilBERT's alpha_ce, alpha_mlm and alpha_cos.
+  config.distill.alpha_ce = 5.0
+  config.distill.alpha_mlm = 2.0
+  config.distill.alpha_cos = 1.0
+  # Pretraining without init_from: the teacher layer each student layer starts from, one per student layer (e.g.
+  # DistilBERT's (0, 2, 4, 7, 9, 11)); empty: every other layer, 0, 2, 4, ... The embeddings, pooler and heads are
+  # the teacher's.
+  config.distill.student_layers = ()
+  # Fine-tuning: the weight of the hard-label loss; the soft one (T^2 KL to the teacher's predictions; for
+  # regression the squared error to its prediction) has 1 - alpha_hard.
+  config.distill.alpha_hard = 0.5
+
   # --mode=export: a pretrained model written out for others (bert_jax/handoff/export.py).
   config.export = ml_collections.ConfigDict()
   # What to export: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads (a

@@ -29,7 +29,7 @@ from bert_jax import config_checks, console, flops, sharding
 from bert_jax.data.pretraining_batch import max_instances, pretraining_shapes
 from bert_jax.dry_run import hlo_stats, tpu_topology
 from bert_jax.model.attention import resolve
-from bert_jax.train import pretraining, run
+from bert_jax.train import objectives, pretraining, run
 
 gib = hlo_stats.format_bytes
 
@@ -89,7 +89,8 @@ def _probe(model_cfg, layers: int | None):
 
 def pretraining_job(config, devices, layers: int | None = None) -> Job:
   model_cfg = _probe(config_checks.check_pretraining(config), layers)
-  the_run = pretraining.make_run(config, devices, model_cfg)
+  objective = objectives.of(config.objective)
+  the_run = pretraining.make_run(config, devices, model_cfg)  # A teacher's metadata is read, never its weights.
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   batch = _abstract(
     pretraining_shapes(config.batch_size, seq, preds, max_instances(config.data)), sharding.batch_sharding(the_run.mesh)
@@ -101,12 +102,13 @@ def pretraining_job(config, devices, layers: int | None = None) -> Job:
     name="pretraining",
     run=the_run,
     model_cfg=model_cfg,
-    train_args=(state, batch, _key(the_run.mesh)),
+    # Frozen inputs (a teacher) are arguments: the memory analysis counts their HBM.
+    train_args=(state, batch, _key(the_run.mesh), *the_run.frozen_abstract_args),
     eval_fn=the_run.eval_step,
-    eval_args=(params, batch),
+    eval_args=(params, batch, *the_run.frozen_abstract_args),
     tokens_per_step=config.batch_size * seq,
-    model_flops_per_step=flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds),
-    eval_model_flops=flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds) / 3,
+    model_flops_per_step=objective.flops(config, model_cfg, the_run.frozen),
+    eval_model_flops=objective.flops(config, model_cfg, the_run.frozen, training=False),
     batch_row=f"{config.batch_size} rows x {seq} tokens{packed}, {preds} predictions per row",
   )
 
@@ -133,16 +135,19 @@ def finetuning_job(config, devices, layers: int | None = None) -> Job:
   params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
   rows = config.batch_size * max(task.num_choices, 1)
   eval_rows = config.finetune.eval_batch_size * max(task.num_choices, 1)
+  train_flops = flops.train_flops_per_step(model_cfg, rows, seq, 0)
+  if the_run.frozen is not None:  # A teacher's forward pass too, for each member's rows.
+    train_flops = flops.distillation_flops_per_step(model_cfg, the_run.frozen.model.config, rows, seq, 0)
   return Job(
     name=f"fine-tuning {task.name} ({task.head} head), {len(members)} sweep member(s)",
     run=the_run,
     model_cfg=model_cfg,
-    train_args=(state, train_batch, _key(the_run.mesh, len(members))),
+    train_args=(state, train_batch, _key(the_run.mesh, len(members)), *the_run.frozen_abstract_args),
     eval_fn=job.make_predict(the_run),
     eval_args=(params, eval_batch),
     tokens_per_step=rows * seq,
     # Per member; the head and the [CLS]-only heads are negligible beside the encoder (no MLM head here).
-    model_flops_per_step=len(members) * flops.train_flops_per_step(model_cfg, rows, seq, 0),
+    model_flops_per_step=len(members) * train_flops,
     eval_model_flops=len(members) * flops.train_flops_per_step(model_cfg, eval_rows, seq, 0) / 3,
     batch_row=f"{config.batch_size} rows x {seq} tokens (eval {config.finetune.eval_batch_size} rows)",
   )

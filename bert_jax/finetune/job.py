@@ -5,6 +5,10 @@ Start order: the workdir's newest checkpoint (a resume: the stream position is t
 weights (any source `pretrained.load` accepts; its model sizes and tokenizer), with a fresh head per seed; else,
 without `init_from`, a random initialisation of `config.model` with `config.tokenizer` (a baseline).
 
+With `distill.teacher` (a model fine-tuned on the same task), every member also learns the teacher's soft labels
+(`losses.distilled`): the teacher is the run's frozen input (`run.Frozen`), read onto the mesh once and shared by
+every member; its identity is recorded in the checkpoints, and a resume with another one is refused.
+
 Member i = (learning_rates[i // seeds], seed + i % seeds) is a restart of everything, as the paper's random
 restarts are: its own head initialisation, dropout stream and training order (all from its seed), and its own
 learning rate (held in its optimizer state). A member's step s reads rows [(s-1) B, s B) of the concatenation of
@@ -41,7 +45,7 @@ from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.heads import task_model
-from bert_jax.train import loop, run, start_order
+from bert_jax.train import distillation, loop, run, start_order
 from bert_jax.train import step as step_lib
 from bert_jax.train.optim import Steps, make_sweep_optimizer, set_learning_rates
 from bert_jax.workdir import checkpoints
@@ -64,9 +68,13 @@ RUN_KEYS = (
   "finetune.max_query_length",
   "sweep.learning_rates",
   "sweep.seeds",
+  "distill.teacher",
+  "distill.temperature",
+  "distill.alpha_hard",
 )
-# What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was).
-RUN_KEYS_ABSENT = {"lr_schedule": "bert"}
+# What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was; no
+# teacher).
+RUN_KEYS_ABSENT = {"lr_schedule": "bert", "distill.teacher": "", "distill.temperature": 2.0, "distill.alpha_hard": 0.5}
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,12 +141,17 @@ class Plan:
     return recorded
 
 
-def make_run(config, plan: Plan, task: Task, devices=None) -> run.Run:
+def make_run(config, plan: Plan, task: Task, devices=None, tokenizer_identity: dict | None = None) -> run.Run:
   """The sweep's run: `task`'s model on the plan's encoder, one member per (learning rate, seed), the optimizer on
-  the plan's step counts."""
+  the plan's step counts; with `distill.teacher`, the teacher described (checked against `tokenizer_identity` when
+  given) as the run's frozen input and its soft labels in the loss."""
   model = task_model(plan.model, task.head, task.num_labels)
   tx = make_sweep_optimizer(config, plan.steps)
-  return run.make_run(config, model, losses.make_loss(task.head), tx, members=len(plan.members), devices=devices)
+  frozen, loss = None, losses.make_loss(task.head)
+  if config.distill.teacher:
+    frozen = distillation.task_teacher(config, plan.model, task.task_head, tokenizer_identity)
+    loss = losses.distilled(task.head, frozen.model, config.distill.temperature, config.distill.alpha_hard)
+  return run.make_run(config, model, loss, tx, members=len(plan.members), devices=devices, frozen=frozen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +265,7 @@ class FinetuningJob(loop.Job):
     self.epoch_ends = sorted(ends | {self.last_step})
     self.tokens_per_step = config.batch_size * config.finetune.max_seq_length
     self.model_cfg = plan.model
-    self.run = make_run(config, plan, task)
+    self.run = make_run(config, plan, task, tokenizer_identity=tokenizer.identity()).read_frozen()
     self.predict_fn = make_predict(self.run)
     self.tokenizer_item = checkpoints.tokenizer_item(tokenizer)
     self.main_split = task.eval_splits[0]
@@ -301,6 +314,8 @@ class FinetuningJob(loop.Job):
     begun = start_order.start(self.config, manager, restore, fresh)
     step = int(jax.device_get(begun.state.step)[0])
     self.record = checkpoints.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
+    if self.run.frozen is not None:  # What taught the members: a resume must read the same (check_frozen).
+      self.record[self.run.frozen.name] = self.run.frozen.identity
     return begun
 
   def open_data(self, begun: start_order.Start) -> None:
@@ -444,5 +459,8 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)
   plan = Plan.of(config, total_steps, model_cfg, checked.members)
   job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits)
+  newest = start_order.newest_saved(config, workdir)
+  if newest is not None:
+    start_order.check_frozen(workdir, newest[0], job.run.frozen)
   loop.train(job, workdir, started_at)
   return job.summary

@@ -5,6 +5,11 @@ evaluation batch. A loss is a weighted mean over real rows (over real first word
 metrics leave as sums with their counts, like pretraining's:
   classification / choice: cross-entropy of `label`;  regression: squared error of `label` (MSE);
   span: (start cross-entropy + end cross-entropy) / 2;  token: cross-entropy of `labels` where `label_weights`.
+
+Task distillation (`distilled`, with `config.distill.teacher` a model fine-tuned on the same task): each row's (each
+labelled piece's) loss is `alpha_hard * the above + (1 - alpha_hard) * the soft one`: `T^2 * KL(softmax(teacher /
+T) || softmax(student / T))` of the teacher's logits (span: over positions, start and end averaged), or for
+regression the squared error to the teacher's prediction.
 """
 
 import functools
@@ -14,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from bert_jax.train.distillation import kl_divergence
 from bert_jax.train.step import Loss
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
@@ -52,27 +58,65 @@ def _per_row(head: str, out: jax.Array, batch: dict) -> tuple[jax.Array, jax.Arr
   return xent, (jnp.argmax(out, -1) == batch["label"]).astype(jnp.float32)
 
 
-def row_loss(params, batch: dict, model, dropout_key=None, normalizers=None, *, head: str):
-  """Classification, regression, span and choice heads: a weighted mean over rows."""
+def _hard(head: str, out: jax.Array, batch: dict) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(loss, correct, weight) per row [batch], or per piece [batch, seq] for the token head (weighted on the
+  labelled pieces of real rows)."""
+  if head == "token":  # out: [batch, seq, labels]
+    weights = batch["label_weights"] * batch["weight"][:, None]
+    xent = optax.softmax_cross_entropy_with_integer_labels(out, batch["labels"])
+    return xent, (jnp.argmax(out, -1) == batch["labels"]).astype(jnp.float32), weights
+  return *_per_row(head, out, batch), batch["weight"]
+
+
+def _soft(head: str, out: jax.Array, teacher: jax.Array, temperature: float) -> jax.Array:
+  """The soft loss against the teacher's logits, per row (per piece for the token head)."""
+  if head == "regression":
+    return jnp.square(out[:, 0] - jax.lax.stop_gradient(teacher[:, 0]))
+  if head == "span":  # A distribution over positions for the start, another for the end.
+    return (
+      kl_divergence(out[..., 0], teacher[..., 0], temperature)
+      + kl_divergence(out[..., 1], teacher[..., 1], temperature)
+    ) / 2
+  return kl_divergence(out, teacher, temperature)
+
+
+def _task_terms(params, batch: dict, model, dropout_key, normalizers, head: str):
+  """(logits, hard loss, weights, their normalizer, the task's metric sums) of `head` on `batch`."""
   out = logits(params, batch, model, dropout_key)
-  loss, correct = _per_row(head, out, batch)
-  weight = batch["weight"]
-  (count,) = _row_normalizers(batch) if normalizers is None else normalizers
-  metrics = dict(task_loss=jnp.sum(loss * weight), task_accuracy=jnp.sum(correct * weight), task_count=jnp.sum(weight))
-  return jnp.sum(loss * weight) / count, metrics
-
-
-def token_loss(params, batch: dict, model, dropout_key=None, normalizers=None):
-  """Token head: a weighted mean over the labelled pieces (the first piece of each word) of real rows."""
-  out = logits(params, batch, model, dropout_key)  # [batch, seq, labels]
-  weights = batch["label_weights"] * batch["weight"][:, None]
-  xent = optax.softmax_cross_entropy_with_integer_labels(out, batch["labels"])
-  correct = (jnp.argmax(out, -1) == batch["labels"]).astype(jnp.float32)
-  (count,) = _token_normalizers(batch) if normalizers is None else normalizers
+  loss, correct, weights = _hard(head, out, batch)
+  (count,) = _normalizers(head)(batch) if normalizers is None else normalizers
   metrics = dict(
-    task_loss=jnp.sum(xent * weights), task_accuracy=jnp.sum(correct * weights), task_count=jnp.sum(weights)
+    task_loss=jnp.sum(loss * weights), task_accuracy=jnp.sum(correct * weights), task_count=jnp.sum(weights)
   )
-  return jnp.sum(xent * weights) / count, metrics
+  return out, loss, weights, count, metrics
+
+
+def task_loss(params, batch: dict, model, dropout_key=None, normalizers=None, *, head: str):
+  """A weighted mean over real rows (over the labelled pieces of real rows for the token head)."""
+  _, loss, weights, count, metrics = _task_terms(params, batch, model, dropout_key, normalizers, head)
+  return jnp.sum(loss * weights) / count, metrics
+
+
+def distilled_loss(
+  params,
+  batch: dict,
+  model,
+  dropout_key=None,
+  normalizers=None,
+  *,
+  frozen: dict,
+  head: str,
+  teacher,
+  temperature: float,
+  alpha_hard: float,
+):
+  """`task_loss` with soft labels from the fine-tuned teacher's `frozen` params (see the module docstring); its
+  metrics add `distill_loss` (the soft loss's sum) and `distill_count`."""
+  out, loss, weights, count, metrics = _task_terms(params, batch, model, dropout_key, normalizers, head)
+  taught = jax.lax.stop_gradient(logits(frozen, batch, teacher))  # The teacher without dropout.
+  soft = _soft(head, out, taught, temperature)
+  metrics.update(distill_loss=jnp.sum(soft * weights), distill_count=jnp.sum(weights))
+  return jnp.sum((alpha_hard * loss + (1.0 - alpha_hard) * soft) * weights) / count, metrics
 
 
 def batch_shapes(head: str, batch_size: int, seq: int, num_choices: int = 0) -> dict:
@@ -89,7 +133,15 @@ def batch_shapes(head: str, batch_size: int, seq: int, num_choices: int = 0) -> 
   return shapes
 
 
+def _normalizers(head: str):
+  return _token_normalizers if head == "token" else _row_normalizers
+
+
 def make_loss(head: str) -> Loss:
-  if head == "token":
-    return Loss(value=token_loss, normalizers=_token_normalizers)
-  return Loss(value=functools.partial(row_loss, head=head), normalizers=_row_normalizers)
+  return Loss(value=functools.partial(task_loss, head=head), normalizers=_normalizers(head))
+
+
+def distilled(head: str, teacher, temperature: float, alpha_hard: float) -> Loss:
+  """`make_loss(head)` taught by `teacher` (the fine-tuned teacher's model; its params come as `frozen`)."""
+  value = functools.partial(distilled_loss, head=head, teacher=teacher, temperature=temperature, alpha_hard=alpha_hard)
+  return Loss(value=value, normalizers=_normalizers(head))

@@ -177,7 +177,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
     loop_started = time.perf_counter()
     for step in range(first_step + 1, last_step + 1):
       profile.before(step)
-      state, metrics = job.run.train_step(state, job.batch(step), dropout_key)
+      state, metrics = job.run.train_step(state, job.batch(step), dropout_key, *job.run.frozen_args)
       profiled = profile.after(step, metrics)
       if ticker:
         ticker.exclude(profiled)

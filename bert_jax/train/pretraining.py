@@ -2,8 +2,9 @@
 the job that runs it on the loop (`pretrain`).
 
 Reads the pretraining batch (`data/pretraining_batch.py`); the step machinery (`train/step.py`) takes it like any
-task's loss. `make_run` is the pretraining run (BertForPretraining, this loss, the configured optimizer) that the
-loop, the dry run and the benchmarks compile. `PretrainingJob` supplies what the loop (`train/loop.py`) needs:
+task's loss. This loss is the "bert" objective (`OBJECTIVE`; `train/objectives.py` names the others). `make_run` is
+the run of the configured objective (its model, loss and frozen inputs, the configured optimizer) that the loop,
+the dry run and the benchmarks compile. `PretrainingJob` supplies what the loop (`train/loop.py`) needs:
 the corpus's batches, evaluation on the held-out stream, the pipeline's state beside every checkpoint.
 """
 
@@ -24,7 +25,7 @@ from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instanc
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
-from bert_jax.train import loop, run, start_order
+from bert_jax.train import loop, objectives, run, start_order
 from bert_jax.train.optim import Steps, make_optimizer, make_schedule
 from bert_jax.train.step import Loss
 from bert_jax.workdir import checkpoints
@@ -116,11 +117,14 @@ def make_loss(sentence_task: str | None = "nsp") -> Loss:
 
 
 def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.Run:
-  """The pretraining run of `config` (checked by `config_checks.check_pretraining`); `model_cfg` replaces the
-  config's model (e.g. another layer layout)."""
-  model = BertForPretraining(model_cfg or config_checks.model_config(config))
-  loss = make_loss(config_checks.sentence_task(config.data))
-  return run.make_run(config, model, loss, make_optimizer(config), devices=devices)
+  """The pretraining run of `config` (checked by `config_checks.check_pretraining`) for its objective; `model_cfg`
+  replaces the config's model (e.g. another layer layout). Frozen inputs (a teacher) are described, not read:
+  `Run.read_frozen` reads them."""
+  objective = objectives.of(config.objective)
+  model_cfg = model_cfg or config_checks.model_config(config)
+  frozen = objective.frozen(config, model_cfg)
+  loss = objective.loss(config, frozen)
+  return run.make_run(config, objective.model(model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen)
 
 
 def shown_metrics(sentence_task: str | None, evaluation: bool = False) -> tuple[str, ...]:
@@ -129,6 +133,21 @@ def shown_metrics(sentence_task: str | None, evaluation: bool = False) -> tuple[
   if sentence_task:
     shown += (f"{sentence_task}_accuracy", f"{sentence_task}_loss") if evaluation else (f"{sentence_task}_accuracy",)
   return shown
+
+
+def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> float:
+  """BERT's model FLOPs per train step (forward and backward), or per eval step (forward) when not `training`."""
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  return flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds) / (1 if training else 3)
+
+
+OBJECTIVE = objectives.Objective(
+  name="bert",
+  model=BertForPretraining,
+  loss=lambda config, frozen: make_loss(config_checks.sentence_task(config.data)),
+  flops=_flops,
+  shown=lambda config, evaluation: shown_metrics(config_checks.sentence_task(config.data), evaluation),
+)
 
 
 class PretrainingJob(loop.Job):
@@ -140,16 +159,24 @@ class PretrainingJob(loop.Job):
   finished = "Training finished"
 
   def __init__(
-    self, config, workdir: str, the_run: run.Run, model_cfg: BertConfig, init_source, init_params, tokenizer=None
+    self,
+    config,
+    workdir: str,
+    the_run: run.Run,
+    model_cfg: BertConfig,
+    init_source,
+    init_params,
+    tokenizer=None,
+    init_origin: str = "",
   ):
     self.config, self.workdir, self.run, self.model_cfg = config, workdir, the_run, model_cfg
-    self.init_source, self.init_params = init_source, init_params
+    self.objective = objectives.of(config.objective)
+    self.init_source, self.init_params, self.init_origin = init_source, init_params, init_origin
     self.last_step = config.num_train_steps
     self.tokens_per_step = config.batch_size * config.data.max_seq_length
     self.data = Corpus(config, workdir, model_cfg, tokenizer)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
-    self.sentence_task = config_checks.sentence_task(config.data)
 
   def header_rows(self) -> list[tuple[str, str]]:
     config = self.config
@@ -186,10 +213,19 @@ class PretrainingJob(loop.Job):
 
   def start(self, manager) -> start_order.Start:
     begun = start_order.pretraining_start(
-      self.config, self.run, self.model_cfg, manager, self.data.identity, self.init_source, self.init_params
+      self.config,
+      self.run,
+      self.model_cfg,
+      manager,
+      self.data.identity,
+      self.init_source,
+      self.init_params,
+      self.init_origin,
     )
     self.first_step = int(begun.state.step)
     self.history = start_order.history(manager if begun.resumed else None, self.first_step, self.init_source)
+    if self.run.frozen is not None:  # What taught this model: a resume must read the same (start_order.check_start).
+      self.history[self.run.frozen.name] = self.run.frozen.identity
     self.examples_before = self.history["examples_seen"]
     self.positions_before = self.history["token_positions_seen"]
     end_step = Steps.of(self.config).end_step
@@ -222,15 +258,15 @@ class PretrainingJob(loop.Job):
     return loop.train_dropout_key(self.config.seed)
 
   def ticker(self, first_step: int) -> progress.Progress:
-    config, seq = self.config, self.config.data.max_seq_length
+    config = self.config
     peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, config.peak_tflops_per_device)
     return progress.Progress(
       self.last_step,
       self.tokens_per_step,
       first_step,
-      flops.train_flops_per_step(self.model_cfg, config.batch_size, seq, config.data.max_predictions_per_seq),
+      self.objective.flops(config, self.model_cfg, self.run.frozen),
       peak * jax.device_count() if peak else None,
-      shown=shown_metrics(self.sentence_task),
+      shown=self.objective.shown(config, False),
       packed=config.data.pack_instances,
       baseline=self.data.unigram,
     )
@@ -249,10 +285,10 @@ class PretrainingJob(loop.Job):
     source = self.data.source(0, evaluation=True)
     totals = None
     for _ in range(self.config.eval_steps):
-      metrics = self.run.eval_step(state.params, self._device_batch(source))
+      metrics = self.run.eval_step(state.params, self._device_batch(source), *self.run.frozen_args)
       totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
     summary = progress.summarize(jax.device_get(totals), self.config.eval_steps)
-    shown = shown_metrics(self.sentence_task, evaluation=True)
+    shown = self.objective.shown(self.config, True)
     logging.info("eval at step %d%s", step, progress.format_metrics(summary, shown, self.data.unigram))
     writer.write(step, summary)
     self.history["eval"] = dict(summary, step=step)
@@ -285,10 +321,10 @@ class PretrainingJob(loop.Job):
     history = self.history
     train, evaluation = history.get("train", {}), history.get("eval", {})
     if train.get("step", -1) > self.first_step:
-      shown = ("loss", *shown_metrics(self.sentence_task))
+      shown = ("loss", *self.objective.shown(self.config, False))
       rows.append(("train", f"step {train['step']}" + progress.format_metrics(train, shown)))
     if evaluation.get("step", -1) > self.first_step:
-      metrics = progress.format_metrics(evaluation, shown_metrics(self.sentence_task, True), self.data.unigram)
+      metrics = progress.format_metrics(evaluation, self.objective.shown(self.config, True), self.data.unigram)
       rows.append(("eval", f"step {evaluation['step']}{metrics}"))
     return rows
 
@@ -301,11 +337,14 @@ def pretrain(config, workdir: str, checked: config_checks.Checked | None = None)
   started_at = time.perf_counter()
   model_cfg = (checked or config_checks.check(config, "pretrain")).model
   the_run = make_run(config, model_cfg=model_cfg)
-  config, init_source, tokenizer = start_order.check_start(config, workdir, model_cfg)
-  init_params = None
+  config, init_source, tokenizer = start_order.check_start(config, workdir, model_cfg, the_run.frozen)
+  the_run = the_run.read_frozen()  # A teacher: read, and so checked, before any write.
+  init_params, init_origin = None, ""
   if init_source is not None and init_source.format != "workdir":  # Read, and so checked, before any write.
     _, init_params = pretrained.read_weights(
       init_source, scan_layers=model_cfg.scan_layers, mesh=the_run.mesh, rules=the_run.rules
     )
-  job = PretrainingJob(config, workdir, the_run, model_cfg, init_source, init_params, tokenizer)
+  elif init_source is None and not checkpoints.has_checkpoint(workdir):  # A new run: the objective may say from what.
+    init_params, init_origin = objectives.of(config.objective).initial_params(config, the_run) or (None, "")
+  job = PretrainingJob(config, workdir, the_run, model_cfg, init_source, init_params, tokenizer, init_origin)
   return loop.train(job, workdir, started_at)

@@ -37,7 +37,7 @@ from bert_jax.model import param_layout
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig
 from bert_jax.model.encoder import BertForPretraining
 from bert_jax.train import step as step_lib
-from bert_jax.train.run import Run
+from bert_jax.train.run import Frozen, Run
 from bert_jax.workdir import checkpoints
 
 
@@ -161,38 +161,71 @@ def check_same_run(config, workdir: str, keys: tuple[str, ...], absent: dict | N
     )
 
 
-def check_start(config, workdir: str, model_cfg: BertConfig) -> tuple:
+def check_frozen(workdir: str, step: int, frozen: Frozen | None) -> None:
+  """A resume reads the frozen inputs (a teacher) that trained its checkpoint: raises ValueError naming both if
+  checkpoint `step`'s history records another identity than `frozen`'s (or none)."""
+  if frozen is None:
+    return
+  with checkpoints.read_only_manager(workdir) as manager:
+    recorded = checkpoints.read_history(manager, step).get(frozen.name)
+  if recorded != frozen.identity:
+    raise ValueError(
+      f"{checkpoints.checkpoint_dir(workdir)}/{step} was trained with the {frozen.name} {recorded}; this run's is "
+      f"{frozen.identity}. Name the same {frozen.name} (a workdir's checkpoint step names one step), or use a new "
+      "workdir."
+    )
+
+
+def check_start(config, workdir: str, model_cfg: BertConfig, frozen: Frozen | None = None) -> tuple:
   """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
-  `init_from`'s) exists where the config names it and fits the config. Returns the run's config (`resolve_readers`),
-  `init_from`'s source when the run will start from it (else None: `init_from` is described here, once) and the
-  config's tokenizer when checking the source needed it (else None: the corpus loads it)."""
+  `init_from`'s) exists where the config names it and fits the config; a resume has the checkpoint's objective and
+  frozen inputs (`check_frozen`). Returns the run's config (`resolve_readers`), `init_from`'s source when the run
+  will start from it (else None: `init_from` is described here, once) and the config's tokenizer when checking the
+  source needed it (else None: the corpus loads it)."""
   newest = newest_saved(config, workdir)
   if newest is not None:
     step, saved, data_position = newest
     _check_compatible(saved, config, "the workdir")
+    if saved.get("objective", "bert") != config.objective:  # Checkpoints before objectives were all BERT's.
+      raise ValueError(
+        f"{checkpoints.checkpoint_dir(workdir)}/{step} was trained with objective={saved.get('objective', 'bert')!r}; "
+        f"this config's is {config.objective!r}. Resume with the checkpoint's, or use a new workdir."
+      )
+    check_frozen(workdir, step, frozen)
     _check_readers(config, data_position, step)
     return resolve_readers(config, data_position), None, None
   if not config.init_from:
     return resolve_readers(config, None), None, None
   where = f"init_from={config.init_from}"
-  try:
-    source = pretrained.describe(config.init_from)
-  except (FileNotFoundError, ValueError) as error:
-    raise type(error)(f"{where}: {error}") from None
+  source = describe(config.init_from, where)
   if source.format == "workdir":  # A previous phase: its optimizer state and step too.
     _check_compatible(source.info, config, where)
   else:  # Weights only: a fresh optimizer.
     pretrained.check_fits(source, model_cfg, where)
-  if config.data.source != "synthetic":
-    if not config.tokenizer.path:
-      raise ValueError(
-        f"{where} was trained with the tokenizer {source.tokenizer_file}; set tokenizer.path to it (the run would "
-        "train a new one)."
-      )
-    tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
-    pretrained.check_tokenizer(source, tokenizer.identity(), where)
-    return resolve_readers(config, None), source, tokenizer  # A previous phase's stream is not continued.
-  return resolve_readers(config, None), source, None
+  # A previous phase's stream is not continued.
+  return resolve_readers(config, None), source, source_tokenizer(config, source, where)
+
+
+def describe(path: str, where: str) -> pretrained.Source:
+  """`pretrained.describe(path)`, its errors prefixed with `where` (the config key that names it)."""
+  try:
+    return pretrained.describe(path)
+  except (FileNotFoundError, ValueError) as error:
+    raise type(error)(f"{where}: {error}") from None
+
+
+def source_tokenizer(config, source: pretrained.Source, where: str):
+  """The config's tokenizer, refused unless it is the one `source` was trained with; None for synthetic data."""
+  if config.data.source == "synthetic":
+    return None
+  if not config.tokenizer.path:
+    raise ValueError(
+      f"{where} was trained with the tokenizer {source.tokenizer_file}; set tokenizer.path to it (the run would "
+      "train a new one)."
+    )
+  tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+  pretrained.check_tokenizer(source, tokenizer.identity(), where)
+  return tokenizer
 
 
 def _restore(manager, step: int | None, run: Run, model_cfg: BertConfig):
@@ -245,10 +278,13 @@ def pretraining_start(
   identity,
   init_source: pretrained.Source | None,
   init_params: dict | None,
+  init_origin: str = "",
 ) -> Start:
   """Pretraining's start: a resume must use the same tokenizer; `init_from` a workdir (a previous phase) gives
   its state and step, other sources their weights (heads they lack from the seed) and a fresh optimizer.
-  `init_params` are `init_source`'s weights when it is not a workdir (read before anything was written)."""
+  `init_params` are `init_source`'s weights when it is not a workdir (read before anything was written), or,
+  without `init_source`, what the objective starts a new run from (`init_origin` says what: a distillation
+  student's layers from its teacher)."""
   restore = functools.partial(_restore, run=run, model_cfg=model_cfg)
 
   def fresh() -> Start:
@@ -257,12 +293,13 @@ def pretraining_start(
         state, _ = restore(source_manager, init_source.step)
       started = f"step {int(state.step)}: initialised from {config.init_from}; the data stream starts afresh"
       return Start(state, {"examples": 0}, False, started)
-    if init_source is not None:
+    if init_params is not None:
       state = run.init_state(config.seed, init_params)
       fresh = step_lib.overwrite_params(run.abstract.params, init_params)[1]
+      origin = f"the {init_source.format} weights in {config.init_from}" if init_source is not None else init_origin
       started = (
-        f"step 0: initialised from the {init_source.format} weights in {config.init_from} (heads initialised from "
-        f"seed {config.seed}: {fresh or 'none'}); a fresh optimizer"
+        f"step 0: initialised from {origin} (heads initialised from seed {config.seed}: {fresh or 'none'}); a "
+        "fresh optimizer"
       )
       return Start(state, {"examples": 0}, False, started)
     return Start(run.init_state(config.seed), {"examples": 0}, False, f"step 0: a new run from seed {config.seed}")

@@ -1,7 +1,8 @@
 """The train state and the pure train and eval steps, for any model and loss.
 
-`train_step(state, batch, dropout_key, *, model, loss, tx)` and `eval_step(params, batch, *, model, loss)` are
-pure functions of global arrays; `run.make_run` binds the model, the loss and the optimizer and jits them with
+`train_step(state, batch, dropout_key[, frozen], *, model, loss, tx)` and `eval_step(params, batch[, frozen], *,
+model, loss)` are pure functions of global arrays (`frozen`: parameters the loss reads and never trains, a
+distillation teacher's; see `run.Frozen`); `run.make_run` binds the model, the loss and the optimizer and jits them with
 explicit shardings over a mesh. A `Loss` is the task's: pretraining's (`train/pretraining.py`) or a fine-tuning head's
 (`finetune/losses.py`). Metrics leave a step as sums with their denominators (`*_count`), so hosts and steps add
 up exactly and padding never skews them. Parameters are initialised from the model's shape-only
@@ -45,7 +46,8 @@ class Loss:
   """What a step minimises.
 
   `value(params, batch, model, dropout_key=None, normalizers=None) -> (loss, metric sums)`: deterministic when
-  `dropout_key` is None; its sums are divided by `normalizers` when given (else by the batch's own).
+  `dropout_key` is None; its sums are divided by `normalizers` when given (else by the batch's own). A run with
+  frozen inputs (a teacher, `run.Frozen`) passes them as the keyword `frozen=`; no other loss receives it.
   `normalizers(batch)`: those denominators computed from a whole batch, so that the losses of its microbatches
   add up to the whole batch's loss.
   """
@@ -126,13 +128,21 @@ def microbatches(batch: dict, num_microbatches: int) -> dict:
   return jax.tree.map(split, batch)
 
 
-def gradients(params, batch: dict, dropout_key, *, model: nn.Module, loss: Loss, num_microbatches: int = 1):
+def _frozen_keyword(frozen) -> dict:
+  """The keyword a loss receives its frozen inputs as: none without them, so other losses never see it."""
+  return {} if frozen is None else {"frozen": frozen}
+
+
+def gradients(
+  params, batch: dict, dropout_key, frozen=None, *, model: nn.Module, loss: Loss, num_microbatches: int = 1
+):
   """((loss, metric sums), gradients) of the whole batch, computed over `num_microbatches` sequential slices.
 
   Each microbatch's loss is normalised by the whole batch's `loss.normalizers`, so the accumulated gradient equals
-  the full-batch gradient (up to float32 summation order); activation memory is that of one microbatch.
+  the full-batch gradient (up to float32 summation order); activation memory is that of one microbatch. Gradients
+  are of `params` alone: `frozen` (a teacher's parameters) only enters the loss.
   """
-  grad_fn = jax.value_and_grad(loss.value, has_aux=True)
+  grad_fn = functools.partial(jax.value_and_grad(loss.value, has_aux=True), **_frozen_keyword(frozen))
   if num_microbatches == 1:
     return grad_fn(params, batch, model, dropout_key)
   normalizers = loss.normalizers(batch)
@@ -156,6 +166,7 @@ def train_step(
   state: TrainState,
   batch: dict,
   dropout_key: jax.Array,
+  frozen=None,
   *,
   model: nn.Module,
   loss: Loss,
@@ -171,7 +182,7 @@ def train_step(
   replay it exactly."""
   step_key = jax.random.fold_in(dropout_key, state.step)
   (value, metrics), grads = gradients(
-    state.params, batch, step_key, model=model, loss=loss, num_microbatches=num_microbatches
+    state.params, batch, step_key, frozen, model=model, loss=loss, num_microbatches=num_microbatches
   )
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
@@ -200,9 +211,9 @@ def train_step(
   return TrainState(step=state.step + 1, params=params, opt_state=opt_state, guard=new_guard), metrics
 
 
-def eval_step(params, batch: dict, *, model: nn.Module, loss: Loss) -> dict:
+def eval_step(params, batch: dict, frozen=None, *, model: nn.Module, loss: Loss) -> dict:
   """The loss's metric sums on `batch`, without dropout."""
-  _, metrics = loss.value(params, batch, model)
+  _, metrics = loss.value(params, batch, model, **_frozen_keyword(frozen))
   return metrics
 
 
