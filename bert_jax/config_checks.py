@@ -138,7 +138,7 @@ PRETRAINING = (
   ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
 )
 
-# ELECTRA (model.model_type="electra"): the generator's size and the loss; checked in every pretraining config.
+# ELECTRA (objective="electra"): the generator's size and the loss; checked in every pretraining config.
 ELECTRA = (
   ("electra.generator_hidden_fraction", Range(0, 1, low_open=True, high_open=False)),
   ("electra.generator_layers_fraction", Range(0, 1, low_open=True, high_open=False)),
@@ -256,8 +256,6 @@ def check_pretraining(config) -> BertConfig:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
   check_instances(config.data)
   check_ranges(config, ELECTRA)
-  if model.model_type == "electra":
-    electra_generator(config, model)
   readers = config.data.num_readers
   if config.data.source == "pretraining" and readers and config.batch_size % readers:
     raise ValueError(
@@ -326,9 +324,16 @@ def check_instances(data) -> None:
 
 
 def check_objective(config, model: BertConfig) -> None:
-  """`config.objective` and, for distillation, `config.distill`'s pretraining keys."""
+  """`config.objective` and, for distillation, `config.distill`'s pretraining keys; ELECTRA's generator."""
   if config.objective not in OBJECTIVES:
     raise ValueError(f"objective={config.objective!r}; expected one of {OBJECTIVES}.")
+  if (config.objective == "electra") != (model.model_type == "electra"):
+    raise ValueError(
+      f"objective={config.objective!r} with model.model_type={model.model_type!r}: ELECTRA trains a discriminator "
+      "of model_type 'electra' (its Hugging Face names), and only ELECTRA does; set both or neither."
+    )
+  if config.objective == "electra":
+    electra_generator(config, model)
   settings = config.distill
   if config.objective != "distillation":
     if settings.teacher:

@@ -26,6 +26,7 @@ GENERATOR_HIDDEN_FRACTION = 0.25
 
 def get_config():
   config = default.get_config()
+  config.objective = "electra"
   config.model.update(
     model_type="electra", hidden_size=256, num_layers=12, num_heads=4, intermediate_size=1024, embedding_size=128
   )

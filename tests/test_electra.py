@@ -2,6 +2,7 @@
 (random weights, no download), the replaced-token-detection loss (no gradient through the sampling, the labels), and
 a tiny run end to end: pretraining, `pretrained.load`, the Hugging Face export, fine-tuning."""
 
+import copy
 import dataclasses
 
 import flax.linen as nn
@@ -12,13 +13,17 @@ import pytest
 import torch
 import transformers
 
+from bert_jax import config_checks
+from bert_jax.finetune import job
 from bert_jax.handoff import export, pretrained
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.bert_config import generator_config
 from bert_jax.model.electra import ElectraForPretraining, generator_as_masked_lm, with_generator
 from bert_jax.model.encoder import init_params
-from bert_jax.train import electra
+from bert_jax.train import electra, pretraining
+from configs import electra_small, glue
 from tests.test_encoder import _inputs, _reference
+from tests.test_finetune import _write_sst2
 from tests.test_roberta import check_hf_round_trip, write_hf_directory
 
 
@@ -237,6 +242,18 @@ def test_electra_files_load_and_export_as_transformers_reads_them(electra_config
     pretrained.load(str(source))
 
 
+def test_the_electra_objective_and_model_type_go_together():
+  config = electra_small.get_config()
+  assert config_checks.check(config, "pretrain").model.model_type == "electra"
+  for key, value in (("objective", "bert"), ("model.model_type", "bert")):
+    changed = copy.deepcopy(config)
+    changed.update_from_flattened_dict({key: value})
+    with pytest.raises(
+      ValueError, match=r"ELECTRA trains a discriminator of model_type 'electra'.*set both or neither"
+    ):
+      config_checks.check(changed, "pretrain")
+
+
 def test_a_generator_size_that_does_not_fit_is_refused_naming_the_fraction(electra_configs):
   discriminator = electra_configs[0]
   with pytest.raises(ValueError, match=r"electra.generator_layers_fraction=0.1 of model.num_layers=2 rounds to 0"):
@@ -252,10 +269,8 @@ def electra_run(wordpiece_run, tmp_path_factory):
   FSDP over the 8 devices: (workdir, config, final state)."""
   _, bert_config, _ = wordpiece_run
   config = copy.deepcopy(bert_config)
-  config.unlock()
   config.objective = "electra"
-  config.lock()
-  config.model.update(model_type="electra", embedding_size=16)
+  config.model.update(model_type="electra", embedding_size=16, num_layers=1)
   config.data.update(instances="doc_sentences", mask_token_fraction=0.85, random_token_fraction=0.0)
   config.update(eval_steps=0)
   workdir = str(tmp_path_factory.mktemp("electra") / "run")
@@ -271,7 +286,10 @@ def test_an_electra_run_hands_its_discriminator_to_load_export_and_fine_tuning(e
 
   exported = tmp_path / "hf"
   export.export(workdir, str(exported), format="huggingface")
-  for cls, directory in ((transformers.ElectraForPreTraining, exported), (transformers.ElectraForMaskedLM, exported / "generator")):
+  for cls, directory in (
+    (transformers.ElectraForPreTraining, exported),
+    (transformers.ElectraForMaskedLM, exported / "generator"),
+  ):
     _, info = cls.from_pretrained(directory, output_loading_info=True)
     assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
 

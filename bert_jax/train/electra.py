@@ -23,8 +23,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax import config_checks, flops
+from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining
-from bert_jax.train import pretraining
+from bert_jax.train import objectives, pretraining
 from bert_jax.train.step import Loss
 
 # What each random draw of a step folds into its dropout key.
@@ -105,3 +107,27 @@ def make_loss(rtd_weight: float, temperature: float) -> Loss:
   """ELECTRA's `Loss` with the RTD weight (the paper's lambda, 50) and the sampling temperature."""
   value = functools.partial(electra_loss, rtd_weight=rtd_weight, temperature=temperature)
   return Loss(value=value, normalizers=loss_normalizers)
+
+
+def _model(config, model_cfg: BertConfig) -> ElectraForPretraining:
+  return ElectraForPretraining(model_cfg, config_checks.electra_generator(config, model_cfg))
+
+
+def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> float:
+  """The generator's and the discriminator's model FLOPs per train step (forward and backward), or per eval step
+  (forward) when not `training`."""
+  generator = config_checks.electra_generator(config, model_cfg)
+  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
+  return flops.electra_flops_per_step(model_cfg, generator, config.batch_size, seq, preds) / (1 if training else 3)
+
+
+OBJECTIVE = objectives.Objective(
+  name="electra",
+  model=_model,
+  loss=lambda config, frozen: make_loss(config.electra.rtd_weight, config.electra.sampling_temperature),
+  flops=_flops,
+  # rtd_replaced: the fraction of real tokens the generator's samples changed.
+  shown=lambda config, evaluation: (
+    ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy") + (("rtd_replaced",) if evaluation else ())
+  ),
+)

@@ -124,7 +124,9 @@ def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.R
   model_cfg = model_cfg or config_checks.model_config(config)
   frozen = objective.frozen(config, model_cfg)
   loss = objective.loss(config, frozen)
-  return run.make_run(config, objective.model(model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen)
+  return run.make_run(
+    config, objective.model(config, model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen
+  )
 
 
 def shown_metrics(sentence_task: str | None, evaluation: bool = False) -> tuple[str, ...]:
@@ -143,7 +145,7 @@ def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> floa
 
 OBJECTIVE = objectives.Objective(
   name="bert",
-  model=BertForPretraining,
+  model=lambda config, model_cfg: BertForPretraining(model_cfg),
   loss=lambda config, frozen: make_loss(config_checks.sentence_task(config.data)),
   flops=_flops,
   shown=lambda config, evaluation: shown_metrics(config_checks.sentence_task(config.data), evaluation),
