@@ -284,6 +284,9 @@ def test_an_electra_run_hands_its_discriminator_to_load_export_and_fine_tuning(e
   assert loaded.config.model_type == "electra" and loaded.source.generator.hidden_size == 8
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params), jax.device_get(state.params))
 
+  bundle = pretrained.load(export.export(workdir, str(tmp_path / "bundle")))  # The generator's config travels too.
+  assert bundle.source.generator == loaded.source.generator
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(bundle.params), jax.device_get(state.params))
   exported = tmp_path / "hf"
   export.export(workdir, str(exported), format="huggingface")
   for cls, directory in (
