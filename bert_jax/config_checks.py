@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from bert_jax import distributed
 from bert_jax.dry_run import tpu_topology
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import BertConfig, generator_config
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES
@@ -138,6 +138,14 @@ PRETRAINING = (
   ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
 )
 
+# ELECTRA (objective="electra"): the generator's size and the loss; checked in every pretraining config.
+ELECTRA = (
+  ("electra.generator_hidden_fraction", Range(0, 1, low_open=True, high_open=False)),
+  ("electra.generator_layers_fraction", Range(0, 1, low_open=True, high_open=False)),
+  ("electra.rtd_weight", NON_NEGATIVE),
+  ("electra.sampling_temperature", POSITIVE),
+)
+
 FINETUNING = (
   ("finetune.num_epochs", POSITIVE),
   ("finetune.warmup_fraction", Range(0, 1)),
@@ -247,6 +255,7 @@ def check_pretraining(config) -> BertConfig:
   if config.data.source not in DATA_SOURCES:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
   check_instances(config.data)
+  check_ranges(config, ELECTRA)
   readers = config.data.num_readers
   if config.data.source == "pretraining" and readers and config.batch_size % readers:
     raise ValueError(
@@ -255,6 +264,14 @@ def check_pretraining(config) -> BertConfig:
     )
   check_objective(config, model)
   return model
+
+
+def electra_generator(config, model: BertConfig) -> BertConfig:
+  """ELECTRA's generator config for the discriminator `model`, from `config.electra` (checked; `config` may be a
+  checkpoint's saved config, a dict)."""
+  check_ranges(config, ELECTRA)
+  settings = config["electra"]
+  return generator_config(model, settings["generator_hidden_fraction"], settings["generator_layers_fraction"])
 
 
 def _check_masking(data) -> None:
@@ -307,9 +324,16 @@ def check_instances(data) -> None:
 
 
 def check_objective(config, model: BertConfig) -> None:
-  """`config.objective` and, for distillation, `config.distill`'s pretraining keys."""
+  """`config.objective` and, for distillation, `config.distill`'s pretraining keys; ELECTRA's generator."""
   if config.objective not in OBJECTIVES:
     raise ValueError(f"objective={config.objective!r}; expected one of {OBJECTIVES}.")
+  if (config.objective == "electra") != (model.model_type == "electra"):
+    raise ValueError(
+      f"objective={config.objective!r} with model.model_type={model.model_type!r}: ELECTRA trains a discriminator "
+      "of model_type 'electra' (its Hugging Face names), and only ELECTRA does; set both or neither."
+    )
+  if config.objective == "electra":
+    electra_generator(config, model)
   settings = config.distill
   if config.objective != "distillation":
     if settings.teacher:

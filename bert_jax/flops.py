@@ -21,17 +21,40 @@ PEAK_TFLOPS = (
 )
 
 
+def _encoder_flops(config: BertConfig, batch: int, seq: int) -> int:
+  """Forward FLOPs of the encoder's layers and, for factorised embeddings, their projection to the hidden width."""
+  hidden, inter, width = config.hidden_size, config.intermediate_size, config.embedding_width
+  tokens = batch * seq
+  per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
+  projection = 2 * tokens * width * hidden if width != hidden else 0
+  return config.num_layers * per_layer + projection
+
+
+def _masked_lm_flops(config: BertConfig, batch: int, predictions: int) -> int:
+  """Forward FLOPs of the MLM transform and the tied decoder at the masked positions."""
+  width = config.embedding_width
+  return 2 * batch * predictions * (config.hidden_size * width + width * config.vocab_size)
+
+
 def train_flops_per_step(config: BertConfig, batch: int, seq: int, predictions: int) -> float:
   """Training FLOPs of one step (3x forward: forward, and backward at twice the forward) of the useful work:
   encoder, pooler, and the MLM and NSP heads at the masked positions only. Embedding lookups, norms and softmaxes
   are not counted. Factorised embeddings (ALBERT) add the projection to the hidden width and make the MLM
   transform and decoder `embedding_width` wide; shared layers still run `num_layers` times."""
-  hidden, inter, width = config.hidden_size, config.intermediate_size, config.embedding_width
-  tokens = batch * seq
-  per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
-  projection = 2 * tokens * width * hidden if width != hidden else 0
-  heads = 2 * batch * predictions * (hidden * width + width * config.vocab_size) + 2 * batch * (hidden * hidden)
-  return 3.0 * (config.num_layers * per_layer + projection + heads)
+  heads = _masked_lm_flops(config, batch, predictions) + 2 * batch * (config.hidden_size * config.hidden_size)
+  return 3.0 * (_encoder_flops(config, batch, seq) + heads)
+
+
+def electra_flops_per_step(
+  discriminator: BertConfig, generator: BertConfig, batch: int, seq: int, predictions: int
+) -> float:
+  """Training FLOPs of one ELECTRA step (3x forward): the generator's encoder and MLM head at the masked positions,
+  and the discriminator's encoder and replaced-token head at every token (hidden -> hidden -> 1). The pooler is
+  not trained; the sampling is not counted."""
+  hidden = discriminator.hidden_size
+  rtd_head = 2 * batch * seq * (hidden * hidden + hidden)
+  generator_flops = _encoder_flops(generator, batch, seq) + _masked_lm_flops(generator, batch, predictions)
+  return 3.0 * (generator_flops + _encoder_flops(discriminator, batch, seq) + rtd_head)
 
 
 def distillation_flops_per_step(

@@ -196,7 +196,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.init_from = ""
 
   # The pretraining objective (bert_jax/train/objectives.py): "bert" (masked LM, and the sentence task the data
-  # gives) or "distillation" (DistilBERT: this model, the student, trained on a teacher's predictions; distill.*).
+  # gives), "distillation" (DistilBERT: this model, the student, trained on a teacher's predictions; distill.*) or
+  # "electra" (replaced-token detection: this model, the discriminator, trained with a generator; electra.*).
   # A workdir's checkpoints resume only with the objective that wrote them.
   config.objective = "bert"
 
@@ -222,6 +223,21 @@ def get_config() -> ml_collections.ConfigDict:
   # Fine-tuning: the weight of the hard-label loss; the soft one (T^2 KL to the teacher's predictions; for
   # regression the squared error to its prediction) has 1 - alpha_hard.
   config.distill.alpha_hard = 0.5
+
+  # ELECTRA (objective="electra", bert_jax/train/electra.py, configs/electra_small.py): a generator masked LM, sized
+  # from the discriminator (config.model, whose model_type is "electra") as the official get_generator_config does,
+  # trained jointly with it.
+  config.electra = ml_collections.ConfigDict()
+  # The generator's hidden size: round(model.hidden_size x this), heads of 64 (at least one), feed-forward 4x.
+  # ELECTRA-Small: 0.25 (64); Base: 1/3 (256).
+  config.electra.generator_hidden_fraction = 0.25
+  # The generator's layers: round(model.num_layers x this).
+  config.electra.generator_layers_fraction = 1.0
+  # The weight of the discriminator's replaced-token-detection loss beside the generator's MLM loss (the paper's
+  # lambda).
+  config.electra.rtd_weight = 50.0
+  # Replacements are sampled from the generator's softmax at this temperature.
+  config.electra.sampling_temperature = 1.0
 
   # --mode=export: a pretrained model written out for others (bert_jax/handoff/export.py).
   config.export = ml_collections.ConfigDict()

@@ -41,6 +41,7 @@ FILE_SECONDS = {
   "test_multihost.py": 80,
   "test_parallelism.py": 60,
   "test_distillation.py": 50,
+  "test_electra.py": 40,
   "test_guard.py": 50,
   "test_extract_features.py": 45,
   "test_train_step.py": 40,

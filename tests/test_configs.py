@@ -113,6 +113,10 @@ BAD_VALUES = [
   ("data.instances", "roberta", "data.instances='roberta'; expected one of ('nsp', 'sop', 'doc_sentences', 'full"),
   ("tokenizer.train_max_sentences", 0, "tokenizer.train_max_sentences=0 must be at least 1."),
   ("eval_steps", -1, "eval_steps=-1 must be non-negative. 0 disables evaluation."),
+  ("electra.generator_hidden_fraction", 0.0, "electra.generator_hidden_fraction=0.0 must be in (0, 1]."),
+  ("electra.generator_layers_fraction", 1.5, "electra.generator_layers_fraction=1.5 must be in (0, 1]."),
+  ("electra.rtd_weight", -1.0, "electra.rtd_weight=-1.0 must be non-negative."),
+  ("electra.sampling_temperature", 0.0, "electra.sampling_temperature=0.0 must be positive."),
 ]
 # Values at the edges of those ranges, and the sentinels, that must pass.
 GOOD_VALUES = [

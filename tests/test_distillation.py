@@ -364,7 +364,7 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
 
 
 BAD_SETTINGS = [
-  (dict(objective="electra"), "objective='electra'; expected one of ('bert', 'distillation')."),
+  (dict(objective="spanbert"), "objective='spanbert'; expected one of ('bert', 'distillation', 'electra')."),
   (dict(objective="bert"), "distill.teacher='gs://BUCKET/bert-base' is set, but objective='bert'"),
   (dict(distill=dict(teacher="")), "objective='distillation' needs distill.teacher"),
   (dict(distill=dict(temperature=0.0)), "distill.temperature=0.0 must be positive."),

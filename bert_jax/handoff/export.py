@@ -12,7 +12,9 @@ workdir) and writes one of:
   `tokenizer.model`; or a byte-level BPE's `vocab.json` + `merges.txt` + `tokenizer_config.json`, RobertaTokenizer),
   which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load; a RoBERTa is a `RobertaForMaskedLM`
   (no pooler, no sentence head), an ALBERT an `AlbertForPreTraining` (hf_names.py), and an encoder without heads the
-  family's bare model (`BertModel`, ...).
+  family's bare model (`BertModel`, ...). An ELECTRA run's discriminator is an `ElectraForPreTraining`, and its
+  generator an `ElectraForMaskedLM` directory of its own in `generator/` (as google/electra-*-{discriminator,
+  generator} publish them), which `pretrained.load` reads back with the discriminator.
 * `google`: `bert_model.ckpt.{index,data-00000-of-00001}` with the original TF1 variable names,
   `bert_config.json` and `vocab.txt`, as google-research/bert publishes.
 
@@ -43,6 +45,7 @@ from bert_jax import config_checks, paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
 from bert_jax.handoff import google_format, hf_configs, hf_format, pretrained
 from bert_jax.model.bert_config import to_bert_json
+from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints
 
@@ -54,14 +57,9 @@ _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.mod
 _BPE_FILES = (bpe.VOCAB, bpe.MERGES)
 # What each format's writer writes (a bundle: the files its manifest lists, and the manifest): all that
 # `export.overwrite` may replace.
+_HF_FILES = {hf_format.SAFETENSORS, "config.json", "tokenizer_config.json", *_TOKENIZER_FILENAME.values(), *_BPE_FILES}
 _WRITTEN = {
-  "huggingface": {
-    hf_format.SAFETENSORS,
-    "config.json",
-    "tokenizer_config.json",
-    *_TOKENIZER_FILENAME.values(),
-    *_BPE_FILES,
-  },
+  "huggingface": {*_HF_FILES, *(f"{pretrained.GENERATOR}/{name}" for name in _HF_FILES)},
   "google": {
     *(f"{google_format.CHECKPOINT}.{end}" for end in ("index", "data-00000-of-00001")),
     google_format.CONFIG,
@@ -129,6 +127,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
     "parameters": int(sum(np.prod(x.shape) for x in jax.tree.leaves(params))),
     "heads": sorted(name for name in params if name != "bert"),
     "task": None if loaded.task is None else loaded.task.to_json(),
+    "generator": None if loaded.source.generator is None else to_bert_json(loaded.source.generator),
     "tokenizer": dict(loaded.tokenizer.identity(), filename=filename),
     "versions": _versions(),
     "files": _file_hashes(directory),
@@ -153,13 +152,22 @@ def _hf_task_config(task: TaskHead) -> dict:
 
 def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   params = jax.device_get(loaded.params)
-  tensors = hf_format.hf_from_params(params, loaded.config)
+  if "generator" in params:  # ELECTRA: the generator is a model of its own, in a directory of its own.
+    (directory / pretrained.GENERATOR).mkdir()
+    generator = generator_as_masked_lm(params)
+    _write_hf_model(loaded, generator, loaded.source.generator, directory / pretrained.GENERATOR)
+  _write_hf_model(loaded, params, loaded.config, directory)
+
+
+def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, directory: epath.Path) -> None:
+  """`params` of `model_cfg` as a Hugging Face model directory, with `loaded`'s tokenizer and task."""
+  tensors = hf_format.hf_from_params(params, model_cfg)
   task = loaded.task
   if task is not None and task.head in ("span", "token"):  # transformers' models of these heads have no pooler.
     tensors = {name: value for name, value in tensors.items() if not name.startswith("bert.pooler.")}
   hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
-  config = hf_configs.hf_config(loaded.config, hf_format.architecture(params, loaded.config))
+  config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg))
   if task is not None:
     config.update(_hf_task_config(task))
   (directory / "config.json").write_text(json.dumps(dict(config, torch_dtype="float32"), indent=2))

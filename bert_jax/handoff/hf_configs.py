@@ -1,4 +1,4 @@
-"""Hugging Face `config.json` <-> BertConfig, per `model_type` (BERT, RoBERTa, ALBERT).
+"""Hugging Face `config.json` <-> BertConfig, per `model_type` (BERT, RoBERTa, ALBERT, ELECTRA).
 
 Every family's `config.json` names the BERT fields as `bert_config.json` does (model/bert_config.py); beyond them:
 
@@ -7,6 +7,8 @@ Every family's `config.json` names the BERT fields as `bert_config.json` does (m
   albert   `embedding_size`; `num_hidden_groups` G and `inner_group_num`: G = 1 is layer_sharing "all", G =
            num_hidden_layers is "none", and inner_group_num must be 1. Partial sharing ("attention", "ffn") is
            written as G = num_layers groups holding copies of the shared tensors (it reads back as "none").
+  electra  `embedding_size` (always written; 0 in bert_jax when it equals hidden_size, which has no projection).
+           The discriminator and the generator each have their own config.json.
 
 What a family's `config.json` cannot say (factorised embeddings in a BERT, sharing in a RoBERTa) is refused on
 export, naming the field.
@@ -103,10 +105,23 @@ def _write_albert(config: BertConfig) -> dict:
   )
 
 
+def _read_electra(fields: dict, where: str) -> BertConfig:
+  embedding_size = fields.get("embedding_size", 128)  # transformers' ElectraConfig default.
+  if embedding_size == fields.get("hidden_size"):
+    embedding_size = 0
+  return from_bert_json(dict(fields, model_type="electra", embedding_size=embedding_size), where)
+
+
+def _write_electra(config: BertConfig) -> dict:
+  _refuse(config, "ELECTRA", position_offset=0, layer_sharing="none")
+  return dict(_bert_fields(config), model_type="electra", embedding_size=config.embedding_width)
+
+
 _FAMILIES = {
   "bert": (_read_bert, _write_bert),
   "roberta": (_read_roberta, _write_roberta),
   "albert": (_read_albert, _write_albert),
+  "electra": (_read_electra, _write_electra),
 }
 
 

@@ -23,7 +23,8 @@ from flax import traverse_util
 from bert_jax import paths
 from bert_jax.handoff import hf_names
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.encoder import abstract_params
+from bert_jax.model.electra import ElectraForPretraining
+from bert_jax.model.encoder import BertForPretraining, abstract_params
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"  # A model saved in several shards.
@@ -195,11 +196,23 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   return params
 
 
+def _head_groups(params: Mapping, config: BertConfig) -> list[str]:
+  """The pretraining head groups of `config`'s family (hf_names.py) that `params` hold."""
+  heads = hf_names.names(config, "").heads
+  return [group for group, entries in heads.items() if entries[0][1][0] in params]
+
+
 def architecture(params: Mapping, config: BertConfig) -> str:
   """The transformers class `hf_from_params` writes `params` as: the family's pretraining model when `params`
-  hold the MLM head, else its encoder. (A fine-tuned BERT's task model: model/heads.py HF_ARCHITECTURES.)"""
+  hold its heads (ELECTRA's generator alone: ElectraForMaskedLM), else its encoder. (A fine-tuned BERT's task
+  model: model/heads.py HF_ARCHITECTURES.)"""
   names = hf_names.names(config, hf_names.PREFIXES[config.model_type])
-  return names.pretraining if "mlm_transform" in params else names.encoder_only
+  groups = _head_groups(params, config)
+  if not groups:
+    return names.encoder_only
+  if len(groups) == 1 and groups[0] in names.head_architectures:
+    return names.head_architectures[groups[0]]
+  return names.pretraining
 
 
 def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
@@ -209,7 +222,7 @@ def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]
   (RoBERTa's sentence head) are left out. A bare encoder's names have no prefix, as transformers writes them."""
   flat = traverse_util.flatten_dict(params)
   has_task = any(head in params for head in hf_names.TASK_HEADS)
-  bare = "mlm_transform" not in params and not has_task
+  bare = not _head_groups(params, config) and not has_task
   names = hf_names.names(config, "" if bare else hf_names.PREFIXES[config.model_type])
   task = [entry for entry in names.task_heads if entry[1][0] in params]
   if has_task and not task:
@@ -229,7 +242,12 @@ def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]
 
 
 def _expected_shapes(config: BertConfig) -> dict[str, tuple]:
-  """'/'-joined param path -> shape of the unrolled model (abstractly: nothing is allocated)."""
-  boxed = abstract_params(dataclasses.replace(config, scan_layers=False))
-  flat = traverse_util.flatten_dict(nn.meta.unbox(boxed), sep="/")
-  return {path: value.shape for path, value in flat.items()}
+  """'/'-joined param path -> shape of the unrolled model (abstractly: nothing is allocated): BertForPretraining's,
+  and for ELECTRA the discriminator's head too (the generator's file is a masked LM of its own config)."""
+  config = dataclasses.replace(config, scan_layers=False)
+  models = [BertForPretraining(config)] + ([ElectraForPretraining(config)] if config.model_type == "electra" else [])
+  shapes = {}
+  for model in models:
+    flat = traverse_util.flatten_dict(nn.meta.unbox(abstract_params(config, model)), sep="/")
+    shapes.update({path: value.shape for path, value in flat.items()})
+  return shapes

@@ -11,6 +11,8 @@ in a bare encoder's file (`BertModel`, ...).
   bert     BertForPreTraining (cls.predictions, cls.seq_relationship)    BertModel     yes
   roberta  RobertaForMaskedLM (lm_head; no sentence head)   RobertaModel      no
   albert   AlbertForPreTraining (predictions, sop_classifier)            AlbertModel   yes
+  electra  ElectraForPreTraining (discriminator_predictions: `rtd`)      ElectraModel  no
+           ElectraForMaskedLM, the generator (generator_predictions, generator_lm_head: `mlm`)
 
 A layer shared across the model (`layer_sharing`) is written once per layer that uses it, as copies: BERT and
 RoBERTa files have a place per layer, and ALBERT's groups hold "all" as one group and anything else as one group
@@ -37,6 +39,8 @@ class Names:
   encoder_only: str  # ... and without.
   pooler_with_heads: bool  # Whether the pretraining architecture has the pooler.
   task_heads: tuple[Entry, ...] = ()  # Fine-tuning heads transformers' models of this family name alike.
+  # The architecture of a file that holds one head group alone, when it is not `pretraining` (ELECTRA's generator).
+  head_architectures: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _layer_norm(hf: str, ours: tuple) -> list[Entry]:
@@ -174,9 +178,37 @@ def _albert(config: BertConfig, prefix: str) -> Names:
   )
 
 
-_FAMILIES = {"bert": _bert, "roberta": _roberta, "albert": _albert}
+def _electra(config: BertConfig, prefix: str) -> Names:
+  """The discriminator (ElectraForPreTraining: the `rtd` head) and the generator (ElectraForMaskedLM: the `mlm`
+  head), each a model of its own config in a file of its own (model/electra.py `generator_as_masked_lm`)."""
+  project = []
+  if config.embedding_width != config.hidden_size:  # transformers' ElectraModel has it only then.
+    project = _dense(f"{prefix}embeddings_project", ("bert", "embeddings_project"))
+  return Names(
+    encoder=(
+      *_embeddings(prefix),
+      *project,
+      *_layers(config, config.num_layers, lambda i: f"{prefix}encoder.layer.{i}", _BERT_LAYER),
+    ),
+    pooler=(),
+    heads={
+      "rtd": (
+        *_dense("discriminator_predictions.dense", ("rtd_dense",)),
+        *_dense("discriminator_predictions.dense_prediction", ("rtd_prediction",)),
+      ),
+      "mlm": tuple(_mlm("generator_predictions.dense", "generator_predictions.LayerNorm", "generator_lm_head.bias")),
+    },
+    tied={"generator_lm_head.weight": f"{prefix}embeddings.word_embeddings.weight"},
+    pretraining="ElectraForPreTraining",
+    encoder_only="ElectraModel",
+    pooler_with_heads=False,
+    head_architectures={"mlm": "ElectraForMaskedLM"},
+  )
+
+
+_FAMILIES = {"bert": _bert, "roberta": _roberta, "albert": _albert, "electra": _electra}
 # The encoder's prefix in each family's pretraining model.
-PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert."}
+PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert.", "electra": "electra."}
 
 
 def names(config: BertConfig, prefix: str) -> Names:

@@ -44,11 +44,14 @@ from bert_jax.data.tokenizer import Tokenizer, file_sha256, load_tokenizer, toke
 from bert_jax.handoff import google_format, hf_configs, hf_format
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, from_bert_json
+from bert_jax.model.electra import ElectraForPretraining, with_generator
 from bert_jax.model.encoder import abstract_params, make_pooler
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints
 
 FORMATS = ("workdir", "bundle", "huggingface", "google")
+# The folder of a Hugging Face ELECTRA directory that holds its generator (an ElectraForMaskedLM directory).
+GENERATOR = "generator"
 BUNDLE_MANIFEST = "manifest.json"
 BUNDLE_FORMAT = "bert_jax export bundle"
 
@@ -67,6 +70,8 @@ class Source:
   step: int | None = None  # The checkpoint step (workdirs and bundles).
   info: dict = dataclasses.field(default_factory=dict)  # A bundle's manifest; a step's config.
   task: TaskHead | None = None  # A fine-tuned model's head; None for a pretrained encoder (and its heads).
+  # ELECTRA's generator (model/electra.py), when the source holds one beside the discriminator (`config`).
+  generator: BertConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,8 +79,9 @@ class Pretrained:
   """What `load` returns."""
 
   config: BertConfig  # The architecture; `scan_layers` as asked.
-  # BertForPretraining's tree: `bert` (encoder and pooler), and the MLM/NSP heads where the source has them; or,
-  # fine-tuned, the task model's: `bert` and its head.
+  # BertForPretraining's tree: `bert` (encoder and pooler), and the MLM/NSP heads where the source has them; an
+  # ELECTRA's (model/electra.py): the discriminator's `bert` and `rtd_*`, and its `generator` where the source has
+  # it; or, fine-tuned, the task model's: `bert` and its head.
   params: dict
   tokenizer: Tokenizer
   source: Source
@@ -134,8 +140,13 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
       )
     task = _named(step_dir, lambda: TaskHead.from_json(history))
   config = _named(step_dir, lambda: config_checks.check_model(BertConfig(**saved["model"])))
+  generator = None
+  if config.model_type == "electra" and task is None:
+    generator = _named(step_dir, lambda: config_checks.electra_generator(saved, config))
   if recorded is None:  # Trained on synthetic data: no tokenizer.
-    return Source("workdir", step_dir, config, None, None, True, None, step=step, info=saved, task=task)
+    return Source(
+      "workdir", step_dir, config, None, None, True, None, step=step, info=saved, task=task, generator=generator
+    )
   if tokenizer is None:  # Written before checkpoints held the tokenizer file: the recorded path, if still there.
     tokenizer = dict(recorded, file=recorded["path"])
   return Source(
@@ -149,6 +160,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
     step=step,
     info=saved,
     task=task,
+    generator=generator,
   )
 
 
@@ -214,6 +226,7 @@ def _bundle_source(path: epath.Path) -> Source:
       step=manifest["source"]["step"],
       info=manifest,
       task=TaskHead.from_json(manifest["task"]) if manifest.get("task") else None,
+      generator=from_bert_json(manifest["generator"], str(manifest_file)) if manifest.get("generator") else None,
     ),
   )
 
@@ -253,7 +266,10 @@ def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Sour
     google_format.checkpoint_prefix(path)  # Exactly one TF1 checkpoint.
   file, kind, lower_case = _tokenizer_files(path, lower_case)
   task = _named(config_file, lambda: _hf_task(read_json(config_file))) if fmt == "huggingface" else None
-  return Source(fmt, str(path), config, file, kind, lower_case, None, task=task)
+  generator = None
+  if config.model_type == "electra" and (path / GENERATOR / "config.json").exists():  # As hf_export writes it.
+    generator = _read_config(path / GENERATOR / "config.json")
+  return Source(fmt, str(path), config, file, kind, lower_case, None, task=task, generator=generator)
 
 
 def _hf_task(config: dict) -> TaskHead | None:
@@ -353,15 +369,25 @@ def _load_tokenizer(source: Source) -> Tokenizer:
   return tokenizer
 
 
-def _abstract(config: BertConfig, task: TaskHead | None) -> dict:
-  """`BertForPretraining`'s parameter shapes and logical axis names, or `task`'s model's."""
-  return abstract_params(config, None if task is None else task.model(config))
+def _abstract(config: BertConfig, task: TaskHead | None, generator: BertConfig | None = None) -> dict:
+  """The parameter shapes and logical axis names of the model of a source: `task`'s model when fine-tuned, else
+  its family's pretraining model: `BertForPretraining`, or ELECTRA's discriminator with `generator`, if any."""
+  if task is not None:
+    model = task.model(config)
+  elif config.model_type == "electra":
+    same = dict(scan_layers=config.scan_layers, attention=config.attention)
+    model = ElectraForPretraining(config, generator and dataclasses.replace(generator, **same))
+  else:
+    model = None
+  return abstract_params(config, model)
 
 
-def param_shardings(config: BertConfig, mesh: jax.sharding.Mesh | None, rules, task: TaskHead | None = None) -> dict:
-  """NamedShardings of `BertForPretraining`'s (or `task`'s model's) params on `mesh` by the logical axis `rules`;
-  one device if no mesh."""
-  boxed = _abstract(config, task)
+def param_shardings(
+  config: BertConfig, mesh: jax.sharding.Mesh | None, rules, task: TaskHead | None = None, generator=None
+) -> dict:
+  """NamedShardings of the params of a source of `config` (`task`, `generator`: see `_abstract`) on `mesh` by the
+  logical axis `rules`; one device if no mesh."""
+  boxed = _abstract(config, task, generator)
   if mesh is None:
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     return jax.tree.map(lambda _: device, nn.meta.unbox(boxed))
@@ -386,9 +412,9 @@ def _place(numpy_params: dict, shardings: dict) -> dict:
 
 def _read_params(source: Source, mesh, rules) -> dict:
   """The source's params in its own layer layout, placed in their shardings."""
-  shardings = param_shardings(source.config, mesh, rules, source.task)
+  shardings = param_shardings(source.config, mesh, rules, source.task, source.generator)
   if source.format in ("workdir", "bundle"):
-    abstract = nn.meta.unbox(_abstract(source.config, source.task))
+    abstract = nn.meta.unbox(_abstract(source.config, source.task, source.generator))
     if source.format == "bundle":  # Exported from a model without pretraining heads: the encoder alone.
       kept = {"bert", *source.info.get("heads", [])}
       abstract = {name: tree for name, tree in abstract.items() if name in kept}
@@ -420,6 +446,9 @@ def _read_params(source: Source, mesh, rules) -> dict:
     hf_format.check_finite(tensors, f"{directory}/{google_format.checkpoint_prefix(directory)}")
   try:
     numpy_params = hf_format.params_from_hf(tensors, source.config)
+    if source.generator is not None:
+      generator = hf_format.params_from_hf(hf_format.load_hf_directory(directory / GENERATOR), source.generator)
+      numpy_params = with_generator(numpy_params, generator, f"{GENERATOR}/")
   except ValueError as error:
     raise ValueError(f"{source.path}: {error}") from None
   if "pooler" not in numpy_params["bert"]:  # transformers' token and span models, and RobertaForMaskedLM.
@@ -480,7 +509,8 @@ def read_weights(
   # The layout asked for, and the reference attention: the kernel is the loading job's choice, not the model's.
   config = dataclasses.replace(source.config, scan_layers=scan_layers, attention="xla")
   if source.config.scan_layers != scan_layers:
-    target = {name: s for name, s in param_shardings(config, mesh, rules, source.task).items() if name in params}
+    shardings = param_shardings(config, mesh, rules, source.task, source.generator)
+    target = {name: s for name, s in shardings.items() if name in params}
     params = jax.jit(functools.partial(param_layout.convert, scanned=scan_layers), out_shardings=target)(params)
   logging.info(
     "Loaded %s parameters (%d arrays) from %s (%s%s).",

@@ -24,7 +24,7 @@ SIZE_FIELDS = (*_POSITIVE_SIZES, "embedding_size", "layer_sharing")
 # config) has the shapes but not the function.
 ARCHITECTURE_FIELDS = ("model_type", "hidden_act", "position_offset")
 # model.model_type: the family a model was published as, which names its tensors in Hugging Face files.
-MODEL_TYPES = ("bert", "roberta", "albert")
+MODEL_TYPES = ("bert", "roberta", "albert", "electra")
 # model.hidden_act: "gelu" is BERT's exact (erf) form; "gelu_new" the tanh approximation (ALBERT's).
 ACTIVATIONS = ("gelu", "gelu_new")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
@@ -142,6 +142,35 @@ class BertConfig:
   @property
   def compute_dtype(self) -> jnp.dtype:
     return jnp.dtype(self.dtype)
+
+
+def generator_config(discriminator: BertConfig, hidden_fraction: float, layers_fraction: float) -> BertConfig:
+  """ELECTRA's generator for `discriminator`, as the official `get_generator_config` sizes it: hidden
+  round(H * hidden_fraction), round(L * layers_fraction) layers, a 4x feed-forward, 64-wide heads (at least one); the
+  embeddings (width, vocabulary, positions) are the discriminator's, which it shares. Raises ValueError naming the
+  fraction that gives no valid size."""
+  hidden = round(discriminator.hidden_size * hidden_fraction)
+  num_layers = round(discriminator.num_layers * layers_fraction)
+  heads = max(1, hidden // 64)
+  for name, fraction, size, of in (
+    ("generator_hidden_fraction", hidden_fraction, hidden, f"hidden_size={discriminator.hidden_size}"),
+    ("generator_layers_fraction", layers_fraction, num_layers, f"num_layers={discriminator.num_layers}"),
+  ):
+    if size < 1:
+      raise ValueError(f"electra.{name}={fraction} of model.{of} rounds to {size}: the generator needs at least 1.")
+  if hidden % heads:
+    raise ValueError(
+      f"electra.generator_hidden_fraction={hidden_fraction} gives a generator hidden size of {hidden}, which its "
+      f"{heads} heads (hidden // 64) do not divide; pick a fraction that gives a multiple of 64 (or less than 128)."
+    )
+  return dataclasses.replace(
+    discriminator,
+    hidden_size=hidden,
+    num_layers=num_layers,
+    num_heads=heads,
+    intermediate_size=4 * hidden,
+    embedding_size=0 if discriminator.embedding_width == hidden else discriminator.embedding_width,
+  )
 
 
 def _size(num_layers: int, hidden_size: int) -> dict:

@@ -245,7 +245,7 @@ def _flops(config, model_cfg: BertConfig, frozen: Frozen, training: bool = True)
 
 OBJECTIVE = objectives.Objective(
   name="distillation",
-  model=BertForPretraining,
+  model=lambda config, model_cfg: BertForPretraining(model_cfg),
   loss=make_loss,
   flops=_flops,
   shown=lambda config, evaluation: (

@@ -3,7 +3,7 @@ same step, loop, sharding, checkpoints and hand-off. An objective is a model, a 
 fork of the trainer.
 
 An `Objective` gives:
-- `model(model_cfg)`: the module the run trains (the train state holds its parameters);
+- `model(config, model_cfg)`: the module the run trains (the train state holds its parameters);
 - `frozen(config, model_cfg)`: parameters its loss reads and never trains (a distillation teacher), described from
   metadata as a `run.Frozen`, or None; the run reads them onto its mesh before anything is written;
 - `loss(config, frozen)`: the step's `Loss` (`train/step.py`);
@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Callable
 
 # config.objective: the names `of` knows (config_checks refuses others before anything is imported).
-NAMES = ("bert", "distillation")
+NAMES = ("bert", "distillation", "electra")
 
 
 def _no_frozen(config, model_cfg):
@@ -47,9 +47,10 @@ class Objective:
 
 def of(name: str) -> Objective:
   """The objective `name` (one of NAMES)."""
-  from bert_jax.train import distillation, pretraining  # Each defines its objective with this module's dataclass.
+  # Each defines its objective with this module's dataclass.
+  from bert_jax.train import distillation, electra, pretraining
 
-  table = {"bert": pretraining.OBJECTIVE, "distillation": distillation.OBJECTIVE}
+  table = {"bert": pretraining.OBJECTIVE, "distillation": distillation.OBJECTIVE, "electra": electra.OBJECTIVE}
   if name not in table:
     raise ValueError(f"objective={name!r}; expected one of {tuple(table)}.")
   return table[name]

@@ -53,6 +53,27 @@ def model_inputs(batch: dict) -> dict:
   return {name: batch[name] for name in names if name in batch}
 
 
+def masked_lm_sums(mlm_logits: jax.Array, batch: dict) -> dict:
+  """The masked LM's cross-entropy (`mlm_loss`) and correct predictions (`mlm_accuracy`) summed over the real
+  predictions (`masked_lm_weights`), and their count (`mlm_count`); `mlm_logits` [batch, max_predictions, vocab]."""
+  weights = batch["masked_lm_weights"]  # [batch, max_predictions]
+  xent = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
+  return dict(
+    mlm_loss=jnp.sum(xent * weights),
+    mlm_accuracy=jnp.sum((jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]) * weights),
+    mlm_count=jnp.sum(weights),
+  )
+
+
+def row_sums(batch: dict) -> dict:
+  """Per row: the fraction of real (non-padding) tokens and the instances it holds (more than one when packed)."""
+  return dict(
+    row_fill=jnp.sum(batch["input_mask"] > 0) / batch["input_mask"].shape[1],
+    row_instances=jnp.sum(next_sentence_weights(batch)),
+    row_count=jnp.asarray(batch["input_mask"].shape[0], jnp.float32),
+  )
+
+
 def pretraining_loss(
   params,
   batch: dict,
@@ -75,23 +96,10 @@ def pretraining_loss(
   outputs = model.apply({"params": params}, **model_inputs(batch), deterministic=deterministic, rngs=rngs)
   mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]  # float32
 
-  weights = batch["masked_lm_weights"]  # [batch, max_predictions]
-  mlm_xent = optax.softmax_cross_entropy_with_integer_labels(mlm_logits, batch["masked_lm_ids"])
-  mlm_loss_sum = jnp.sum(mlm_xent * weights)
-  mlm_count = jnp.sum(weights)
-  mlm_correct = jnp.sum((jnp.argmax(mlm_logits, -1) == batch["masked_lm_ids"]) * weights)
   mlm_normalizer, sentence_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
-  loss = mlm_loss_sum / mlm_normalizer
+  metrics = dict(masked_lm_sums(mlm_logits, batch), **row_sums(batch))
+  loss = metrics["mlm_loss"] / mlm_normalizer
   instances = next_sentence_weights(batch)
-  metrics = dict(
-    mlm_loss=mlm_loss_sum,
-    mlm_accuracy=mlm_correct,
-    mlm_count=mlm_count,
-    # Per row: the fraction of real (non-padding) tokens and the instances it holds (more than one when packed).
-    row_fill=jnp.sum(batch["input_mask"] > 0) / batch["input_mask"].shape[1],
-    row_instances=jnp.sum(instances),
-    row_count=jnp.asarray(batch["input_mask"].shape[0], jnp.float32),
-  )
   if sentence_task:
     labels = batch["next_sentence_labels"]  # [batch], or [batch, instances] for packed rows
     xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * instances
@@ -116,7 +124,9 @@ def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.R
   model_cfg = model_cfg or config_checks.model_config(config)
   frozen = objective.frozen(config, model_cfg)
   loss = objective.loss(config, frozen)
-  return run.make_run(config, objective.model(model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen)
+  return run.make_run(
+    config, objective.model(config, model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen
+  )
 
 
 def shown_metrics(sentence_task: str | None, evaluation: bool = False) -> tuple[str, ...]:
@@ -135,7 +145,7 @@ def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> floa
 
 OBJECTIVE = objectives.Objective(
   name="bert",
-  model=BertForPretraining,
+  model=lambda config, model_cfg: BertForPretraining(model_cfg),
   loss=lambda config, frozen: make_loss(config_checks.sentence_task(config.data)),
   flops=_flops,
   shown=lambda config, evaluation: shown_metrics(config_checks.sentence_task(config.data), evaluation),
