@@ -55,6 +55,7 @@ CONTESTANTS = {
   },
   "electra": {
     "objective": "electra",
+    "model.model_type": "electra",
     "data.instances": "doc_sentences",
     # ELECTRA's masking: 85% [MASK], 15% kept, no random tokens (the generator makes the replacements).
     "data.mask_token_fraction": 0.85,
