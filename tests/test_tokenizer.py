@@ -17,6 +17,7 @@ from bert_jax.data.tokenizer import (
   train_sentencepiece,
 )
 from bert_jax.data.tokenizer.wordpiece import basic_tokenize
+from bert_jax.finetune.contract import encode_pair
 from bert_jax.workdir import checkpoints
 
 TEXT = [
@@ -216,6 +217,28 @@ def test_byte_level_bpe_ids_equal_roberta_tokenizer_that_splits_special_token_te
   starts = ours.word_start[ours.encode(words)]
   assert starts.sum() == 3 and starts[0] and len(starts) > 6
   assert ours.word_start[ours.special_ids].all()
+
+
+@pytest.mark.parametrize("kind", ["wordpiece", "bpe"])
+def test_a_fine_tuning_row_of_one_or_two_texts_is_the_reference_tokenizer_s(tmp_path, kind):
+  """BERT's [CLS] a [SEP] b [SEP] with segments 0 then 1; RoBERTa's <s> a </s></s> b </s> with one token type;
+  both truncated longest first to the same length as `transformers`' tokenizers."""
+  if kind == "bpe":
+    vocab, merges = train_bpe(tmp_path)
+    ours, reference = load_tokenizer("bpe", vocab), RobertaTokenizer(vocab, merges, split_special_tokens=True)
+  else:
+    vocab = tmp_path / "vocab.txt"
+    _write_vocab(vocab, lower_case=True)
+    ours, reference = load_tokenizer("wordpiece", str(vocab), lower_case=True), BertTokenizer(str(vocab))
+  for a, b, length in [(TEXT[0], TEXT[2], 64), (TEXT[0], TEXT[2], 24), (TEXT[6], None, 16), (TEXT[1], TEXT[7], 19)]:
+    input_ids, input_mask, segment_ids = encode_pair(
+      ours, ours.encode(a), None if b is None else ours.encode(b), length
+    )
+    expected = reference(a, b, max_length=length, truncation=True, padding="max_length", return_token_type_ids=True)
+    assert input_ids.tolist() == expected["input_ids"], (kind, a, b, length)
+    assert input_mask.tolist() == expected["attention_mask"]
+    assert segment_ids.tolist() == expected["token_type_ids"]
+  assert (input_ids == ours.sep_id).sum() == (3 if kind == "bpe" else 2)  # The last row holds two texts.
 
 
 def test_byte_level_bpe_encodes_documents_as_their_running_text(tmp_path):

@@ -100,17 +100,14 @@ def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int
 
 
 def encode_pair(tokenizer, a: list[int], b: list[int] | None, max_seq_length: int) -> tuple[np.ndarray, ...]:
-  """[CLS] a [SEP] (b [SEP]) as (input_ids, input_mask, segment_ids), each [max_seq_length] int32, zero-padded;
-  `a` and `b` are token ids, truncated as Google BERT does."""
+  """The tokenizer's row of `a` (and `b`) as (input_ids, input_mask, segment_ids), each [max_seq_length] int32,
+  padded: BERT's [CLS] a [SEP] b [SEP], RoBERTa's <s> a </s></s> b </s> (`Tokenizer.pair_row`); `a` and `b` are
+  token ids, truncated as Google BERT does."""
   if b is None:
     a, b = list(a)[: max_seq_length - 2], []
   else:
-    a, b = truncate_pair(a, b, max_seq_length - 3)
-  ids = [tokenizer.cls_id, *a, tokenizer.sep_id]
-  segments = [0] * len(ids)
-  if b:
-    ids += [*b, tokenizer.sep_id]
-    segments += [1] * (len(b) + 1)
+    a, b = truncate_pair(a, b, max_seq_length - tokenizer.pair_special_tokens)
+  ids, segments = tokenizer.pair_row(a, b)
   return pad_row(ids, segments, max_seq_length, tokenizer.pad_id)
 
 

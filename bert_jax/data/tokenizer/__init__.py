@@ -58,6 +58,17 @@ class Tokenizer:
     self.word_start = is_word_start  # [vocab] bool: this id begins a word (whole-word masking).
     self._sha256 = None
 
+  # Special tokens in a fine-tuning row of two texts (`pair_row`).
+  pair_special_tokens = 3
+
+  def pair_row(self, a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+    """A fine-tuning row of token ids `a` (and `b`, empty for one text) and its segment ids: BERT's
+    [CLS] a [SEP] b [SEP], segments 0 then 1 (`BertTokenizer`'s)."""
+    ids, segments = [self.cls_id, *a, self.sep_id], [0] * (len(a) + 2)
+    if b:
+      ids, segments = [*ids, *b, self.sep_id], [*segments, *[1] * (len(b) + 1)]
+    return ids, segments
+
   @property
   def file_name(self) -> str:
     """The name of the file that stores this tokenizer (a checkpoint's tokenizer item, an export bundle)."""

@@ -103,6 +103,7 @@ def _pipeline(path: str, vocab: dict[str, int], merges: list[tuple[str, str]]):
 class BytePairTokenizer(Tokenizer):
   kind = "bpe"
   special_names = (("<pad>",), ("<unk>",), ("<s>",), ("</s>",), ("<mask>",))  # RoBERTa's names.
+  pair_special_tokens = 4  # <s> a </s></s> b </s>
 
   def __init__(self, path: str):
     vocab, merges = _read(path)
@@ -111,6 +112,11 @@ class BytePairTokenizer(Tokenizer):
     pieces = sorted(vocab, key=vocab.get)
     super().__init__(path, pieces, np.array([piece.startswith(_WORD_START) for piece in pieces]))
     self._sha256 = hashlib.sha256(self._content).hexdigest()
+
+  def pair_row(self, a: list[int], b: list[int]) -> tuple[list[int], list[int]]:
+    """RoBERTa's fine-tuning row: <s> a </s></s> b </s>, one token type (`RobertaTokenizer`'s)."""
+    ids = [self.cls_id, *a, self.sep_id, *([self.sep_id, *b, self.sep_id] if b else [])]
+    return ids, [0] * len(ids)
 
   @property
   def file_name(self) -> str:
