@@ -332,6 +332,13 @@ def check_objective(config, model: BertConfig) -> None:
       f"objective={config.objective!r} with model.model_type={model.model_type!r}: ELECTRA trains a discriminator "
       "of model_type 'electra' (its Hugging Face names), and only ELECTRA does; set both or neither."
     )
+  kind = instance_kind(config.data)
+  if config.objective != "bert" and kind in SENTENCE_TASKS:
+    raise ValueError(
+      f"objective={config.objective!r} with data.instances={kind!r}: this objective has no sentence task, so its "
+      f"loss would never read the {kind!r} labels, while the rows would still hold their pairs; set "
+      "data.instances='doc_sentences' or 'full_sentences'."
+    )
   if config.objective == "electra":
     electra_generator(config, model)
   settings = config.distill

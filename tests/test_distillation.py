@@ -25,6 +25,7 @@ from bert_jax.train.optim import make_optimizer
 from bert_jax.workdir import checkpoints
 from configs import distil, glue
 from tests.test_finetune import _write_sst2
+from tests.test_roberta import check_fine_tunes
 from tests.test_train_step import _batches
 
 T, ALPHA_CE, ALPHA_MLM, ALPHA_COS = 2.0, 5.0, 2.0, 1.0
@@ -259,16 +260,15 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   teacher_dir, config, teacher_params = wordpiece_run
   config = config.copy_and_resolve_references()
   config.update(objective="distillation", eval_steps=0, num_train_steps=1, checkpoint_every_steps=1)
+  config.data.instances = "doc_sentences"  # DistilBERT has no sentence task.
   config.distill.teacher = teacher_dir
   config.model.num_layers = 1
   workdir = str(tmp_path / "student")
   # A teacher that does not fit is named, with the values, before anything is written.
   wide = config.copy_and_resolve_references()
-  wide.model.update(hidden_size=64, intermediate_size=64)
-  with pytest.raises(
-    ValueError,
-    match=re.escape("(teacher vs student): ['model.hidden_size: 32 vs 64', 'model.intermediate_size: 48 vs 64']"),
-  ):
+  wide.model.update(hidden_size=64, intermediate_size=64, hidden_act="gelu_new")
+  sizes = "['model.hidden_size: 32 vs 64', 'model.intermediate_size: 48 vs 64', 'model.hidden_act: gelu vs gelu_new']"
+  with pytest.raises(ValueError, match=re.escape(f"(teacher vs student): {sizes}")):
     pretraining.pretrain(wide, workdir)
   deep = config.copy_and_resolve_references()
   deep.distill.student_layers = (2,)
@@ -290,6 +290,7 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
     assert checkpoints.read_history(manager, 1)["teacher"] == identity
     assert checkpoints.read_config(manager, 1)["objective"] == "distillation"
   assert pretrained.load(workdir).config.num_layers == 1  # The student is a BERT: every hand-off reads it.
+  check_fine_tunes(workdir, tmp_path)  # And fine-tuning starts from it.
   objective = objectives.of("distillation")
   frozen = objective.frozen(config, config_checks.model_config(config))
   assert frozen.identity == identity
@@ -367,6 +368,7 @@ BAD_SETTINGS = [
   (dict(objective="spanbert"), "objective='spanbert'; expected one of ('bert', 'distillation', 'electra')."),
   (dict(objective="bert"), "distill.teacher='gs://BUCKET/bert-base' is set, but objective='bert'"),
   (dict(distill=dict(teacher="")), "objective='distillation' needs distill.teacher"),
+  (dict(data=dict(instances="nsp")), "objective='distillation' with data.instances='nsp': this objective has no"),
   (dict(distill=dict(temperature=0.0)), "distill.temperature=0.0 must be positive."),
   (dict(distill=dict(alpha_cos=-1.0)), "distill.alpha_cos=-1.0 must be non-negative."),
   (dict(distill=dict(alpha_ce=0.0, alpha_mlm=0.0, alpha_cos=0.0)), "alpha_mlm and alpha_cos are all 0"),

@@ -29,7 +29,7 @@ import optax
 from bert_jax import flops
 from bert_jax.handoff import pretrained
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import SIZE_FIELDS, BertConfig
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig
 from bert_jax.model.encoder import BertForPretraining, abstract_params
 from bert_jax.model.heads import TaskHead
 from bert_jax.train import objectives, pretraining, start_order
@@ -171,10 +171,11 @@ def _check_teacher(config, source: pretrained.Source, model_cfg: BertConfig, whe
     for name in ("vocab_size", "hidden_size")  # The KL compares vocabularies, the cosine hidden states.
     if getattr(theirs, name) != getattr(ours, name)
   ]
-  if not config.init_from:  # The student starts from the teacher's weights: every size but the depth is its.
+  if not config.init_from:  # The student starts from the teacher's weights: every size but the depth, and what
+    # those weights compute (family, activation, positions), is its.
     different += [
       f"model.{name}: {getattr(theirs, name)} vs {getattr(ours, name)}"
-      for name in SIZE_FIELDS
+      for name in (*SIZE_FIELDS, *ARCHITECTURE_FIELDS)
       if name not in ("vocab_size", "hidden_size", "num_layers") and getattr(theirs, name) != getattr(ours, name)
     ]
   if different:
