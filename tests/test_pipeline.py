@@ -311,6 +311,22 @@ def _unmasked(batch: dict) -> np.ndarray:
   return ids
 
 
+def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(corpus, data_config):
+  """Dynamic masking (RoBERTa's; every recipe here): the masks are drawn per epoch, never fixed at preparation."""
+  source = _source(corpus, data_config, instances="doc_sentences", short_seq_prob=0.0)  # Rows that repeat exactly.
+  seen, repeats, changed = {}, 0, 0
+  for batch in _batches(source, 20):  # About 2.5 epochs.
+    for row, ids in enumerate(_unmasked(batch)):
+      if batch["input_mask"][row].sum() < 32:  # A document's last few tokens: too few to mask otherwise, surely.
+        continue
+      positions = frozenset(batch["masked_lm_positions"][row][batch["masked_lm_weights"][row] > 0].tolist())
+      if ids.tobytes() in seen:
+        repeats += 1
+        changed += seen[ids.tobytes()] != positions
+      seen[ids.tobytes()] = positions
+  assert repeats > 500 and changed == repeats
+
+
 def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time(corpus, data_config):
   """SOP: [CLS] A [SEP] B [SEP] with B the text that follows A in its document (label 0), or the two swapped (1)."""
   batches = _batches(_source(corpus, data_config, instances="sop"), 40)
