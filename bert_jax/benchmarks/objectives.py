@@ -199,18 +199,23 @@ def main(argv):
 
   tasks = _TASKS.value if _GLUE_DIR.value else []
   print(f"\nBudget {budget:.3g} model FLOPs ({_BERT_STEPS.value} BERT steps).")
-  header = ["objective", "steps", "held-out MLM loss", "MLM accuracy", "its other task", *tasks, "pretraining time"]
+  header = ["objective", "steps", "held-out MLM loss", "MLM accuracy", "its other task", *tasks]
+  header += ["GLUE mean"] * bool(tasks) + ["pretraining time"]
   print("| " + " | ".join(header) + " |")
   print("|" + "---|" * len(header))
   for result in results:
     final = result["final"]
     other = ", ".join(f"{tag} {final[tag]:.3f}" for tag in SENTENCE_METRICS if tag in final) or "-"
-    cells = [result["name"], str(result["steps"]), f"{final['mlm_loss']:.3f}", f"{final['mlm_accuracy']:.3f}", other]
+    whose = " (generator)" if result["name"] == "electra" else ""  # ELECTRA's MLM is its small generator's.
+    cells = [result["name"], str(result["steps"]), f"{final['mlm_loss']:.3f}{whose}", f"{final['mlm_accuracy']:.3f}"]
+    cells.append(other)
+    means = []
     for task in tasks:
       summary = next(iter(result["glue"][task].values()))
       rate = next(iter(summary["sweep"].values()))
+      means.append(100 * rate["mean"])
       cells.append(f"{100 * rate['mean']:.1f} +- {100 * rate['std']:.1f}")
-    cells.append(f"{result['seconds'] / 60:.0f} min")
+    cells += [f"{sum(means) / len(means):.1f}"] * bool(tasks) + [f"{result['seconds'] / 60:.0f} min"]
     print("| " + " | ".join(cells) + " |")
 
 
