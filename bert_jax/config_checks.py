@@ -173,6 +173,11 @@ FEATURES = (
   ("features.lines_per_shard", AT_LEAST_ONE),
 )
 
+BERTOLOGY = (
+  ("bertology.max_seq_length", Range(3), "([CLS] x [SEP])"),
+  ("bertology.batch_size", AT_LEAST_ONE),
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Member:
@@ -404,6 +409,15 @@ def check_features(settings) -> None:
     raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
 
 
+def check_bertology(settings, mode: str) -> None:
+  """`config.bertology`, for --mode=attention."""
+  if not settings.input_pattern or not settings.output_dir:
+    raise ValueError(f"--mode={mode} needs bertology.input_pattern and bertology.output_dir.")
+  check_ranges({"bertology": settings}, BERTOLOGY)
+  if not all(isinstance(number, int) and number >= 0 for number in settings.show_lines):
+    raise ValueError(f"bertology.show_lines={tuple(settings.show_lines)} must be line numbers, from 0.")
+
+
 def check_dry_run(config) -> None:
   """The topology to compile for: a Cloud TPU accelerator type, or none (this machine) with one slice."""
   if config.dry_run.topology:
@@ -425,6 +439,8 @@ def check(config, mode: str) -> Checked:
     return Checked(mode, check_pretraining(config))
   if mode == "features":
     check_features(config.features)
+  elif mode == "attention":
+    check_bertology(config.bertology, mode)
   elif mode == "export":
     if config.export.format not in EXPORT_FORMATS:
       raise ValueError(f"export.format={config.export.format!r}; expected one of {EXPORT_FORMATS}.")

@@ -5,9 +5,10 @@ configured mesh, on this machine's devices or a Cloud TPU topology (`dry_run.top
 collectives and shardings (see dry_run/ahead_of_time.py); `--mode=plan` finds the largest per-chip batch that fits a TPU
 topology for each remat policy (dry_run/planner.py); `--mode=export` writes the workdir's
 newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (handoff/export.py); `--mode=features` writes
-per-token vectors of text lines (handoff/extract_features.py); `--mode=pretrain` pretrains (train/loop.py) and
-`--mode=finetune` fine-tunes (finetune/job.py; configs/glue.py, squad.py, ner.py, swag.py). Without `--mode`, a
-config that sets `finetune.task` fine-tunes and any other pretrains.
+per-token vectors of text lines (handoff/extract_features.py); `--mode=attention` writes what each attention
+head looks at over text lines, as JSON and heat maps (bertology/attention.py); `--mode=pretrain` pretrains
+(train/loop.py) and `--mode=finetune` fine-tunes (finetune/job.py; configs/glue.py, squad.py, ner.py, swag.py).
+Without `--mode`, a config that sets `finetune.task` fine-tunes and any other pretrains.
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error. `--verbose` shows what the libraries underneath print (see console.py); `--log_dir=DIR` keeps
@@ -32,7 +33,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoa
 _MODE = flags.DEFINE_enum(
   "mode",
   None,
-  ["pretrain", "finetune", "prepare", "dry_run", "plan", "export", "features"],
+  ["pretrain", "finetune", "prepare", "dry_run", "plan", "export", "features", "attention"],
   "pretrain: pretrain (resuming from the workdir). finetune: fine-tune finetune.task (resuming from the workdir). "
   "Without --mode: finetune when the config sets finetune.task, else pretrain. "
   "prepare: train the SentencePiece vocabulary if tokenizer.path is "
@@ -42,7 +43,9 @@ _MODE = flags.DEFINE_enum(
   "CPU, a mesh with no -1 gets that many fake devices). plan: the largest per-chip batch that fits "
   "dry_run.topology for each remat policy. export: write the workdir's newest checkpoint (or export.source) to "
   "export.dir as export.format (bundle, huggingface, google). features: per-token vectors of "
-  "features.input_pattern's lines into features.output_dir (.npz).",
+  "features.input_pattern's lines into features.output_dir (.npz). attention: what each attention head looks at "
+  "over bertology.input_pattern's lines (entropy, [CLS], [SEP], previous/next/self, distance) into "
+  "bertology.output_dir (JSON, PNG heat maps and attention maps).",
 )
 _VERBOSE = flags.DEFINE_bool(
   "verbose",
@@ -102,7 +105,7 @@ def main(argv):
   from bert_jax.data import prepare
   from bert_jax.handoff import export, extract_features
 
-  if mode in ("export", "features") and distributed.settings(config.distributed)[1] not in (None, 1):
+  if mode in ("export", "features", "attention") and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={mode} runs on one machine; unset the distributed settings (process count > 1).")
   if mode in ("dry_run", "plan"):
     if config.dry_run.topology:
@@ -153,6 +156,10 @@ def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
     )
   elif mode == "features":
     extract_features.extract(config, _WORKDIR.value, checked)
+  elif mode == "attention":
+    from bert_jax.bertology import attention
+
+    attention.analyse(config, _WORKDIR.value, checked)
   else:
     _train(config, _WORKDIR.value, checked)
 

@@ -94,3 +94,11 @@ def write_text(path, text: str) -> None:
   """Writes `text` to `path` whole (see `staged_file`)."""
   with staged_file(path) as local:
     epath.Path(local).write_text(text)
+
+
+def text_lines(files) -> Iterator[str]:
+  """The lines of `files` (local or gs://) in order, without their line ends; bytes that are not UTF-8 become U+FFFD."""
+  for path in files:
+    with epath.Path(path).open("rb") as f:
+      for line in f:
+        yield line.decode("utf-8", errors="replace").rstrip("\r\n")

@@ -272,6 +272,21 @@ def get_config() -> ml_collections.ConfigDict:
   # Lines per output shard.
   config.features.lines_per_shard = 10_000
 
+  # --mode=attention: what each attention head of a pretrained encoder looks at (bert_jax/bertology/attention.py).
+  config.bertology = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.bertology.source = ""
+  # Text files by glob (local or gs://), one text per line.
+  config.bertology.input_pattern = ""
+  # Where attention.json and the PNG figures go, local or gs:// (empty or absent: nothing is overwritten).
+  config.bertology.output_dir = ""
+  # Tokens per line, [CLS] and [SEP] included; longer lines are cut (and counted).
+  config.bertology.max_seq_length = 128
+  # Lines per batch (over all devices of the mesh).
+  config.bertology.batch_size = 32
+  # Lines (numbered from 0 in input order) whose attention maps are drawn, every layer and head.
+  config.bertology.show_lines = (0,)
+
   # Fine-tuning (configs/glue.py, squad.py, ner.py, swag.py): a task head on `init_from`'s encoder, whose model
   # sizes and tokenizer come from that source; learning_rate, batch_size, seed, mesh and checkpoints as above.
   config.finetune = ml_collections.ConfigDict()

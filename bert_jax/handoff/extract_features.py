@@ -29,9 +29,9 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import config_checks, paths, sharding
+from bert_jax import config_checks, paths, progress, sharding
 from bert_jax.data.windows import doc_spans, max_context_spans
-from bert_jax.handoff import pretrained
+from bert_jax.handoff import line_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
 from bert_jax.train import step
 
@@ -87,33 +87,15 @@ class _ShardWriter:
     self._lines = []
 
 
-def _input_lines(files: list[epath.Path]):
-  for path in files:
-    with path.open("rb") as f:
-      for line in f:
-        yield line.decode("utf-8", errors="replace").rstrip("\r\n")
-
-
 def extract(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
   """Writes the features of `config.features.input_pattern`'s lines; returns the manifest (see module docstring).
   `checked` is `config_checks.check`'s result when main ran it."""
   settings = config.features
   if checked is None:
     config_checks.check(config, "features")
-  files = [epath.Path(p) for p in paths.glob(settings.input_pattern)]
-  if not files:
-    raise FileNotFoundError(f"features.input_pattern={settings.input_pattern!r} matches no file.")
-  output = epath.Path(settings.output_dir)
-  if output.exists() and any(output.iterdir()):  # Shards of two runs must never mix under one manifest.
-    raise FileExistsError(f"features.output_dir={output} is not empty; remove it or choose another directory.")
-  mesh = sharding.make_mesh(config.mesh.to_dict())
-  if settings.batch_size % sharding.data_parallel_size(mesh):
-    raise ValueError(
-      f"features.batch_size={settings.batch_size} does not split over the {sharding.data_parallel_size(mesh)} "
-      "data-parallel devices of the mesh."
-    )
+  job = line_jobs.start(config, "features", workdir)
+  files, output, mesh, loaded = job.files, job.output, job.mesh, job.loaded
   rules = config.logical_axis_rules
-  loaded = pretrained.load(settings.source or workdir, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
   model_cfg = dataclasses.replace(loaded.config, dtype=config.model.dtype)
   if settings.max_seq_length > model_cfg.max_sequence_length:
     raise ValueError(
@@ -122,7 +104,7 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
   layers = list(settings.layers)
   indices = _layer_indices(layers, model_cfg.num_layers)
   output.mkdir(parents=True, exist_ok=True)
-  total_lines = sum(1 for _ in _input_lines(files))
+  total_lines = sum(1 for _ in paths.text_lines(files))
 
   def encode(params, input_ids, input_mask):
     (_, pooled), state = BertModel(model_cfg).apply(
@@ -168,7 +150,7 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
       stats["lines"] += 1
       stats["tokens"] += len(done.token_ids)
 
-  for index, text in enumerate(_input_lines(files)):
+  for index, text in enumerate(paths.text_lines(files)):
     token_ids = np.array(tokenizer.encode(text), np.int32)
     spans = doc_spans(len(token_ids), seq - 2, settings.doc_stride)
     line = _Line(
@@ -185,11 +167,15 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
         run_batch()
         if time.perf_counter() - last_log > 10:
           last_log = time.perf_counter()
-          _log_progress(stats, total_lines, last_log - start_time)
+          logging.info(
+            "%s", progress.lines_row("features", stats["lines"], total_lines, stats["tokens"], last_log - start_time)
+          )
   if pending:
     run_batch()
   writer.flush()
-  _log_progress(stats, total_lines, time.perf_counter() - start_time)
+  logging.info(
+    "%s", progress.lines_row("features", stats["lines"], total_lines, stats["tokens"], time.perf_counter() - start_time)
+  )
   manifest = dict(
     source=loaded.source.path,
     source_format=loaded.source.format,
@@ -212,15 +198,5 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
   return manifest
 
 
-def _log_progress(stats: dict, total_lines: int, seconds: float) -> None:
-  rate = stats["lines"] / max(seconds, 1e-9)
-  eta = int((total_lines - stats["lines"]) / rate) if rate else 0
-  logging.info(
-    "features: %s/%s lines | %s tokens/s | ETA %d:%02d:%02d",
-    f"{stats['lines']:,}",
-    f"{total_lines:,}",
-    f"{stats['tokens'] / max(seconds, 1e-9):,.0f}",
-    eta // 3600,
-    eta // 60 % 60,
-    eta % 60,
-  )
+def _progress_row(stats: dict, total_lines: int, seconds: float) -> str:
+  return progress.lines_row("features", stats["lines"], total_lines, stats["tokens"], seconds)
