@@ -1,5 +1,7 @@
 """The model against the reference: Hugging Face's PyTorch `BertForPreTraining`, random weights, no download."""
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -16,10 +18,10 @@ from bert_jax.model.encoder import BertForPretraining
 from bert_jax.train import pretraining
 
 
-def _reference(config, seed=0, cls=transformers.BertForPreTraining):
-  """transformers' `cls` (a model of `config`'s family) with random weights of `seed`."""
+def _reference(config, seed=0, cls=transformers.BertForPreTraining, **hf_overrides):
+  """transformers' `cls` (a model of `config`'s family, `hf_overrides` in its config) with random weights of `seed`."""
   torch.manual_seed(seed)
-  model = cls(cls.config_class(**hf_config(config))).eval()
+  model = cls(cls.config_class(**hf_config(config), **hf_overrides)).eval()
   with torch.no_grad():  # HF initialises LayerNorms to 1/0 and biases to 0; make every tensor matter.
     for name, param in model.named_parameters():
       if "LayerNorm" in name or name.endswith("bias"):
@@ -283,3 +285,58 @@ def test_packed_instances_give_the_losses_and_gradients_they_give_alone(small_mo
   loss = pretraining.make_loss().value
   grads = [jax.jit(jax.grad(lambda p, b: loss(p, b, model)[0]))(params, b) for b in (alone, packed)]
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), *grads)
+
+
+@pytest.mark.parametrize(
+  "family, scan_layers, remat",
+  [("bert", False, "none"), ("bert", True, "full"), ("albert", True, "none"), ("albert", False, "save_dots")],
+)
+def test_a_head_mask_equals_transformers_head_mask(small_model_config, family, scan_layers, remat):
+  """[layers, heads] scaling each head's output, as `transformers`' head_mask scales its probabilities: in both
+  layer layouts, under remat, and with ALBERT's one shared layer (each call still masks its own layer's heads)."""
+  config = small_model_config  # 2 layers of 4 heads.
+  cls = transformers.BertForPreTraining
+  if family == "albert":
+    config = dataclasses.replace(config, model_type="albert", embedding_size=16, layer_sharing="all")
+    cls = transformers.AlbertForPreTraining
+  reference = _reference(config, cls=cls, attn_implementation="eager")  # ALBERT's SDPA path ignores head_mask.
+  params = params_from_hf({name: value.numpy() for name, value in reference.state_dict().items()}, config)
+  head_mask = np.array([[1.0, 0.0, 1.0, 0.5], [0.0, 1.0, 1.0, 2.0]], np.float32)  # Pruned, kept and scaled heads.
+  if family == "albert":  # transformers' ALBERT gives its shared layer head_mask[0] at every call (one group):
+    head_mask = head_mask[[0, 0]]  # compare on a mask whose layers agree.
+  input_ids, input_mask, segment_ids, positions = _inputs(config)
+  with torch.no_grad():
+    expected = reference(
+      torch.tensor(input_ids, dtype=torch.long),
+      attention_mask=torch.tensor(input_mask),
+      token_type_ids=torch.tensor(segment_ids, dtype=torch.long),
+      head_mask=torch.tensor(head_mask),
+      output_hidden_states=True,
+    )
+  params = param_layout.convert(params, scanned=scan_layers)
+  model = BertForPretraining(dataclasses.replace(config, scan_layers=scan_layers, remat=remat))
+  apply = jax.jit(
+    lambda p, mask: model.apply({"params": p}, input_ids, input_mask, segment_ids, positions, head_mask=mask)
+  )
+  outputs = apply(params, head_mask)
+  np.testing.assert_allclose(outputs["sequence_output"], expected.hidden_states[-1].numpy(), atol=1e-5, rtol=0)
+  expected_mlm = np.take_along_axis(expected.prediction_logits.numpy(), positions[:, :, None], axis=1)
+  np.testing.assert_allclose(outputs["mlm_logits"], expected_mlm, atol=1e-5, rtol=0)
+  unmasked = apply(params, None)
+  assert np.abs(unmasked["sequence_output"] - outputs["sequence_output"]).max() > 1e-2
+  np.testing.assert_array_equal(unmasked["sequence_output"], apply(params, np.ones_like(head_mask))["sequence_output"])
+
+
+def test_a_model_without_a_head_mask_compiles_with_no_trace_of_it(small_model_config):
+  """The head mask is an input only when given: without it the compiled program takes one argument fewer and does
+  fewer FLOPs (the golden parameter tests show its numbers are bitwise those of before the mask existed)."""
+  model = BertForPretraining(small_model_config)
+  params = nn.meta.unbox(model.init(jax.random.key(0), *model.dummy_inputs())["params"])
+  input_ids, input_mask, segment_ids, positions = _inputs(small_model_config)
+  apply = lambda p, mask: model.apply({"params": p}, input_ids, input_mask, segment_ids, positions, head_mask=mask)
+  without = jax.jit(apply).lower(params, None).compile()
+  with_mask = jax.jit(apply).lower(params, jnp.ones((2, 4))).compile()
+  count = lambda compiled: len(compiled.as_text().split("ENTRY")[1].split("\n}")[0].split("parameter(")) - 1
+  assert count(with_mask) == count(without) + 1
+  assert without.cost_analysis()["flops"] < with_mask.cost_analysis()["flops"]
+  assert "head_mask" not in jax.jit(apply).lower(params, None).as_text()

@@ -91,7 +91,9 @@ class BertModel(nn.Module):
   one instance: positions 0, 1, ... and its [CLS] at 0.
 
   With `mutable=["intermediates"]` it also collects every layer's hidden states and attention probabilities
-  (see `encoder_intermediates`); otherwise they cost nothing.
+  (see `encoder_intermediates`); otherwise they cost nothing. `head_mask` [layers, heads] scales each head's output
+  as `transformers`' `head_mask` does (0 prunes the head; its gradient is the head's importance, Michel et al.
+  2019); without one the model holds no trace of it. The collected probabilities are before the mask.
   """
 
   config: BertConfig
@@ -110,10 +112,11 @@ class BertModel(nn.Module):
     deterministic: bool = True,
     position_ids: Array | None = None,
     cls_positions: Array | None = None,
+    head_mask: Array | None = None,
   ) -> tuple[Array, Array]:
     x = self.stack.project(self.embeddings(input_ids, input_mask, segment_ids, deterministic, position_ids))
     self.sow("intermediates", "embedding_output", x)
-    x = self.stack(x, input_mask, deterministic)
+    x = self.stack(x, input_mask, deterministic, head_mask)
     # The gathered rows stay split by batch as the sequence was: without the constraint, SPMD partitioning may
     # split them by hidden (as the next kernel is) and pay an all-to-all back in the backward pass.
     if cls_positions is None:
@@ -188,9 +191,10 @@ class BertForPretraining(nn.Module):
     deterministic: bool = True,
     position_ids: Array | None = None,
     cls_positions: Array | None = None,
+    head_mask: Array | None = None,
   ) -> dict[str, Array]:
     sequence_output, pooled_output = self.bert(
-      input_ids, input_mask, segment_ids, deterministic, position_ids, cls_positions
+      input_ids, input_mask, segment_ids, deterministic, position_ids, cls_positions, head_mask
     )
     # Only the masked positions reach the vocabulary-sized decoder: ~6x fewer FLOPs there at seq 128.
     hidden = constrain(gather_positions(sequence_output, masked_lm_positions), HIDDEN)

@@ -76,9 +76,13 @@ class BertForSequenceClassification(nn.Module):
   num_labels: int
 
   @nn.compact
-  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True, head_mask=None
+  ) -> dict:
     config = self.config
-    sequence_output, pooled_output = BertModel(config, name="bert")(input_ids, input_mask, segment_ids, deterministic)
+    sequence_output, pooled_output = BertModel(config, name="bert")(
+      input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
+    )
     hidden = nn.Dropout(config.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
     logits = dense(config, self.num_labels, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
     return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
@@ -91,9 +95,13 @@ class BertForQuestionAnswering(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True, head_mask=None
+  ) -> dict:
     config = self.config
-    sequence_output, pooled_output = BertModel(config, name="bert")(input_ids, input_mask, segment_ids, deterministic)
+    sequence_output, pooled_output = BertModel(config, name="bert")(
+      input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
+    )
     logits = dense(config, 2, ("embed", None), name="qa_outputs")(sequence_output).astype(jnp.float32)
     return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
 
@@ -106,9 +114,13 @@ class BertForTokenClassification(nn.Module):
   num_labels: int
 
   @nn.compact
-  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True, head_mask=None
+  ) -> dict:
     config = self.config
-    sequence_output, pooled_output = BertModel(config, name="bert")(input_ids, input_mask, segment_ids, deterministic)
+    sequence_output, pooled_output = BertModel(config, name="bert")(
+      input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
+    )
     hidden = nn.Dropout(config.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
     logits = dense(config, self.num_labels, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
     return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
@@ -123,11 +135,13 @@ class BertForMultipleChoice(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True) -> dict:
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True, head_mask=None
+  ) -> dict:
     config = self.config
     batch, choices, seq = input_ids.shape
     flat = [x.reshape(batch * choices, seq) for x in (input_ids, input_mask, segment_ids)]
-    sequence_output, pooled_output = BertModel(config, name="bert")(*flat, deterministic)
+    sequence_output, pooled_output = BertModel(config, name="bert")(*flat, deterministic, head_mask=head_mask)
     hidden = nn.Dropout(config.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
     scores = dense(config, 1, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
     return dict(

@@ -105,8 +105,8 @@ class SelfAttention(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
-    # x: [batch, seq, hidden]; input_mask: [batch, seq] instance numbers (0: padding).
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None) -> Array:
+    # x: [batch, seq, hidden]; input_mask: [batch, seq] instance numbers (0: padding); head_mask: [heads] or None.
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
@@ -133,6 +133,8 @@ class SelfAttention(nn.Module):
       probs = probs.astype(config.compute_dtype)
       probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
       context = jnp.einsum("bhqk,bkhd->bqhd", probs, value)
+    if head_mask is not None:  # transformers' head_mask scales the probabilities; a head's context is linear in them.
+      context = context * head_mask.astype(context.dtype)[:, None]
     context = constrain(context, _HEADS)  # [batch, seq, heads, head_dim]
     return dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
 
@@ -159,12 +161,12 @@ class TransformerLayer(nn.Module):
   shared: Mapping[str, nn.Module] | None = None
 
   @nn.compact
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None) -> Array:
     config = self.config
     shared = self.shared or {}
     sub = {name: shared[name] if name in shared else make(config, name) for name, make in _SUBLAYERS.items()}
     dropout = nn.Dropout(config.hidden_dropout_prob)
-    attended = sub["attention"](x, input_mask, deterministic)
+    attended = sub["attention"](x, input_mask, deterministic, head_mask)
     x = sub["attention_layer_norm"](x + dropout(attended, deterministic=deterministic))
     hidden = ACTIVATIONS[config.hidden_act](sub["intermediate"](x))
     hidden = constrain(hidden, ("act_batch", "act_length", "act_mlp"))
@@ -177,8 +179,8 @@ class TransformerLayer(nn.Module):
 class _ScannedLayer(TransformerLayer):
   """A TransformerLayer in `nn.scan`'s (carry, inputs) -> (carry, outputs) form."""
 
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> tuple[Array, None]:
-    return super().__call__(x, input_mask, deterministic), None
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask=None) -> tuple[Array, None]:
+    return super().__call__(x, input_mask, deterministic, head_mask), None
 
 
 _REMAT_POLICIES = {"full": None, "save_dots": jax.checkpoint_policies.checkpoint_dots}
@@ -199,7 +201,7 @@ def _scanned_layers(config: BertConfig) -> nn.Module:
     _layer_class(config, _ScannedLayer),
     variable_axes={"params": 0, "intermediates": 0},
     split_rngs={"params": True, "dropout": True},
-    in_axes=(nn.broadcast, nn.broadcast),
+    in_axes=(nn.broadcast, nn.broadcast, 0),  # input_mask, deterministic, each layer's head mask.
     length=config.num_layers,
     metadata_params={nn.PARTITION_NAME: "layers"},
   )(config, name="layers")
@@ -213,7 +215,7 @@ def _scanned_shared_layer(config: BertConfig) -> nn.Module:
     variable_broadcast="params",
     variable_axes={"intermediates": 0},
     split_rngs={"params": False, "dropout": True},
-    in_axes=(nn.broadcast, nn.broadcast),
+    in_axes=(nn.broadcast, nn.broadcast, 0),  # input_mask, deterministic, each layer's head mask.
     length=config.num_layers,
   )(config, name="shared_layer")
 
@@ -240,11 +242,12 @@ class Stack:
     """[batch, seq, embedding_width] -> [batch, seq, hidden]."""
     return embedded if self.projection is None else constrain(self.projection(embedded), HIDDEN)
 
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None) -> Array:
+    """head_mask: [layers, heads], each head's output scaled by its value (0: the head is pruned), or None."""
     if self.scanned:
-      return self.layers[0](x, input_mask, deterministic)[0]
-    for layer in self.layers:
-      x = layer(x, input_mask, deterministic)
+      return self.layers[0](x, input_mask, deterministic, head_mask)[0]
+    for i, layer in enumerate(self.layers):
+      x = layer(x, input_mask, deterministic, None if head_mask is None else head_mask[i])
     return x
 
 
