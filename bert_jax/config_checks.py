@@ -176,6 +176,8 @@ FEATURES = (
 BERTOLOGY = (
   ("bertology.max_seq_length", Range(3), "([CLS] x [SEP])"),
   ("bertology.batch_size", AT_LEAST_ONE),
+  ("bertology.prune_step", Range(0, 1, low_open=True, high_open=False)),
+  ("bertology.prune_max", Range(0, 1, high_open=False)),
 )
 
 
@@ -409,10 +411,19 @@ def check_features(settings) -> None:
     raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
 
 
-def check_bertology(settings, mode: str) -> None:
-  """`config.bertology`, for --mode=attention."""
-  if not settings.input_pattern or not settings.output_dir:
+def check_bertology(config, mode: str) -> None:
+  """`config.bertology` for --mode=attention and heads (which also reads `config.finetune`'s task)."""
+  settings = config.bertology
+  if mode == "attention" and (not settings.input_pattern or not settings.output_dir):
     raise ValueError(f"--mode={mode} needs bertology.input_pattern and bertology.output_dir.")
+  if mode == "heads":
+    if not settings.output_dir:
+      raise ValueError("--mode=heads needs bertology.output_dir.")
+    if config.finetune.task not in TASKS:
+      raise ValueError(
+        f"--mode=heads needs finetune.task, the task the model was fine-tuned on (and finetune.data_dir, its "
+        f"files; configs/glue.py, ...): got {config.finetune.task!r}, expected one of {TASKS}."
+      )
   check_ranges({"bertology": settings}, BERTOLOGY)
   if not all(isinstance(number, int) and number >= 0 for number in settings.show_lines):
     raise ValueError(f"bertology.show_lines={tuple(settings.show_lines)} must be line numbers, from 0.")
@@ -439,8 +450,8 @@ def check(config, mode: str) -> Checked:
     return Checked(mode, check_pretraining(config))
   if mode == "features":
     check_features(config.features)
-  elif mode == "attention":
-    check_bertology(config.bertology, mode)
+  elif mode in ("attention", "heads"):
+    check_bertology(config, mode)
   elif mode == "export":
     if config.export.format not in EXPORT_FORMATS:
       raise ValueError(f"export.format={config.export.format!r}; expected one of {EXPORT_FORMATS}.")

@@ -272,7 +272,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Lines per output shard.
   config.features.lines_per_shard = 10_000
 
-  # --mode=attention: what each attention head of a pretrained encoder looks at (bert_jax/bertology/attention.py).
+  # --mode=attention: what each attention head of a pretrained encoder looks at (bert_jax/bertology/attention.py);
+  # batch_size, source and output_dir serve --mode=heads too.
   config.bertology = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
   config.bertology.source = ""
@@ -282,10 +283,18 @@ def get_config() -> ml_collections.ConfigDict:
   config.bertology.output_dir = ""
   # Tokens per line, [CLS] and [SEP] included; longer lines are cut (and counted).
   config.bertology.max_seq_length = 128
-  # Lines per batch (over all devices of the mesh).
+  # Lines (rows, --mode=heads) per batch, over all devices of the mesh.
   config.bertology.batch_size = 32
   # Lines (numbered from 0 in input order) whose attention maps are drawn, every layer and head.
   config.bertology.show_lines = (0,)
+  # --mode=heads (bert_jax/bertology/heads.py): the importance of each head of a model fine-tuned on
+  # finetune.task (its dev split; finetune.data_dir, max_seq_length), and the metric as heads are pruned. The share
+  # of all heads pruned at each step, least important first ...
+  config.bertology.prune_step = 0.1
+  # ... until this share is pruned.
+  config.bertology.prune_max = 0.9
+  # Rank heads by Michel et al.'s normalised importance (per layer over its L2 norm, then to [0, 1]), else raw.
+  config.bertology.normalize_importance = True
 
   # Fine-tuning (configs/glue.py, squad.py, ner.py, swag.py): a task head on `init_from`'s encoder, whose model
   # sizes and tokenizer come from that source; learning_rate, batch_size, seed, mesh and checkpoints as above.

@@ -10,10 +10,13 @@ import torch
 import transformers
 
 from bert_jax import config_checks
-from bert_jax.bertology import attention
+from bert_jax.bertology import attention, heads
+from bert_jax.finetune import tasks
+from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
-from configs import default
+from configs import default, glue
 from tests.test_encoder import _reference
+from tests.test_finetune import _write_sst2
 from tests.test_roberta import write_hf_directory
 
 SEQ = 16
@@ -130,3 +133,130 @@ def test_a_bad_attention_setting_is_refused_naming_it(overrides, message):
   config.bertology.update(overrides)
   with pytest.raises(ValueError, match=re.escape(message)):
     config_checks.check(config, "attention")
+
+
+@pytest.mark.parametrize(
+  "overrides,message",
+  [
+    (dict(finetune=dict(task="")), "--mode=heads needs finetune.task, the task the model was fine-tuned on"),
+    (dict(bertology=dict(output_dir="")), "--mode=heads needs bertology.output_dir."),
+    (dict(bertology=dict(prune_step=0.0)), "bertology.prune_step=0.0 must be in (0, 1]."),
+    (dict(bertology=dict(prune_max=1.5)), "bertology.prune_max=1.5 must be in [0, 1]."),
+  ],
+)
+def test_a_bad_heads_setting_is_refused_naming_it(overrides, message):
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir="/data/SST-2")
+  config.bertology.output_dir = "/tmp/out"
+  config_checks.check(config, "heads")
+  config.update_from_flattened_dict({f"{a}.{b}": v for a, values in overrides.items() for b, v in values.items()})
+  with pytest.raises(ValueError, match=re.escape(message)):
+    config_checks.check(config, "heads")
+
+
+@pytest.fixture(scope="module")
+def fine_tuned_sst2(tmp_path_factory):
+  """A Hugging Face BertForSequenceClassification directory fine-tuned (so its config says) on SST-2, with random
+  weights and sharp attention; the model (eager attention: it applies head_mask); an SST-2 directory."""
+  config = BertConfig(
+    vocab_size=100, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
+  )
+  labels = dict(id2label={0: "0", 1: "1"}, label2id={"0": 0, "1": 1}, finetuning_task="sst2")
+  model = _reference(
+    config, seed=4, cls=transformers.BertForSequenceClassification, attn_implementation="eager", **labels
+  )
+  with torch.no_grad():
+    for layer in model.bert.encoder.layer:
+      layer.attention.self.query.weight.mul_(8.0)
+      layer.attention.self.key.weight.mul_(8.0)
+  directory = tmp_path_factory.mktemp("sst2_model")
+  write_hf_directory(model, directory, config.vocab_size)
+  data = tmp_path_factory.mktemp("glue") / "SST-2"
+  _write_sst2(data)
+  # Trained for real (60 steps on the 64 training rows), so that its predictions depend on its heads.
+  finetune = glue.get_config().finetune
+  finetune.update(task="sst2", data_dir=str(data))
+  task = tasks.make_task(finetune)
+  train = task.encode(task.read("train"), pretrained.load(str(directory)).tokenizer, 16).features
+  optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+  model.train()
+  for step in range(60):
+    rows = slice(16 * (step % 4), 16 * (step % 4) + 16)
+    loss = model(
+      torch.tensor(train["input_ids"][rows], dtype=torch.long),
+      attention_mask=torch.tensor(train["input_mask"][rows]),
+      token_type_ids=torch.tensor(train["segment_ids"][rows], dtype=torch.long),
+      labels=torch.tensor(train["label"][rows], dtype=torch.long),
+    ).loss
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+  model.eval()
+  model.save_pretrained(directory)
+  return directory, model, data
+
+
+def _accuracy(model, features: dict, head_mask: np.ndarray) -> float:
+  with torch.no_grad():
+    out = model(
+      torch.tensor(features["input_ids"], dtype=torch.long),
+      attention_mask=torch.tensor(features["input_mask"]),
+      token_type_ids=torch.tensor(features["segment_ids"], dtype=torch.long),
+      head_mask=torch.tensor(head_mask),
+    )
+  return float((out.logits.argmax(-1).numpy() == features["label"]).mean())
+
+
+def test_head_importance_and_pruning_equal_transformers_gradients_and_accuracy(fine_tuned_sst2, tmp_path):
+  directory, model, data = fine_tuned_sst2
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16)
+  settings = dict(source=str(directory), output_dir=str(tmp_path / "out"), batch_size=8, prune_step=0.25)
+  config.bertology.update(prune_max=1.0, **settings)
+  result = heads.analyse(config, str(tmp_path / "workdir"))
+
+  # The same dev rows through transformers: |d(batch's summed loss) / d head_mask|, added up, over the rows.
+  task = tasks.make_task(config.finetune)
+  encoded = task.encode(task.read("dev"), pretrained.load(str(directory)).tokenizer, 16)
+  features, rows = encoded.features, encoded.num_rows
+  expected = np.zeros((2, 4))
+  for start in range(0, rows, 8):
+    batch = {name: torch.tensor(value[start : start + 8]) for name, value in features.items()}
+    mask = torch.ones(2, 4, requires_grad=True)
+    out = model(
+      batch["input_ids"].long(),
+      attention_mask=batch["input_mask"],
+      token_type_ids=batch["segment_ids"].long(),
+      head_mask=mask,
+      labels=batch["label"].long(),
+    )
+    (out.loss * len(batch["label"])).backward()
+    expected += mask.grad.abs().numpy()
+  expected /= rows
+  np.testing.assert_allclose(result["importance"], expected, rtol=1e-4, atol=1e-7)
+  np.testing.assert_allclose(result["importance_normalized"], heads.normalized(expected), rtol=1e-4, atol=1e-6)
+  assert np.ptp(expected) > 0.1 * expected.max()  # Heads differ.
+
+  # Pruned 2 heads (25%) at a time, least important first (by the full model's importance, then by the importance
+  # under the mask so far); each step's accuracy is transformers' under the same mask. The trained model keeps its
+  # accuracy with 6 of its 8 heads gone, and loses it with all 8 (its [CLS] then sees no word).
+  assert [row["heads_pruned"] for row in result["pruning"]] == [0, 2, 4, 6, 8]
+  accuracies = [row["accuracy"] for row in result["pruning"]]
+  assert accuracies[0] > 0.9 and accuracies[-1] < accuracies[0] - 0.2
+  assert len(result["pruned_order"]) == 8
+  first = np.argsort(heads.normalized(expected), axis=None, kind="stable")[:2]
+  assert [layer * 4 + head for layer, head in result["pruned_order"][:2]] == first.tolist()
+  mask = np.ones((2, 4), np.float32)
+  for step, row in enumerate(result["pruning"]):
+    assert row["accuracy"] == pytest.approx(_accuracy(model, features, mask), abs=1e-9), step
+    for layer, head in result["pruned_order"][2 * step : 2 * step + 2]:
+      mask[layer, head] = 0
+  assert json.loads((tmp_path / "out" / "heads.json").read_text()) == result
+  for name in ("head_importance.png", "pruning.png"):
+    assert matplotlib.image.imread(tmp_path / "out" / name).std() > 0.05
+
+  # A model without the task's head is refused, naming what it is.
+  config.finetune.task = "rte"
+  config.bertology.output_dir = str(tmp_path / "other")
+  with pytest.raises(ValueError, match="is fine-tuned on 'sst2'; --mode=heads needs a model fine-tuned on"):
+    heads.analyse(config, str(tmp_path / "workdir"))

@@ -36,7 +36,7 @@ from absl import logging
 
 from bert_jax import config_checks, paths, progress, sharding
 from bert_jax.bertology import plots
-from bert_jax.handoff import line_jobs
+from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
 from bert_jax.train import step
 
@@ -92,7 +92,7 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
   settings = config.bertology
   if checked is None:
     config_checks.check(config, "attention")
-  job = line_jobs.start(config, "bertology", workdir)
+  job = source_jobs.start(config, "bertology", workdir)
   files, output, mesh, loaded = job.files, job.output, job.mesh, job.loaded
   rules = config.logical_axis_rules
   # The probabilities exist only under the XLA kernel (the fused ones never hold them).

@@ -85,3 +85,41 @@ def attention_maps(probs: np.ndarray, tokens: list[str], path: str, title: str) 
   figure.tight_layout()
   figure.savefig(path, dpi=100, format="png")
   plt.close(figure)
+
+
+def head_importance(importance: np.ndarray, path: str, what: str) -> None:
+  """Heads' importance [layers, heads] as a heat map, layer 1 at the top, each value written when legible."""
+  plt = _pyplot()
+  layers, heads = importance.shape
+  cell = 0.4 if heads > 8 else 0.7
+  figure, ax = plt.subplots(figsize=(heads * cell + 2.2, layers * cell + 1.6))
+  image = ax.imshow(importance, cmap="magma", aspect="auto")
+  ax.set_xlabel("head")
+  ax.set_ylabel("layer")
+  ax.set_xticks(range(heads), [str(h + 1) for h in range(heads)], fontsize=7)
+  ax.set_yticks(range(layers), [str(layer + 1) for layer in range(layers)], fontsize=7)
+  figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="importance (normalised)")
+  if layers * heads <= 64:
+    low, high = image.get_clim()
+    for (layer, head), value in np.ndenumerate(importance):
+      bright = (value - low) > 0.6 * (high - low)  # magma turns pale: dark text there.
+      ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=7, color="black" if bright else "white")
+  ax.set_title(f"Head importance, E|dL/d mask| on {what}", fontsize=10)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100, format="png")
+  plt.close(figure)
+
+
+def pruning_curve(table: list[dict], metric: str, path: str, what: str) -> None:
+  """The main metric against the share of heads pruned by importance."""
+  plt = _pyplot()
+  figure, ax = plt.subplots(figsize=(5.5, 3.8))
+  shares = [100 * row["share_pruned"] for row in table]
+  ax.plot(shares, [row[metric] for row in table], marker="o")
+  ax.set_xlabel("heads pruned, least important first (%)")
+  ax.set_ylabel(metric)
+  ax.set_title(f"Pruning heads by importance: {what}", fontsize=10)
+  ax.grid(alpha=0.3)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100, format="png")
+  plt.close(figure)

@@ -194,16 +194,22 @@ def make_predict(the_run: run.Run):
   )
 
 
-def predict(predict_fn, params, encoded: Encoded, batch_size: int, mesh) -> np.ndarray:
-  """Logits of every row of `encoded`, [members, rows, ...]; the last batch is padded with weight-0 rows."""
-  outputs = []
+def row_batches(encoded: Encoded, batch_size: int, mesh):
+  """Every row of `encoded` in order, as global batches of `batch_size` with `weight` (the last batch padded with
+  weight-0 rows): yields (batch, how many of its rows are real)."""
   for start in range(0, encoded.num_rows, batch_size):
     rows = np.arange(start, start + batch_size)
     weight = (rows < encoded.num_rows).astype(np.float32)
     rows = np.minimum(rows, encoded.num_rows - 1)
-    batch = sharding.global_batch(_host_batch(encoded.features, rows, weight), mesh)
+    yield sharding.global_batch(_host_batch(encoded.features, rows, weight), mesh), int(weight.sum())
+
+
+def predict(predict_fn, params, encoded: Encoded, batch_size: int, mesh) -> np.ndarray:
+  """Logits of every row of `encoded`, [members, rows, ...]."""
+  outputs = []
+  for batch, real in row_batches(encoded, batch_size, mesh):
     logits = predict_fn(params, batch)
-    outputs.append(np.asarray(logits.addressable_data(0))[:, : int(weight.sum())])
+    outputs.append(np.asarray(logits.addressable_data(0))[:, :real])
   return np.concatenate(outputs, axis=1)
 
 

@@ -25,12 +25,14 @@ from bert_jax.train.step import Loss
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
 
 
-def logits(params, batch: dict, model, dropout_key=None) -> jax.Array:
-  """The model's float32 logits for `batch` (deterministic without `dropout_key`)."""
+def logits(params, batch: dict, model, dropout_key=None, head_mask=None) -> jax.Array:
+  """The model's float32 logits for `batch` (deterministic without `dropout_key`; `head_mask` [layers, heads]: see
+  `BertModel`)."""
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
   inputs = [batch[name] for name in MODEL_INPUTS]
-  return model.apply({"params": params}, *inputs, deterministic=deterministic, rngs=rngs)["logits"]
+  outputs = model.apply({"params": params}, *inputs, deterministic=deterministic, rngs=rngs, head_mask=head_mask)
+  return outputs["logits"]
 
 
 def _row_normalizers(batch: dict) -> tuple[jax.Array]:
@@ -80,9 +82,9 @@ def _soft(head: str, out: jax.Array, teacher: jax.Array, temperature: float) -> 
   return kl_divergence(out, teacher, temperature)
 
 
-def _task_terms(params, batch: dict, model, dropout_key, normalizers, head: str):
+def _task_terms(params, batch: dict, model, dropout_key, normalizers, head: str, head_mask=None):
   """(logits, hard loss, weights, their normalizer, the task's metric sums) of `head` on `batch`."""
-  out = logits(params, batch, model, dropout_key)
+  out = logits(params, batch, model, dropout_key, head_mask)
   loss, correct, weights = _hard(head, out, batch)
   (count,) = _normalizers(head)(batch) if normalizers is None else normalizers
   metrics = dict(
@@ -91,9 +93,10 @@ def _task_terms(params, batch: dict, model, dropout_key, normalizers, head: str)
   return out, loss, weights, count, metrics
 
 
-def task_loss(params, batch: dict, model, dropout_key=None, normalizers=None, *, head: str):
-  """A weighted mean over real rows (over the labelled pieces of real rows for the token head)."""
-  _, loss, weights, count, metrics = _task_terms(params, batch, model, dropout_key, normalizers, head)
+def task_loss(params, batch: dict, model, dropout_key=None, normalizers=None, *, head: str, head_mask=None):
+  """A weighted mean over real rows (over the labelled pieces of real rows for the token head); `normalizers=(1,)`
+  gives the sum."""
+  _, loss, weights, count, metrics = _task_terms(params, batch, model, dropout_key, normalizers, head, head_mask)
   return jnp.sum(loss * weights) / count, metrics
 
 

@@ -31,7 +31,7 @@ from etils import epath
 
 from bert_jax import config_checks, paths, progress, sharding
 from bert_jax.data.windows import doc_spans, max_context_spans
-from bert_jax.handoff import line_jobs
+from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
 from bert_jax.train import step
 
@@ -93,7 +93,7 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
   settings = config.features
   if checked is None:
     config_checks.check(config, "features")
-  job = line_jobs.start(config, "features", workdir)
+  job = source_jobs.start(config, "features", workdir)
   files, output, mesh, loaded = job.files, job.output, job.mesh, job.loaded
   rules = config.logical_axis_rules
   model_cfg = dataclasses.replace(loaded.config, dtype=config.model.dtype)

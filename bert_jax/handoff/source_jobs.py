@@ -1,5 +1,6 @@
-"""The start of a job over text lines with a pretrained encoder (`--mode=features`, `--mode=attention`): the input
-files, an output directory that holds nothing yet, the mesh, and the encoder read onto it."""
+"""The start of a job that reads a pretrained source onto the mesh and writes into a directory of its own
+(`--mode=features`, `attention`, `heads`): the output directory, which must hold nothing yet; the mesh, with the
+batch checked against it; the source read onto it; and, for a job over text lines, the input files."""
 
 import dataclasses
 
@@ -10,19 +11,19 @@ from bert_jax.handoff import pretrained
 
 
 @dataclasses.dataclass(frozen=True)
-class LineJob:
-  files: list[str]  # The input files, sorted.
+class SourceJob:
   output: epath.Path
   mesh: object  # jax.sharding.Mesh
   loaded: pretrained.Pretrained  # Sharded on `mesh` by the config's logical axis rules.
+  files: list[str]  # The input files, sorted (a job over text lines).
 
 
-def start(config, section: str, workdir: str) -> LineJob:
-  """`config[section]`'s input_pattern, output_dir, batch_size and source (empty: the workdir's newest checkpoint),
-  checked before the encoder is read; raises naming the bad value."""
+def start(config, section: str, workdir: str, lines: bool = True) -> SourceJob:
+  """`config[section]`'s output_dir, batch_size, source (empty: the workdir's newest checkpoint) and, with `lines`,
+  input_pattern, each checked before the source is read; raises naming the bad value."""
   settings = config[section]
-  files = paths.glob(settings.input_pattern)
-  if not files:
+  files = paths.glob(settings.input_pattern) if lines else []
+  if lines and not files:
     raise FileNotFoundError(f"{section}.input_pattern={settings.input_pattern!r} matches no file.")
   output = epath.Path(settings.output_dir)
   if output.exists() and any(output.iterdir()):  # Two runs' outputs must never mix; nothing is overwritten.
@@ -35,4 +36,4 @@ def start(config, section: str, workdir: str) -> LineJob:
     )
   rules = config.logical_axis_rules
   loaded = pretrained.load(settings.source or workdir, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
-  return LineJob(files, output, mesh, loaded)
+  return SourceJob(output, mesh, loaded, files)
