@@ -178,7 +178,10 @@ BERTOLOGY = (
   ("bertology.batch_size", AT_LEAST_ONE),
   ("bertology.prune_step", Range(0, 1, low_open=True, high_open=False)),
   ("bertology.prune_max", Range(0, 1, high_open=False)),
+  ("bertology.probe_epochs", AT_LEAST_ONE),
+  ("bertology.probe_learning_rate", POSITIVE),
 )
+PROBE_POOLING = ("mean", "cls")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,19 +415,22 @@ def check_features(settings) -> None:
 
 
 def check_bertology(config, mode: str) -> None:
-  """`config.bertology` for --mode=attention and heads (which also reads `config.finetune`'s task)."""
+  """`config.bertology` for --mode=attention, heads and probe (the last two also read `config.finetune`'s task)."""
   settings = config.bertology
   if mode == "attention" and (not settings.input_pattern or not settings.output_dir):
     raise ValueError(f"--mode={mode} needs bertology.input_pattern and bertology.output_dir.")
-  if mode == "heads":
+  if mode in ("heads", "probe"):
     if not settings.output_dir:
-      raise ValueError("--mode=heads needs bertology.output_dir.")
+      raise ValueError(f"--mode={mode} needs bertology.output_dir.")
+    what = "the model was fine-tuned on" if mode == "heads" else "to probe"
     if config.finetune.task not in TASKS:
       raise ValueError(
-        f"--mode=heads needs finetune.task, the task the model was fine-tuned on (and finetune.data_dir, its "
-        f"files; configs/glue.py, ...): got {config.finetune.task!r}, expected one of {TASKS}."
+        f"--mode={mode} needs finetune.task, the task {what} (and finetune.data_dir, its files; configs/glue.py, "
+        f"...): got {config.finetune.task!r}, expected one of {TASKS}."
       )
   check_ranges({"bertology": settings}, BERTOLOGY)
+  if settings.probe_pooling not in PROBE_POOLING:
+    raise ValueError(f"bertology.probe_pooling={settings.probe_pooling!r}; expected one of {PROBE_POOLING}.")
   if not all(isinstance(number, int) and number >= 0 for number in settings.show_lines):
     raise ValueError(f"bertology.show_lines={tuple(settings.show_lines)} must be line numbers, from 0.")
 
@@ -450,7 +456,7 @@ def check(config, mode: str) -> Checked:
     return Checked(mode, check_pretraining(config))
   if mode == "features":
     check_features(config.features)
-  elif mode in ("attention", "heads"):
+  elif mode in ("attention", "heads", "probe"):
     check_bertology(config, mode)
   elif mode == "export":
     if config.export.format not in EXPORT_FORMATS:

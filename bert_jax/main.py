@@ -7,7 +7,8 @@ topology for each remat policy (dry_run/planner.py); `--mode=export` writes the 
 newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (handoff/export.py); `--mode=features` writes
 per-token vectors of text lines (handoff/extract_features.py); `--mode=attention` writes what each attention
 head looks at over text lines, as JSON and heat maps (bertology/attention.py); `--mode=heads` each head's importance
-to a fine-tuned model and its metric as heads are pruned (bertology/heads.py); `--mode=pretrain` pretrains
+to a fine-tuned model and its metric as heads are pruned (bertology/heads.py); `--mode=probe` probes on frozen
+layers and their scalar mix (bertology/probe.py); `--mode=pretrain` pretrains
 (train/loop.py) and `--mode=finetune` fine-tunes (finetune/job.py; configs/glue.py, squad.py, ner.py, swag.py).
 Without `--mode`, a config that sets `finetune.task` fine-tunes and any other pretrains.
 
@@ -34,7 +35,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoa
 _MODE = flags.DEFINE_enum(
   "mode",
   None,
-  ["pretrain", "finetune", "prepare", "dry_run", "plan", "export", "features", "attention", "heads"],
+  ["pretrain", "finetune", "prepare", "dry_run", "plan", "export", "features", "attention", "heads", "probe"],
   "pretrain: pretrain (resuming from the workdir). finetune: fine-tune finetune.task (resuming from the workdir). "
   "Without --mode: finetune when the config sets finetune.task, else pretrain. "
   "prepare: train the SentencePiece vocabulary if tokenizer.path is "
@@ -47,7 +48,8 @@ _MODE = flags.DEFINE_enum(
   "features.input_pattern's lines into features.output_dir (.npz). attention: what each attention head looks at "
   "over bertology.input_pattern's lines (entropy, [CLS], [SEP], previous/next/self, distance) into "
   "bertology.output_dir (JSON, PNG heat maps and attention maps). heads: each attention head's importance to a model "
-  "fine-tuned on finetune.task (its dev split), and the metric as heads are pruned, into bertology.output_dir.",
+  "fine-tuned on finetune.task (its dev split), and the metric as heads are pruned, into bertology.output_dir. "
+  "probe: linear probes for finetune.task on each frozen layer and on their learned scalar mix.",
 )
 _VERBOSE = flags.DEFINE_bool(
   "verbose",
@@ -107,10 +109,8 @@ def main(argv):
   from bert_jax.data import prepare
   from bert_jax.handoff import export, extract_features
 
-  if mode in ("export", "features", "attention", "heads") and distributed.settings(config.distributed)[1] not in (
-    None,
-    1,
-  ):
+  one_machine = ("export", "features", "attention", "heads", "probe")
+  if mode in one_machine and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={mode} runs on one machine; unset the distributed settings (process count > 1).")
   if mode in ("dry_run", "plan"):
     if config.dry_run.topology:
@@ -165,10 +165,10 @@ def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
     from bert_jax.bertology import attention
 
     attention.analyse(config, _WORKDIR.value, checked)
-  elif mode == "heads":
-    from bert_jax.bertology import heads
+  elif mode in ("heads", "probe"):
+    from bert_jax.bertology import heads, probe
 
-    heads.analyse(config, _WORKDIR.value, checked)
+    (heads if mode == "heads" else probe).analyse(config, _WORKDIR.value, checked)
   else:
     _train(config, _WORKDIR.value, checked)
 

@@ -295,6 +295,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.bertology.prune_max = 0.9
   # Rank heads by Michel et al.'s normalised importance (per layer over its L2 norm, then to [0, 1]), else raw.
   config.bertology.normalize_importance = True
+  # --mode=probe (bert_jax/bertology/probe.py): linear probes on each frozen layer and on their learned scalar mix,
+  # for finetune.task (a GLUE task or conll2003; finetune.data_dir, max_seq_length). Epochs of its train split ...
+  config.bertology.probe_epochs = 3
+  # ... at this Adam learning rate.
+  config.bertology.probe_learning_rate = 1e-3
+  # A sentence task's features: "mean" (of a row's real tokens) or "cls" (the [CLS] token's); per token otherwise.
+  config.bertology.probe_pooling = "mean"
 
   # Fine-tuning (configs/glue.py, squad.py, ner.py, swag.py): a task head on `init_from`'s encoder, whose model
   # sizes and tokenizer come from that source; learning_rate, batch_size, seed, mesh and checkpoints as above.

@@ -10,11 +10,13 @@ import torch
 import transformers
 
 from bert_jax import config_checks
-from bert_jax.bertology import attention, heads
+from bert_jax.bertology import attention, heads, probe
 from bert_jax.finetune import tasks
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.encoder import BertModel, encoder_intermediates
 from configs import default, glue
+from configs import ner as ner_config
 from tests.test_encoder import _reference
 from tests.test_finetune import _write_sst2
 from tests.test_roberta import write_hf_directory
@@ -260,3 +262,79 @@ def test_head_importance_and_pruning_equal_transformers_gradients_and_accuracy(f
   config.bertology.output_dir = str(tmp_path / "other")
   with pytest.raises(ValueError, match="is fine-tuned on 'sst2'; --mode=heads needs a model fine-tuned on"):
     heads.analyse(config, str(tmp_path / "workdir"))
+
+
+def test_the_scalar_mix_finds_the_layer_a_task_is_a_function_of(tmp_path):
+  """A sentence task whose label is a linear function of layer 1's mean-pooled features only: the probe on layer 1
+  scores best, and the learned mix puts most of its weight there. The model's feed-forward layers are scaled up, so
+  that each layer adds what the residual stream did not hold (else every layer is nearly a linear image of the
+  embeddings, and any probe reads any layer's direction)."""
+  config = BertConfig(
+    vocab_size=60, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
+  )
+  model = _reference(config, seed=5, cls=transformers.BertModel)
+  with torch.no_grad():
+    for layer in model.encoder.layer:
+      layer.intermediate.dense.weight.mul_(10.0)
+      layer.output.dense.weight.mul_(10.0)
+  directory = tmp_path / "model"
+  write_hf_directory(model, directory, config.vocab_size)
+  rng = np.random.default_rng(1)
+  data = tmp_path / "SST-2"
+  data.mkdir()
+  splits = {"train": 480, "dev": 240}
+  sentences = {
+    split: [" ".join(f"w{i}" for i in rng.integers(0, 55, rng.integers(4, 12))) for _ in range(rows)]
+    for split, rows in splits.items()
+  }
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=SEQ)
+  write = lambda split, labels: (data / f"{split}.tsv").write_text(
+    "sentence\tlabel\n" + "".join(f"{text}\t{label}\n" for text, label in zip(sentences[split], labels, strict=True))
+  )
+  for split, rows in splits.items():
+    write(split, [0] * rows)
+  loaded, task = pretrained.load(str(directory)), tasks.make_task(config.finetune)
+  direction = rng.normal(size=loaded.config.hidden_size)
+  projections = {}
+  for split in splits:
+    rows = task.encode(task.read(split), loaded.tokenizer, SEQ).features
+    _, state = BertModel(loaded.config).apply(
+      {"params": loaded.params["bert"]},
+      rows["input_ids"],
+      rows["input_mask"],
+      rows["segment_ids"],
+      mutable=["intermediates"],
+    )
+    layer_1 = np.asarray(encoder_intermediates(state["intermediates"], loaded.config)["hidden_states"][1])
+    real = rows["input_mask"][:, :, None] > 0
+    projections[split] = ((layer_1 * real).sum(1) / real.sum(1)) @ direction
+  threshold = np.median(projections["train"])
+  for split in splits:
+    write(split, (projections[split] > threshold).astype(int).tolist())
+
+  settings = dict(probe_epochs=40, probe_learning_rate=1e-2, batch_size=32)
+  config.bertology.update(source=str(directory), output_dir=str(tmp_path / "out"), **settings)
+  result = probe.analyse(config, str(tmp_path / "workdir"))
+  scores, weights = result["layer_scores"], result["mix_weights"]
+  assert len(scores) == len(weights) == 3 and result["metric"] == "accuracy"
+  assert int(np.argmax(scores)) == 1 and scores[1] > 0.85, scores
+  assert int(np.argmax(weights)) == 1 and weights[1] > 0.5, weights
+  assert result["mix_score"] > 0.85 and 0.5 < result["expected_layer"] < 1.5
+  assert json.loads((tmp_path / "out" / "probe.json").read_text()) == result
+  assert matplotlib.image.imread(tmp_path / "out" / "probe.png").std() > 0.05
+
+
+def test_a_token_task_is_probed_per_token(hf_bert, tmp_path):
+  """CoNLL-2003 columns: a probe per layer and the mix on each word's first piece, scored by conlleval's F1."""
+  from tests.test_ner import TRAIN, VALID
+
+  (tmp_path / "train.txt").write_text(TRAIN)
+  (tmp_path / "valid.txt").write_text(VALID)
+  config = ner_config.get_config()
+  config.finetune.update(data_dir=str(tmp_path), max_seq_length=SEQ)
+  config.bertology.update(source=str(hf_bert[0]), output_dir=str(tmp_path / "out"), batch_size=8, probe_epochs=2)
+  result = probe.analyse(config, str(tmp_path / "workdir"))
+  assert (result["task"], result["metric"], result["pooling"], result["split"]) == ("conll2003", "f1", "token", "dev")
+  assert len(result["layer_scores"]) == 3 and all(0 <= score <= 1 for score in result["layer_scores"])
+  assert sum(result["mix_weights"]) == pytest.approx(1.0) and np.isfinite(result["final_loss"])

@@ -123,3 +123,28 @@ def pruning_curve(table: list[dict], metric: str, path: str, what: str) -> None:
   figure.tight_layout()
   figure.savefig(path, dpi=100, format="png")
   plt.close(figure)
+
+
+def probe(result: dict, path: str) -> None:
+  """The probes' dev score by layer (0: the embeddings) beside the scalar mix's, and the mix's weights."""
+  plt = _pyplot()
+  scores, weights = result["layer_scores"], result["mix_weights"]
+  layers = range(len(scores))
+  figure, (score_axes, weight_axes) = plt.subplots(1, 2, figsize=(11, 3.8))
+  score_axes.plot(layers, scores, marker="o", label="probe on one layer")
+  score_axes.axhline(result["mix_score"], color="tab:red", linestyle="--", label="scalar mix of all layers")
+  score_axes.set_xlabel("layer (0: embeddings)")
+  score_axes.set_ylabel(f"{result['metric']} ({result['split']})")
+  score_axes.set_xticks(list(layers))
+  score_axes.grid(alpha=0.3)
+  score_axes.legend(fontsize=8)
+  weight_axes.bar(layers, weights, color="tab:red")
+  weight_axes.axvline(result["expected_layer"], color="black", linestyle=":", label="expected layer")
+  weight_axes.set_xlabel("layer (0: embeddings)")
+  weight_axes.set_ylabel("mix weight (softmax)")
+  weight_axes.set_xticks(list(layers))
+  weight_axes.legend(fontsize=8)
+  figure.suptitle(f"Probing {result['task']} on frozen layers (gamma {result['gamma']:.2f})", fontsize=11)
+  figure.tight_layout()
+  figure.savefig(path, dpi=100, format="png")
+  plt.close(figure)

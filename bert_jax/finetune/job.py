@@ -194,13 +194,14 @@ def make_predict(the_run: run.Run):
   )
 
 
-def row_batches(encoded: Encoded, batch_size: int, mesh):
-  """Every row of `encoded` in order, as global batches of `batch_size` with `weight` (the last batch padded with
-  weight-0 rows): yields (batch, how many of its rows are real)."""
+def row_batches(encoded: Encoded, batch_size: int, mesh, order: np.ndarray | None = None):
+  """Every row of `encoded`, in `order` (a permutation of the rows; default: row order), as global batches of
+  `batch_size` with `weight` (the last batch padded with weight-0 rows): yields (batch, how many rows are real)."""
+  order = np.arange(encoded.num_rows) if order is None else np.asarray(order)
   for start in range(0, encoded.num_rows, batch_size):
-    rows = np.arange(start, start + batch_size)
-    weight = (rows < encoded.num_rows).astype(np.float32)
-    rows = np.minimum(rows, encoded.num_rows - 1)
+    positions = np.arange(start, start + batch_size)
+    weight = (positions < encoded.num_rows).astype(np.float32)
+    rows = order[np.minimum(positions, encoded.num_rows - 1)]
     yield sharding.global_batch(_host_batch(encoded.features, rows, weight), mesh), int(weight.sum())
 
 
