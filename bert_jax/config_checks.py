@@ -180,8 +180,11 @@ BERTOLOGY = (
   ("bertology.prune_max", Range(0, 1, high_open=False)),
   ("bertology.probe_epochs", AT_LEAST_ONE),
   ("bertology.probe_learning_rate", POSITIVE),
+  ("bertology.lstm_layers", AT_LEAST_ONE),
+  ("bertology.lstm_size", AT_LEAST_ONE),
 )
 PROBE_POOLING = ("mean", "cls")
+FEATURE_COMBINE = ("concat", "sum")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,14 +418,15 @@ def check_features(settings) -> None:
 
 
 def check_bertology(config, mode: str) -> None:
-  """`config.bertology` for --mode=attention, heads and probe (the last two also read `config.finetune`'s task)."""
+  """`config.bertology` for --mode=attention, heads, probe and feature_based (all but attention also read
+  `config.finetune`'s task)."""
   settings = config.bertology
   if mode == "attention" and (not settings.input_pattern or not settings.output_dir):
     raise ValueError(f"--mode={mode} needs bertology.input_pattern and bertology.output_dir.")
-  if mode in ("heads", "probe"):
+  if mode in ("heads", "probe", "feature_based"):
     if not settings.output_dir:
       raise ValueError(f"--mode={mode} needs bertology.output_dir.")
-    what = "the model was fine-tuned on" if mode == "heads" else "to probe"
+    what = "the model was fine-tuned on" if mode == "heads" else "to train on"
     if config.finetune.task not in TASKS:
       raise ValueError(
         f"--mode={mode} needs finetune.task, the task {what} (and finetune.data_dir, its files; configs/glue.py, "
@@ -431,6 +435,10 @@ def check_bertology(config, mode: str) -> None:
   check_ranges({"bertology": settings}, BERTOLOGY)
   if settings.probe_pooling not in PROBE_POOLING:
     raise ValueError(f"bertology.probe_pooling={settings.probe_pooling!r}; expected one of {PROBE_POOLING}.")
+  if settings.feature_combine not in FEATURE_COMBINE:
+    raise ValueError(f"bertology.feature_combine={settings.feature_combine!r}; expected one of {FEATURE_COMBINE}.")
+  if not settings.feature_layers:
+    raise ValueError("bertology.feature_layers is empty: name at least one layer (-1: the last).")
   if not all(isinstance(number, int) and number >= 0 for number in settings.show_lines):
     raise ValueError(f"bertology.show_lines={tuple(settings.show_lines)} must be line numbers, from 0.")
 
@@ -456,7 +464,7 @@ def check(config, mode: str) -> Checked:
     return Checked(mode, check_pretraining(config))
   if mode == "features":
     check_features(config.features)
-  elif mode in ("attention", "heads", "probe"):
+  elif mode in ("attention", "heads", "probe", "feature_based"):
     check_bertology(config, mode)
   elif mode == "export":
     if config.export.format not in EXPORT_FORMATS:

@@ -8,7 +8,8 @@ newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (handof
 per-token vectors of text lines (handoff/extract_features.py); `--mode=attention` writes what each attention
 head looks at over text lines, as JSON and heat maps (bertology/attention.py); `--mode=heads` each head's importance
 to a fine-tuned model and its metric as heads are pruned (bertology/heads.py); `--mode=probe` probes on frozen
-layers and their scalar mix (bertology/probe.py); `--mode=pretrain` pretrains
+layers and their scalar mix (bertology/probe.py); `--mode=feature_based` a BiLSTM tagger on frozen layers
+(bertology/feature_based.py); `--mode=pretrain` pretrains
 (train/loop.py) and `--mode=finetune` fine-tunes (finetune/job.py; configs/glue.py, squad.py, ner.py, swag.py).
 Without `--mode`, a config that sets `finetune.task` fine-tunes and any other pretrains.
 
@@ -35,7 +36,19 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoa
 _MODE = flags.DEFINE_enum(
   "mode",
   None,
-  ["pretrain", "finetune", "prepare", "dry_run", "plan", "export", "features", "attention", "heads", "probe"],
+  [
+    "pretrain",
+    "finetune",
+    "prepare",
+    "dry_run",
+    "plan",
+    "export",
+    "features",
+    "attention",
+    "heads",
+    "probe",
+    "feature_based",
+  ],
   "pretrain: pretrain (resuming from the workdir). finetune: fine-tune finetune.task (resuming from the workdir). "
   "Without --mode: finetune when the config sets finetune.task, else pretrain. "
   "prepare: train the SentencePiece vocabulary if tokenizer.path is "
@@ -49,7 +62,8 @@ _MODE = flags.DEFINE_enum(
   "over bertology.input_pattern's lines (entropy, [CLS], [SEP], previous/next/self, distance) into "
   "bertology.output_dir (JSON, PNG heat maps and attention maps). heads: each attention head's importance to a model "
   "fine-tuned on finetune.task (its dev split), and the metric as heads are pruned, into bertology.output_dir. "
-  "probe: linear probes for finetune.task on each frozen layer and on their learned scalar mix.",
+  "probe: linear probes for finetune.task on each frozen layer and on their learned scalar mix. feature_based: the "
+  "BERT paper's BiLSTM tagger for finetune.task on frozen layers (bertology.feature_layers).",
 )
 _VERBOSE = flags.DEFINE_bool(
   "verbose",
@@ -109,7 +123,7 @@ def main(argv):
   from bert_jax.data import prepare
   from bert_jax.handoff import export, extract_features
 
-  one_machine = ("export", "features", "attention", "heads", "probe")
+  one_machine = ("export", "features", "attention", "heads", "probe", "feature_based")
   if mode in one_machine and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={mode} runs on one machine; unset the distributed settings (process count > 1).")
   if mode in ("dry_run", "plan"):
@@ -161,14 +175,14 @@ def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
     )
   elif mode == "features":
     extract_features.extract(config, _WORKDIR.value, checked)
-  elif mode == "attention":
-    from bert_jax.bertology import attention
+  elif mode in ("attention", "heads", "probe", "feature_based"):
+    from bert_jax.bertology import attention, feature_based, heads, probe
 
-    attention.analyse(config, _WORKDIR.value, checked)
-  elif mode in ("heads", "probe"):
-    from bert_jax.bertology import heads, probe
-
-    (heads if mode == "heads" else probe).analyse(config, _WORKDIR.value, checked)
+    jobs = dict(attention=attention, heads=heads, probe=probe, feature_based=feature_based)
+    try:
+      jobs[mode].analyse(config, _WORKDIR.value, checked)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:  # Bad input: named before anything is written.
+      sys.exit(f"--mode={mode}: {error}")
   else:
     _train(config, _WORKDIR.value, checked)
 

@@ -302,6 +302,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.bertology.probe_learning_rate = 1e-3
   # A sentence task's features: "mean" (of a row's real tokens) or "cls" (the [CLS] token's); per token otherwise.
   config.bertology.probe_pooling = "mean"
+  # --mode=feature_based (bert_jax/bertology/feature_based.py): a BiLSTM tagger for finetune.task (conll2003) on a
+  # frozen encoder (probe_epochs, probe_learning_rate, batch_size as above). Its features: these hidden states,
+  # counted as extract_features.py counts them (-1 the last layer, 0 the embeddings) ...
+  config.bertology.feature_layers = (-1, -2, -3, -4)
+  # ... "concat" (concatenated, the paper's best) or "sum" (summed).
+  config.bertology.feature_combine = "concat"
+  # The tagger: this many bidirectional LSTM layers (the paper: 2) ...
+  config.bertology.lstm_layers = 2
+  # ... of this many units each way (the paper: 768).
+  config.bertology.lstm_size = 768
 
   # Fine-tuning (configs/glue.py, squad.py, ner.py, swag.py): a task head on `init_from`'s encoder, whose model
   # sizes and tokenizer come from that source; learning_rate, batch_size, seed, mesh and checkpoints as above.

@@ -44,7 +44,7 @@ FILE_SECONDS = {
   "test_distillation.py": 60,
   "test_roberta.py": 50,
   "test_albert.py": 40,
-  "test_bertology.py": 90,
+  "test_bertology.py": 120,
   "test_guard.py": 50,
   "test_extract_features.py": 45,
   "test_train_step.py": 40,

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from bert_jax import config_checks
-from bert_jax.bertology import attention, heads, probe
+from bert_jax.bertology import attention, feature_based, heads, probe
 from bert_jax.finetune import tasks
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
@@ -338,3 +338,30 @@ def test_a_token_task_is_probed_per_token(hf_bert, tmp_path):
   assert (result["task"], result["metric"], result["pooling"], result["split"]) == ("conll2003", "f1", "token", "dev")
   assert len(result["layer_scores"]) == 3 and all(0 <= score <= 1 for score in result["layer_scores"])
   assert sum(result["mix_weights"]) == pytest.approx(1.0) and np.isfinite(result["final_loss"])
+
+
+def test_the_feature_based_tagger_learns_tags_from_frozen_layers(hf_bert, tmp_path):
+  """Tags that the word decides (w0-w9 a person, w10-w19 a place): a BiLSTM on the frozen layers learns them; the
+  features are the chosen layers, concatenated or summed."""
+  rng = np.random.default_rng(2)
+  tag = lambda word: "B-PER" if word < 10 else "B-LOC" if word < 20 else "O"
+  for split, count in (("train", 160), ("valid", 60)):
+    sentences = [rng.integers(0, 55, rng.integers(3, 9)) for _ in range(count)]
+    text = "\n\n".join("\n".join(f"w{w} {tag(w)}" for w in sentence) for sentence in sentences)
+    (tmp_path / f"{split}.txt").write_text(text + "\n")
+  config = ner_config.get_config()
+  config.finetune.update(data_dir=str(tmp_path), max_seq_length=SEQ)
+  settings = dict(batch_size=16, probe_epochs=12, probe_learning_rate=1e-2, lstm_size=16, lstm_layers=1)
+  config.bertology.update(source=str(hf_bert[0]), output_dir=str(tmp_path / "concat"), **settings)
+  with pytest.raises(
+    ValueError, match=re.escape("bertology.feature_layers has -4; this model has hidden states -3..2")
+  ):
+    feature_based.analyse(config, str(tmp_path / "workdir"))  # The default, the paper's last four, of 2 layers.
+  config.bertology.feature_layers = (-1, -2, -3)
+  result = feature_based.analyse(config, str(tmp_path / "workdir"))
+  assert (result["layers"], result["combine"], result["feature_width"]) == ([-1, -2, -3], "concat", 3 * 32)
+  assert result["metrics"]["f1"] > 0.9, result["metrics"]
+  assert json.loads((tmp_path / "concat" / "feature_based.json").read_text()) == result
+  config.bertology.update(output_dir=str(tmp_path / "sum"), feature_layers=(0, -1), feature_combine="sum")
+  summed = feature_based.analyse(config, str(tmp_path / "workdir"))
+  assert (summed["feature_width"], summed["layers"]) == (32, [0, -1]) and summed["metrics"]["f1"] > 0.5

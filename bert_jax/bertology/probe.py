@@ -20,7 +20,6 @@ gamma and expected layer) and `probe.png` (the score by layer, with the mix's; t
 
 import dataclasses
 import json
-import time
 
 import jax
 import jax.numpy as jnp
@@ -28,12 +27,10 @@ import numpy as np
 import optax
 from absl import logging
 
-from bert_jax import config_checks, paths, progress, sharding
-from bert_jax.bertology import plots
-from bert_jax.finetune import job, tasks
+from bert_jax import config_checks, paths
+from bert_jax.bertology import frozen, plots
+from bert_jax.finetune import tasks
 from bert_jax.handoff import source_jobs
-from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.train import step
 
 # The heads of the tasks a probe reads.
 PROBED_HEADS = ("classification", "regression", "token")
@@ -95,7 +92,6 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
     )
   started = source_jobs.start(config, "bertology", workdir, lines=False)
   output, mesh, loaded = started.output, started.mesh, started.loaded
-  rules = config.logical_axis_rules
   model_cfg = dataclasses.replace(loaded.config, dtype=config.model.dtype)
   seq = config.finetune.max_seq_length
   train = task.encode(task.read(task.train_split), loaded.tokenizer, seq)
@@ -104,72 +100,39 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
   layers, outputs = model_cfg.num_layers + 1, 1 if task.head == "regression" else task.num_labels
   pooling = settings.probe_pooling
 
-  def features(encoder_params, batch) -> jax.Array:  # [layers, batch, (seq,) hidden] float32, frozen.
-    inputs = (batch["input_ids"], batch["input_mask"], batch["segment_ids"])
-    _, state = BertModel(model_cfg).apply({"params": encoder_params}, *inputs, mutable=["intermediates"])
-    hidden = encoder_intermediates(state["intermediates"], model_cfg)["hidden_states"].astype(jnp.float32)
-    if task.head != "token":
-      if pooling == "cls":
-        hidden = hidden[:, :, 0]
-      else:
-        real = (batch["input_mask"] > 0).astype(jnp.float32)[None, :, :, None]
-        hidden = jnp.sum(hidden * real, 2) / jnp.maximum(jnp.sum(real, 2), 1.0)
-    return jax.lax.stop_gradient(hidden)
+  def features(encoder_params, batch) -> jax.Array:  # [layers, batch, (seq,) hidden]
+    hidden = frozen.hidden_states(model_cfg, encoder_params, batch)
+    if task.head == "token":
+      return hidden
+    if pooling == "cls":
+      return hidden[:, :, 0]
+    real = (batch["input_mask"] > 0).astype(jnp.float32)[None, :, :, None]
+    return jnp.sum(hidden * real, 2) / jnp.maximum(jnp.sum(real, 2), 1.0)
 
-  optimizer = optax.adam(settings.probe_learning_rate)
-
-  def train_step(probes, opt_state, encoder_params, batch):
-    feats = features(encoder_params, batch)
-    value, grads = jax.value_and_grad(lambda p: probe_loss(probe_outputs(p, feats), batch, task.head))(probes)
-    updates, opt_state = optimizer.update(grads, opt_state, probes)
-    return optax.apply_updates(probes, updates), opt_state, value
+  def loss(probes, encoder_params, batch):
+    return probe_loss(probe_outputs(probes, features(encoder_params, batch)), batch, task.head)
 
   def predict(probes, encoder_params, batch):  # [layers + 1, batch, ...]: one "member" per probe, as job.predict reads.
     out = probe_outputs(probes, features(encoder_params, batch))
     return out[..., 0] if task.head == "regression" else out
 
-  encoder_params = loaded.params["bert"]
-  encoder_shardings = jax.tree.map(lambda x: x.sharding, encoder_params)
-  replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
-  probes = jax.device_put(init_probes(jax.random.key(config.seed), layers, model_cfg.hidden_size, outputs), replicated)
-  opt_state = jax.device_put(optimizer.init(probes), replicated)
-  train_step = jax.jit(
-    step.with_activation_rules(train_step, mesh, rules),
-    in_shardings=(replicated, replicated, encoder_shardings, batch_sharding),
-    out_shardings=replicated,
-    donate_argnums=(0, 1),
+  fitted = frozen.fit(
+    "probe",
+    init_probes(jax.random.key(config.seed), layers, model_cfg.hidden_size, outputs),
+    loss,
+    predict,
+    loaded.params["bert"],
+    train,
+    evaluation,
+    epochs=settings.probe_epochs,
+    learning_rate=settings.probe_learning_rate,
+    batch_size=settings.batch_size,
+    seed=config.seed,
+    mesh=mesh,
+    rules=config.logical_axis_rules,
   )
-  predict = jax.jit(
-    step.with_activation_rules(predict, mesh, rules),
-    in_shardings=(replicated, encoder_shardings, batch_sharding),
-    out_shardings=replicated,
-  )
-
-  steps = settings.probe_epochs * -(-train.num_rows // settings.batch_size)
-  done, start_time, last_log, loss = 0, time.perf_counter(), time.perf_counter(), float("nan")
-  for epoch in range(settings.probe_epochs):
-    order = np.random.default_rng([config.seed, epoch]).permutation(train.num_rows)
-    for batch, _ in job.row_batches(train, settings.batch_size, mesh, order=order):
-      probes, opt_state, value = train_step(probes, opt_state, encoder_params, batch)
-      # One step in flight at a time: steps queued without end starve XLA CPU's collectives (8 fake devices).
-      value.block_until_ready()
-      done += 1
-      if time.perf_counter() - last_log > 10 or done == steps:
-        loss, last_log = float(value), time.perf_counter()
-        rate = done / (last_log - start_time)
-        logging.info(
-          "probe: step %d/%d | loss %.4f (summed over %d probes) | %.1f steps/s | ETA %s",
-          done,
-          steps,
-          loss,
-          layers + 1,
-          rate,
-          progress.duration((steps - done) / rate),
-        )
-
-  scored = job.predict(lambda p, b: predict(p, encoder_params, b), probes, evaluation, settings.batch_size, mesh)
+  scored, probes, loss = fitted.predictions, fitted.params, fitted.final_loss
   scores = [float(task.metrics(evaluation, scored[i])[task.main_metric]) for i in range(layers + 1)]
-  probes = jax.device_get(probes)
   weights = np.asarray(jax.nn.softmax(probes["mix_weights"]), np.float64)
   result = dict(
     source=loaded.source.path,

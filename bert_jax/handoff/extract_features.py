@@ -36,12 +36,15 @@ from bert_jax.model.encoder import BertModel, encoder_intermediates
 from bert_jax.train import step
 
 
-def _layer_indices(layers, num_layers: int) -> list[int]:
+def layer_indices(layers, num_layers: int, key: str = "features.layers") -> list[int]:
+  """Hidden-state indices (0: the embeddings, num_layers: the last layer) of `layers` counted as Google BERT's
+  extract_features.py does (-1 the last layer, -2 the one before, ...; 0 the embeddings); `key` names them in the
+  error."""
   indices = []
   for layer in layers:
     if not -(num_layers + 1) <= layer <= num_layers:
       raise ValueError(
-        f"features.layers has {layer}; this model has hidden states -{num_layers + 1}..{num_layers} "
+        f"{key} has {layer}; this model has hidden states -{num_layers + 1}..{num_layers} "
         f"(0 and -{num_layers + 1}: the embeddings; -1 and {num_layers}: the last layer)."
       )
     indices.append(layer % (num_layers + 1))
@@ -102,7 +105,7 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
       f"features.max_seq_length={settings.max_seq_length} exceeds the model's {model_cfg.max_sequence_text}."
     )
   layers = list(settings.layers)
-  indices = _layer_indices(layers, model_cfg.num_layers)
+  indices = layer_indices(layers, model_cfg.num_layers)
   output.mkdir(parents=True, exist_ok=True)
   total_lines = sum(1 for _ in paths.text_lines(files))
 
