@@ -84,12 +84,8 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
     loaded.params["bert"],
     train,
     evaluation,
-    epochs=settings.probe_epochs,
-    learning_rate=settings.probe_learning_rate,
-    batch_size=settings.batch_size,
-    seed=config.seed,
-    mesh=mesh,
-    rules=config.logical_axis_rules,
+    config,
+    mesh,
   )
   metrics = task.metrics(evaluation, fitted.predictions[0])
   result = dict(

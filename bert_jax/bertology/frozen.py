@@ -48,17 +48,15 @@ def fit(
   encoder_params,
   train: Encoded,
   evaluation: Encoded,
-  *,
-  epochs: int,
-  learning_rate: float,
-  batch_size: int,
-  seed: int,
+  config,
   mesh,
-  rules,
 ) -> Fit:
-  """Adam on `loss` for `epochs` epochs of `train` (a permutation of its rows per epoch, from `seed`), with a
-  progress line every 10 s; then `predict` on every row of `evaluation`."""
-  optimizer = optax.adam(learning_rate)
+  """Adam on `loss` (`bertology.probe_learning_rate`) for `bertology.probe_epochs` epochs of `train` in batches of
+  `bertology.batch_size` (a permutation of its rows per epoch, from `config.seed`), with a progress line every 10 s;
+  then `predict` on every row of `evaluation`."""
+  settings, seed, rules = config.bertology, config.seed, config.logical_axis_rules
+  epochs, batch_size = settings.probe_epochs, settings.batch_size
+  optimizer = optax.adam(settings.probe_learning_rate)
 
   def train_step(params, opt_state, encoder_params, batch):
     value, grads = jax.value_and_grad(loss)(params, encoder_params, batch)

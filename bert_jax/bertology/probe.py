@@ -124,12 +124,8 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
     loaded.params["bert"],
     train,
     evaluation,
-    epochs=settings.probe_epochs,
-    learning_rate=settings.probe_learning_rate,
-    batch_size=settings.batch_size,
-    seed=config.seed,
-    mesh=mesh,
-    rules=config.logical_axis_rules,
+    config,
+    mesh,
   )
   scored, probes, loss = fitted.predictions, fitted.params, fitted.final_loss
   scores = [float(task.metrics(evaluation, scored[i])[task.main_metric]) for i in range(layers + 1)]
