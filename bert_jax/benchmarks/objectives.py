@@ -42,6 +42,7 @@ _BERT_STEPS = flags.DEFINE_integer("bert_steps", 1_500, "The budget: BERT's mode
 _TASKS = flags.DEFINE_list("tasks", ["mrpc", "rte", "cola", "sst2"], "GLUE tasks to fine-tune on.")
 _SEEDS = flags.DEFINE_integer("seeds", 5, "Fine-tuning seeds per task.")
 _EVALS = flags.DEFINE_integer("evals", 10, "Held-out evaluations per contestant (the curves' points).")
+_EPOCHS = flags.DEFINE_string("num_epochs", "sst2:0.25,default:2", "finetune_glue's --num_epochs (task:epochs pairs).")
 
 # What each recipe changes from BERT's (configs/tiny_english.py); the encoder (L2 H128 A2, FFN 512) is the same.
 CONTESTANTS = {
@@ -144,6 +145,7 @@ def finetune(name: str) -> dict:
     f"--workdir={glue_workdir}",
     f"--tasks={','.join(_TASKS.value)}",
     f"--seeds={_SEEDS.value}",
+    f"--num_epochs={_EPOCHS.value}",
     "--contestants=bert_jax:transformers",
     "--inits=pretrained",
   ]
