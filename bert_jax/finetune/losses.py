@@ -31,8 +31,8 @@ def logits(params, batch: dict, model, dropout_key=None, head_mask=None) -> jax.
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
   inputs = [batch[name] for name in MODEL_INPUTS]
-  outputs = model.apply({"params": params}, *inputs, deterministic=deterministic, rngs=rngs, head_mask=head_mask)
-  return outputs["logits"]
+  masked = {} if head_mask is None else dict(head_mask=head_mask)  # Any model applies; only a BERT takes a mask.
+  return model.apply({"params": params}, *inputs, deterministic=deterministic, rngs=rngs, **masked)["logits"]
 
 
 def _row_normalizers(batch: dict) -> tuple[jax.Array]:
