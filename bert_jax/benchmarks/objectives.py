@@ -5,7 +5,9 @@ pretrained encoder fine-tuned on GLUE with seeds.
 
     python -m bert_jax.benchmarks.objectives --prepared_dir=/tmp/english_prepared \
         --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt --workdir=/tmp/objectives \
-        --glue_dir=../shared/data/glue --seeds=5
+        --glue_dir=../shared/data/glue --seeds=5 --bert_steps=500 --tasks=rte,sst2 --num_epochs=sst2:0.1,default:2
+
+(the run in docs/benchmarks.md, "Pretraining objectives at equal compute": about 4 hours on a 2-core CPU).
 
 Every contestant starts from configs/tiny_english.py (BERT-Tiny, L2 H128, WordPiece; the corpus its docstring
 prepares) and changes only what its recipe changes (`CONTESTANTS`). The budget is BERT's model FLOPs per step
