@@ -92,7 +92,7 @@ def head_importance(importance: np.ndarray, path: str, what: str) -> None:
   plt = _pyplot()
   layers, heads = importance.shape
   cell = 0.4 if heads > 8 else 0.7
-  figure, ax = plt.subplots(figsize=(heads * cell + 2.2, layers * cell + 1.6))
+  figure, ax = plt.subplots(figsize=(max(heads * cell + 2.2, 5.0), layers * cell + 1.8))  # Room for the title.
   image = ax.imshow(importance, cmap="magma", aspect="auto")
   ax.set_xlabel("head")
   ax.set_ylabel("layer")
@@ -104,7 +104,7 @@ def head_importance(importance: np.ndarray, path: str, what: str) -> None:
     for (layer, head), value in np.ndenumerate(importance):
       bright = (value - low) > 0.6 * (high - low)  # magma turns pale: dark text there.
       ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=7, color="black" if bright else "white")
-  ax.set_title(f"Head importance, E|dL/d mask| on {what}", fontsize=10)
+  ax.set_title(f"Head importance, E|dL/d mask|\non {what}", fontsize=10)
   figure.tight_layout()
   figure.savefig(path, dpi=100, format="png")
   plt.close(figure)
