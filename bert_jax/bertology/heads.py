@@ -95,11 +95,10 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
   heads = shape[0] * shape[1]
   per_step = max(1, round(heads * settings.prune_step))
   mask = np.ones(shape, np.float32)
-  table, order, first = [], [], None
+  table, order = [], []
   start_time = time.perf_counter()
+  first = importance_of(mask)  # The full model's: what heads.json and the figure report.
   while True:
-    importance = importance_of(mask)
-    first = importance if first is None else first
     removed = int((mask == 0).sum())
     table.append(dict(heads_pruned=removed, share_pruned=removed / heads, **{task.main_metric: metric_of(mask)}))
     logging.info(
@@ -113,6 +112,7 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
     )
     if removed + per_step > settings.prune_max * heads + 1e-9:
       break
+    importance = first if removed == 0 else importance_of(mask)  # Under the mask so far; none after the last step.
     scores = normalized(importance) if settings.normalize_importance else importance
     scores = np.where(mask == 0, np.inf, scores)
     lowest = np.argsort(scores, axis=None, kind="stable")[:per_step]
