@@ -337,6 +337,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.finetune.max_answer_length = 30
   # CoNLL NER: the tag scheme of the files, "BIO" (IOB2) or "IOB1" (the original CoNLL-2003 release).
   config.finetune.tag_scheme = "BIO"
+  # CoNLL NER: the tag set in id order, comma-separated (e.g. "O,B-NAME,I-NAME"); empty: CoNLL-2003's nine.
+  config.finetune.tags = ""
   # Rows per evaluation batch (over all devices).
   config.finetune.eval_batch_size = 64
 

@@ -365,3 +365,21 @@ def test_the_feature_based_tagger_learns_tags_from_frozen_layers(hf_bert, tmp_pa
   config.bertology.update(output_dir=str(tmp_path / "sum"), feature_layers=(0, -1), feature_combine="sum")
   summed = feature_based.analyse(config, str(tmp_path / "workdir"))
   assert (summed["feature_width"], summed["layers"]) == (32, [0, -1]) and summed["metrics"]["f1"] > 0.5
+
+
+def test_the_feature_layers_benchmark_compares_the_papers_choices():
+  """benchmarks/feature_layers: BERT-Base gets the paper's rows (table 7); a 2-layer model's "last four" are its
+  three hidden states, named so."""
+  from bert_jax.benchmarks import feature_layers
+
+  assert feature_layers.choices(12) == [
+    ("embeddings only", (0,), "concat"),
+    ("second-to-last hidden", (-2,), "concat"),
+    ("last hidden", (-1,), "concat"),
+    ("sum of the last 4", (-1, -2, -3, -4), "sum"),
+    ("concatenation of the last 4", (-1, -2, -3, -4), "concat"),
+    ("sum of all 12 layers", tuple(range(1, 13)), "sum"),
+  ]
+  tiny = feature_layers.choices(2)
+  assert tiny[3] == ("sum of the last 3 (the embeddings included)", (-1, -2, -3), "sum")
+  assert tiny[5] == ("sum of all 2 layers", (1, 2), "sum")

@@ -250,3 +250,52 @@ def test_reads_and_writes_gcs(gcs_bucket, fixture_tokenizers):
   encoded = task.encode(sentences, fixture_tokenizers["wordpiece"], max_seq_length=16)
   task.write_predictions(encoded, _logits(task, encoded, [list(s.tags) for s in sentences]), f"{directory}/out.txt")
   assert epath.Path(f"{directory}/out.txt").read_text().startswith("Mary B-PER B-PER\nwent O O\n")
+
+
+WIKITEXT = "\n".join(
+  [
+    " ",
+    " = Lobsters = ",
+    " ",
+    " The European lobster lives near London . It was named by Carl Linnaeus in 1758 . ",
+    " = = Range = = ",
+    " Lobsters live from Norway to Morocco , the text says . Norway is cold ; a <unk> lives there . ",
+    " ",
+    " = Crabs = ",
+    " Crabs are not lobsters . The Bank of England sells 1 @.@ 5 crabs . ",
+    " London has crabs too ! I like them . ",
+  ]
+)
+
+
+def test_wikitext_names_become_a_conll_task_with_its_own_tag_set(tmp_path):
+  """benchmarks/wikitext_names: casing marks names (a sentence's first word by the corpus's habit), the words are
+  lowercased, a sentence with <unk> is dropped, and finetune.tags reads the files; a tag set's error names the key."""
+  from bert_jax.benchmarks import wikitext_names
+  from bert_jax.finetune import tasks
+  from configs import default
+
+  (tmp_path / "wiki").mkdir()
+  for name in ("valid", "test"):
+    (tmp_path / "wiki" / f"wiki.{name}.tokens").write_text(WIKITEXT)
+  counts = wikitext_names.make(str(tmp_path / "wiki"), str(tmp_path / "names"))
+  assert counts["dropped_with_unk"] == 2 and counts["train.txt"] == dict(sentences=7, words=49, mentions=8)
+  assert counts["valid.txt"]["sentences"] == 3 and counts["test.txt"]["sentences"] == 4  # By article.
+  with pytest.raises(FileExistsError, match="names"):
+    wikitext_names.make(str(tmp_path / "wiki"), str(tmp_path / "names"))
+  finetune = default.get_config().finetune
+  finetune.update(task="conll2003", data_dir=str(tmp_path / "names"), tags=wikitext_names.TAGS)
+  sentences = tasks.make_task(finetune).read("train")
+  tagged = [" ".join(f"{w}/{t[0]}" for w, t in zip(s.words, s.tags, strict=True)) for s in sentences]
+  assert tagged == [
+    "the/O european/B lobster/O lives/O near/O london/B ./O",
+    "it/O was/O named/O by/O carl/B linnaeus/I in/O 1758/O ./O",
+    "lobsters/O live/O from/O norway/B to/O morocco/B ,/O the/O text/O says/O ./O",
+    "crabs/O are/O not/O lobsters/O ./O",
+    "the/O bank/B of/O england/B sells/O 1.5/O crabs/O ./O",
+    "london/B has/O crabs/O too/O !/O",
+    "i/O like/O them/O ./O",
+  ]
+  finetune.tags = "O,NAME"
+  with pytest.raises(ValueError, match=r"finetune.tags='O,NAME'.*\['NAME'\]"):
+    tasks.make_task(finetune)

@@ -23,7 +23,11 @@ def make_task(finetune) -> Task:
       max_answer_length=finetune.max_answer_length,
     )
   if name == "conll2003":
-    return ner.Conll2003(finetune.data_dir, scheme=finetune.tag_scheme)
+    labels = tuple(tag.strip() for tag in finetune.tags.split(",")) if finetune.tags else ner.CONLL2003_LABELS
+    try:
+      return ner.Conll2003(finetune.data_dir, labels=labels, scheme=finetune.tag_scheme)
+    except ValueError as error:
+      raise ValueError(f"finetune.tags={finetune.tags!r}, tag_scheme={finetune.tag_scheme!r}: {error}") from None
   if name == "swag":
     return swag.Swag(finetune.data_dir)
   raise ValueError(f"Unknown finetune.task={finetune.task!r}; expected one of {NAMES}.")
