@@ -223,3 +223,21 @@ def test_a_checkpoint_in_todays_format_restores_bitwise():
   assert sorted(restored) == sorted(expected.files)
   for name in expected.files:
     np.testing.assert_array_equal(restored[name], expected[name], err_msg=name)
+
+
+def test_small_replicated_arrays_are_saved_whole_by_one_replica(tmp_path, caplog):
+  """Orbax would write an array held whole by 8 devices as 8 slices, compiling a slicing program per shape and device;
+  under checkpoints.MIN_REPLICA_SLICE_BYTES per slice one replica writes it, and the save compiles nothing."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  tree = {"kernel": np.arange(64 * 24, dtype=np.float32).reshape(64, 24), "bias": np.ones(24, np.float32)}
+  on_devices = jax.device_put(tree, replicated)
+  jax.block_until_ready(on_devices)
+  with caplog.at_level(logging.WARNING), jax.log_compiles():
+    checkpointer = ocp.StandardCheckpointer()
+    checkpointer.save(tmp_path / "tree", on_devices)
+    checkpointer.wait_until_finished()
+  compiled = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Compiling")]
+  assert compiled == [], compiled[:3]
+  restored = ocp.StandardCheckpointer().restore(tmp_path / "tree")
+  jax.tree.map(np.testing.assert_array_equal, restored, tree)
