@@ -8,9 +8,10 @@ hidden states, for each choice of layers the paper compared, against fine-tuning
 
 (the run in docs/bertology.md). `--data_dir` holds CoNLL column files (train.txt, valid.txt, test.txt: CoNLL-2003,
 or any with `--tags`); `--init_from` is any source `pretrained.load` reads. Both jobs are configs/ner.py's, with
-`--seq`, `--batch_size` and `--seed`; the tagger is `--mode=feature_based` (`--lstm_size` units each way, two
-layers, `--tagger_epochs`), fine-tuning is `--mode=finetune` (`--finetune_epochs`, configs/ner.py's learning
-rate).
+`--seq`, `--batch_size` and `--seed`. The tagger is `--mode=feature_based`: two bidirectional LSTM layers of
+`--lstm_size` units each way, `--tagger_epochs` at `--tagger_learning_rate`. Fine-tuning is `--mode=finetune`:
+`--finetune_epochs`, one sweep member per rate of `--finetune_learning_rates` (trained together), the best on dev
+reported, as the paper chose its rate.
 
 The choices, in extract_features.py's counting (-1 the last layer, 0 the embeddings), for a model of L layers: the
 embeddings only; the second-to-last hidden layer; the last; the last four summed and concatenated (the last
@@ -40,7 +41,11 @@ _SEQ = flags.DEFINE_integer("seq", 128, "Tokens per row (longer sentences are sp
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Rows per batch, for the tagger and for fine-tuning.")
 _LSTM_SIZE = flags.DEFINE_integer("lstm_size", 768, "The tagger's LSTM units each way (the paper: 768).")
 _TAGGER_EPOCHS = flags.DEFINE_integer("tagger_epochs", 3, "The tagger's epochs of the train split.")
+_TAGGER_RATE = flags.DEFINE_float("tagger_learning_rate", 1e-3, "The tagger's Adam learning rate.")
 _FINETUNE_EPOCHS = flags.DEFINE_float("finetune_epochs", 3.0, "Fine-tuning's epochs (the paper: 3).")
+_FINETUNE_RATES = flags.DEFINE_string(
+  "finetune_learning_rates", "5e-5,3e-5,2e-5", "Fine-tuning's learning rates, one sweep member each; the best on dev."
+)
 _SEED = flags.DEFINE_integer("seed", 0, "The seed of every run.")
 
 
@@ -63,7 +68,11 @@ def _config():
   config.finetune.update(data_dir=_DATA_DIR.value, tags=_TAGS.value, max_seq_length=_SEQ.value)
   config.update(batch_size=_BATCH.value, seed=_SEED.value)
   config.bertology.update(
-    source=_INIT_FROM.value, batch_size=_BATCH.value, lstm_size=_LSTM_SIZE.value, probe_epochs=_TAGGER_EPOCHS.value
+    source=_INIT_FROM.value,
+    batch_size=_BATCH.value,
+    lstm_size=_LSTM_SIZE.value,
+    probe_epochs=_TAGGER_EPOCHS.value,
+    probe_learning_rate=_TAGGER_RATE.value,
   )
   return config
 
@@ -90,6 +99,7 @@ def _finetuned() -> dict:
   config = _config()
   config.init_from = _INIT_FROM.value
   config.finetune.num_epochs = _FINETUNE_EPOCHS.value
+  config.sweep.learning_rates = _FINETUNE_RATES.value
   start = time.perf_counter()
   summary = job.finetune(config, str(workdir))
   summary["seconds"] = time.perf_counter() - start
@@ -107,8 +117,11 @@ def main(argv):
       dict(features=name, layers=list(layers), combine=combine, **result["metrics"], seconds=result["seconds"])
     )
   summary = _finetuned()
-  dev = summary["final"]["dev"][0]
-  rows.append(dict(features="fine-tuning", layers=[], combine="", **dev, seconds=summary["seconds"]))
+  members = summary["final"]["dev"]
+  best = max(range(len(members)), key=lambda member: members[member]["f1"])
+  rate = summary["members"][best]["learning_rate"]
+  rows.append(dict(features=f"fine-tuning (learning rate {rate:g})", layers=[], combine="", **members[best]))
+  rows[-1]["seconds"] = summary["seconds"]
   epath.Path(_WORKDIR.value, "feature_layers.json").write_text(json.dumps(rows, indent=1))
   print("| features | layers | dev precision | dev recall | dev F1 | seconds |\n|---|---|---|---|---|---|")
   for row in rows:
