@@ -397,8 +397,11 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
     raise ValueError(f"finetune.task={config.finetune.task!r}; expected one of {TASKS}.")
   if name in ("conll2003", "swag") and not config.finetune.data_dir:
     raise ValueError(f"finetune.task={name!r} reads files: set finetune.data_dir.")
-  if config.finetune.tags and name != "conll2003":
-    raise ValueError(f"finetune.tags={config.finetune.tags!r} is a CoNLL tag set; finetune.task={name!r} reads none.")
+  if (config.finetune.tags or config.finetune.tag_column != -1) and name != "conll2003":
+    raise ValueError(
+      f"finetune.tags={config.finetune.tags!r}, tag_column={config.finetune.tag_column} describe CoNLL files; "
+      f"finetune.task={name!r} reads none."
+    )
   if config.distill.teacher:
     check_ranges(config, DISTILLATION)
   if not config.init_from and config.finetune.max_seq_length > model.max_sequence_length:

@@ -335,10 +335,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.finetune.max_query_length = 64
   config.finetune.n_best_size = 20
   config.finetune.max_answer_length = 30
-  # CoNLL NER: the tag scheme of the files, "BIO" (IOB2) or "IOB1" (the original CoNLL-2003 release).
+  # CoNLL NER: the tag scheme of the files, "BIO" (IOB2) or "IOB1" (the original CoNLL-2003 release); "word": each
+  # word's tag stands alone (part of speech; scored per word, F1 = accuracy), `tags` then required.
   config.finetune.tag_scheme = "BIO"
   # CoNLL NER: the tag set in id order, comma-separated (e.g. "O,B-NAME,I-NAME"); empty: CoNLL-2003's nine.
   config.finetune.tags = ""
+  # CoNLL: the column that holds the tag, from 0 (the word); -1: the last (CoNLL-2003's NER; 1: its part of speech).
+  config.finetune.tag_column = -1
   # Rows per evaluation batch (over all devices).
   config.finetune.eval_batch_size = 64
 

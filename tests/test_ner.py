@@ -299,3 +299,32 @@ def test_wikitext_names_become_a_conll_task_with_its_own_tag_set(tmp_path):
   finetune.tags = "O,NAME"
   with pytest.raises(ValueError, match=r"finetune.tags='O,NAME'.*\['NAME'\]"):
     tasks.make_task(finetune)
+
+
+def test_part_of_speech_from_conll2003s_second_column_is_scored_per_word(data_dir, fixture_tokenizers):
+  """tag_scheme "word" with tag_column 1: CoNLL-2003's part-of-speech column, any tag strings; precision, recall and
+  F1 all equal the word accuracy, per tag too. Without its tag set, or with a column a line lacks, it is refused."""
+  from bert_jax.finetune import tasks
+  from configs import default
+
+  finetune = default.get_config().finetune
+  finetune.update(task="conll2003", data_dir=str(data_dir), tag_scheme="word", tag_column=1)
+  with pytest.raises(ValueError, match="set finetune.tags"):
+    tasks.make_task(finetune)
+  finetune.tags = "NNP,VBZ,.,VBD,TO"
+  task = tasks.make_task(finetune)
+  train = task.read("train")
+  assert train[0].tags == ("NNP", "VBZ", "NNP", ".") and train[1].tags == ("NNP", "VBD", "TO", "NNP", "NNP")
+  encoded = task.encode(train, fixture_tokenizers["wordpiece"], max_seq_length=8)
+  tag_ids = {tag: i for i, tag in enumerate(task.labels)}
+  wrong = [["NNP", "VBZ", "NNP", "VBZ"], ["NNP", "VBD", "TO", "NNP", "NNP"]]  # The first sentence's "." missed.
+  logits = np.zeros((*encoded.extra.shape, task.num_labels), np.float32)
+  for row, example in enumerate(encoded.row_example):
+    for position in np.flatnonzero(encoded.extra[row] >= 0):
+      logits[row, position, tag_ids[wrong[example][encoded.extra[row, position]]]] = 1.0
+  scores = task.metrics(encoded, logits)
+  assert scores["f1"] == scores["precision"] == scores["recall"] == pytest.approx(8 / 9) == scores["accuracy"]
+  assert scores["f1_."] == 0.0 and scores["recall_NNP"] == 1.0 and scores["precision_VBZ"] == pytest.approx(1 / 2)
+  finetune.tag_column = 3  # The dev file has two columns.
+  with pytest.raises(ValueError, match=r"valid\.txt:1: no tag column 3"):
+    tasks.make_task(finetune).read("dev")

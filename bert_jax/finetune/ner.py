@@ -18,7 +18,7 @@ from bert_jax.finetune.contract import Encoded, Task, pad_row
 
 # CoNLL-2003's tags in a fixed order (the ids the token head predicts).
 CONLL2003_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
-SCHEMES = ("BIO", "IOB1")
+SCHEMES = ("BIO", "IOB1", "word")
 SPLIT_FILES = {"train": "train.txt", "dev": "valid.txt", "test": "test.txt"}
 _DOCSTART = "-DOCSTART-"
 _BLANK = " \t\r\n"
@@ -36,11 +36,14 @@ class Sentence:
 
 
 class Conll2003(Task):
-  """CoNLL-2003 NER (or any column file of one word per line with its tag last).
+  """CoNLL-2003 NER (or any column file of one word per line with its tag in column `tag_column`, default the last).
 
   `labels`: the tag set in id order. `scheme`: how tags mark entities, for conlleval: "BIO" (IOB2, B- begins
   every entity; the usual redistribution) or "IOB1" (B- only between two adjacent entities of the same type; the
-  original CoNLL-2003 files). Both schemes use the same tag strings.
+  original CoNLL-2003 files); both use the same tag strings. Or "word": each word's tag stands alone (part of
+  speech: CoNLL-2003's second column, `tag_column=1`), any strings; each word is then scored as an entity of its
+  tag's type, so that conlleval's precision, recall and F1 all equal the word accuracy, and its per-type scores are
+  per tag.
   """
 
   name = "conll2003"
@@ -49,17 +52,20 @@ class Conll2003(Task):
   eval_splits = ("dev", "test")
   test_splits = ()
 
-  def __init__(self, data_dir: str, labels: tuple[str, ...] = CONLL2003_LABELS, scheme: str = "BIO"):
+  def __init__(
+    self, data_dir: str, labels: tuple[str, ...] = CONLL2003_LABELS, scheme: str = "BIO", tag_column: int = -1
+  ):
     if scheme not in SCHEMES:
       raise ValueError(f"Unknown tagging scheme {scheme!r}; expected one of {SCHEMES}.")
     if len(set(labels)) != len(labels) or not labels:
       raise ValueError(f"The tag set must be non-empty and without repeats; got {labels}.")
-    malformed = [label for label in labels if not _TAG.fullmatch(label)]
+    malformed = [label for label in labels if not _TAG.fullmatch(label)] if scheme != "word" else []
     if malformed:
       raise ValueError(f"Tags {malformed} are not O, B-<type> or I-<type> (what conlleval reads).")
     self.data_dir = data_dir
     self.labels = tuple(labels)
     self.scheme = scheme
+    self.tag_column = tag_column
     self._label_ids = {label: i for i, label in enumerate(self.labels)}
 
   def split_path(self, split: str) -> epath.Path:
@@ -71,7 +77,7 @@ class Conll2003(Task):
     path = self.split_path(split)
     if not path.exists():
       raise FileNotFoundError(f"No {split} file {path} for {self.name}.")
-    return read_sentences(path, self.labels)
+    return read_sentences(path, self.labels, self.tag_column)
 
   def encode(self, examples: list[Sentence], tokenizer, max_seq_length: int) -> Encoded:
     """Rows [CLS] word pieces [SEP]; a word's tag id sits on its first piece (`labels`, `label_weights` 1 there).
@@ -125,7 +131,10 @@ class Conll2003(Task):
     """conlleval's entity-level precision, recall, f1 (overall and per entity type, e.g. `f1_PER`) and its
     word-level accuracy."""
     true_tags = [list(sentence.tags) for sentence in encoded.examples]
-    result = metrics_lib.conlleval(true_tags, self.predicted_tags(encoded, logits), scheme=self.scheme)
+    predicted = self.predicted_tags(encoded, logits)
+    if self.scheme == "word":  # Every word an entity of its own.
+      true_tags, predicted = ([[f"B-{tag}" for tag in s] for s in tags] for tags in (true_tags, predicted))
+    result = metrics_lib.conlleval(true_tags, predicted, scheme="BIO" if self.scheme == "word" else self.scheme)
     scores = {key: float(result[key]) for key in ("precision", "recall", "f1", "accuracy")}
     for entity_type, type_scores in result["per_type"].items():
       scores.update({f"{key}_{entity_type}": float(type_scores[key]) for key in ("precision", "recall", "f1")})
@@ -140,9 +149,10 @@ class Conll2003(Task):
     paths.write_text(path, "".join(f"{sentence}\n" for sentence in sentences))
 
 
-def read_sentences(path, labels: tuple[str, ...]) -> list[Sentence]:
-  """The sentences of a CoNLL column file: one `word ... tag` per line (the tag in the last column), blank lines
-  between sentences, `-DOCSTART-` lines skipped. Raises ValueError naming the file and line that is wrong."""
+def read_sentences(path, labels: tuple[str, ...], tag_column: int = -1) -> list[Sentence]:
+  """The sentences of a CoNLL column file: one `word ... tag` per line (the tag in column `tag_column`, from 0;
+  default the last), blank lines between sentences, `-DOCSTART-` lines skipped. Raises ValueError naming the file
+  and line that is wrong."""
   allowed = set(labels)
   sentences, words, tags, first_line = [], [], [], 0
   lines = epath.Path(path).read_text().splitlines()
@@ -156,11 +166,14 @@ def read_sentences(path, labels: tuple[str, ...]) -> list[Sentence]:
       continue
     if len(columns) < 2:
       raise ValueError(f"{path}:{number}: a single column {line!r}; expected `word ... tag` (the tag last).")
-    if columns[-1] not in allowed:
-      raise ValueError(f"{path}:{number}: unknown tag {columns[-1]!r}; the tag set is {sorted(allowed)}.")
+    if not -len(columns) <= tag_column < len(columns) or tag_column % len(columns) == 0:
+      raise ValueError(f"{path}:{number}: no tag column {tag_column} in {line!r} ({len(columns)} columns, word first).")
+    tag = columns[tag_column]
+    if tag not in allowed:
+      raise ValueError(f"{path}:{number}: unknown tag {tag!r}; the tag set is {sorted(allowed)}.")
     first_line = first_line if words else number
     words.append(columns[0])
-    tags.append(columns[-1])
+    tags.append(tag)
   if words:
     sentences.append(Sentence(tuple(words), tuple(tags), first_line))
   if not sentences:

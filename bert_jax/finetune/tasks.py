@@ -23,9 +23,11 @@ def make_task(finetune) -> Task:
       max_answer_length=finetune.max_answer_length,
     )
   if name == "conll2003":
+    if finetune.tag_scheme == "word" and not finetune.tags:
+      raise ValueError("finetune.tag_scheme='word' tags words with a tag set of the file's own: set finetune.tags.")
     labels = tuple(tag.strip() for tag in finetune.tags.split(",")) if finetune.tags else ner.CONLL2003_LABELS
     try:
-      return ner.Conll2003(finetune.data_dir, labels=labels, scheme=finetune.tag_scheme)
+      return ner.Conll2003(finetune.data_dir, labels, finetune.tag_scheme, finetune.tag_column)
     except ValueError as error:
       raise ValueError(f"finetune.tags={finetune.tags!r}, tag_scheme={finetune.tag_scheme!r}: {error}") from None
   if name == "swag":
