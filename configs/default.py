@@ -338,7 +338,8 @@ def get_config() -> ml_collections.ConfigDict:
   # CoNLL NER: the tag scheme of the files, "BIO" (IOB2) or "IOB1" (the original CoNLL-2003 release); "word": each
   # word's tag stands alone (part of speech; scored per word, F1 = accuracy), `tags` then required.
   config.finetune.tag_scheme = "BIO"
-  # CoNLL NER: the tag set in id order, comma-separated (e.g. "O,B-NAME,I-NAME"); empty: CoNLL-2003's nine.
+  # CoNLL NER: the tag set in id order, comma-separated (e.g. "O,B-NAME,I-NAME"), or space-separated for a set with a
+  # "," tag (Penn Treebank's part of speech); empty: CoNLL-2003's nine.
   config.finetune.tags = ""
   # CoNLL: the column that holds the tag, from 0 (the word); -1: the last (CoNLL-2003's NER; 1: its part of speech).
   config.finetune.tag_column = -1

@@ -311,8 +311,9 @@ def test_part_of_speech_from_conll2003s_second_column_is_scored_per_word(data_di
   finetune.update(task="conll2003", data_dir=str(data_dir), tag_scheme="word", tag_column=1)
   with pytest.raises(ValueError, match="set finetune.tags"):
     tasks.make_task(finetune)
-  finetune.tags = "NNP,VBZ,.,VBD,TO"
+  finetune.tags = "NNP VBZ . VBD TO , :"  # Space-separated: the set holds a ",".
   task = tasks.make_task(finetune)
+  assert task.labels == ("NNP", "VBZ", ".", "VBD", "TO", ",", ":")
   train = task.read("train")
   assert train[0].tags == ("NNP", "VBZ", "NNP", ".") and train[1].tags == ("NNP", "VBD", "TO", "NNP", "NNP")
   encoded = task.encode(train, fixture_tokenizers["wordpiece"], max_seq_length=8)

@@ -25,7 +25,7 @@ def make_task(finetune) -> Task:
   if name == "conll2003":
     if finetune.tag_scheme == "word" and not finetune.tags:
       raise ValueError("finetune.tag_scheme='word' tags words with a tag set of the file's own: set finetune.tags.")
-    labels = tuple(tag.strip() for tag in finetune.tags.split(",")) if finetune.tags else ner.CONLL2003_LABELS
+    labels = tag_set(finetune.tags) if finetune.tags else ner.CONLL2003_LABELS
     try:
       return ner.Conll2003(finetune.data_dir, labels, finetune.tag_scheme, finetune.tag_column)
     except ValueError as error:
@@ -33,3 +33,9 @@ def make_task(finetune) -> Task:
   if name == "swag":
     return swag.Swag(finetune.data_dir)
   raise ValueError(f"Unknown finetune.task={finetune.task!r}; expected one of {NAMES}.")
+
+
+def tag_set(text: str) -> tuple[str, ...]:
+  """`finetune.tags` as a tuple: separated by whitespace where it holds any (a tag set with a "," tag, as Penn
+  Treebank's), else by commas."""
+  return tuple(text.split()) if any(c.isspace() for c in text.strip()) else tuple(t.strip() for t in text.split(","))
