@@ -33,20 +33,26 @@ from bert_jax.finetune import job
 from bert_jax.handoff import pretrained
 from configs import ner
 
-_INIT_FROM = flags.DEFINE_string("init_from", None, "The pretrained encoder: any source pretrained.load reads.")
-_DATA_DIR = flags.DEFINE_string("data_dir", None, "CoNLL column files: train.txt, valid.txt, test.txt.")
-_TAGS = flags.DEFINE_string("tags", "", "finetune.tags: the files' tag set in order; empty: CoNLL-2003's.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "One directory per run goes here.")
-_SEQ = flags.DEFINE_integer("seq", 128, "Tokens per row (longer sentences are split at word boundaries).")
-_BATCH = flags.DEFINE_integer("batch_size", 32, "Rows per batch, for the tagger and for fine-tuning.")
-_LSTM_SIZE = flags.DEFINE_integer("lstm_size", 768, "The tagger's LSTM units each way (the paper: 768).")
-_TAGGER_EPOCHS = flags.DEFINE_integer("tagger_epochs", 3, "The tagger's epochs of the train split.")
-_TAGGER_RATE = flags.DEFINE_float("tagger_learning_rate", 1e-3, "The tagger's Adam learning rate.")
-_FINETUNE_EPOCHS = flags.DEFINE_float("finetune_epochs", 3.0, "Fine-tuning's epochs (the paper: 3).")
-_FINETUNE_RATES = flags.DEFINE_string(
-  "finetune_learning_rates", "5e-5,3e-5,2e-5", "Fine-tuning's learning rates, one sweep member each; the best on dev."
-)
-_SEED = flags.DEFINE_integer("seed", 0, "The seed of every run.")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The command's flags, defined when it runs, not on import: a test imports this module beside others that define
+  flags of the same names."""
+  flags.DEFINE_string("init_from", None, "The pretrained encoder: any source pretrained.load reads.")
+  flags.DEFINE_string("data_dir", None, "CoNLL column files: train.txt, valid.txt, test.txt.")
+  flags.DEFINE_string("tags", "", "finetune.tags: the files' tag set in order; empty: CoNLL-2003's.")
+  flags.DEFINE_string("workdir", None, "One directory per run goes here.")
+  flags.DEFINE_integer("seq", 128, "Tokens per row (longer sentences are split at word boundaries).")
+  flags.DEFINE_integer("batch_size", 32, "Rows per batch, for the tagger and for fine-tuning.")
+  flags.DEFINE_integer("lstm_size", 768, "The tagger's LSTM units each way (the paper: 768).")
+  flags.DEFINE_integer("tagger_epochs", 3, "The tagger's epochs of the train split.")
+  flags.DEFINE_float("tagger_learning_rate", 1e-3, "The tagger's Adam learning rate.")
+  flags.DEFINE_float("finetune_epochs", 3.0, "Fine-tuning's epochs (the paper: 3).")
+  flags.DEFINE_string(
+    "finetune_learning_rates", "5e-5,3e-5,2e-5", "Fine-tuning's learning rates, one sweep member each; the best on dev."
+  )
+  flags.DEFINE_integer("seed", 0, "The seed of every run.")
 
 
 def choices(num_layers: int) -> list[tuple[str, tuple[int, ...], str]]:
@@ -65,41 +71,41 @@ def choices(num_layers: int) -> list[tuple[str, tuple[int, ...], str]]:
 
 def _config():
   config = ner.get_config()
-  config.finetune.update(data_dir=_DATA_DIR.value, tags=_TAGS.value, max_seq_length=_SEQ.value)
-  config.update(batch_size=_BATCH.value, seed=_SEED.value)
+  config.finetune.update(data_dir=FLAGS.data_dir, tags=FLAGS.tags, max_seq_length=FLAGS.seq)
+  config.update(batch_size=FLAGS.batch_size, seed=FLAGS.seed)
   config.bertology.update(
-    source=_INIT_FROM.value,
-    batch_size=_BATCH.value,
-    lstm_size=_LSTM_SIZE.value,
-    probe_epochs=_TAGGER_EPOCHS.value,
-    probe_learning_rate=_TAGGER_RATE.value,
+    source=FLAGS.init_from,
+    batch_size=FLAGS.batch_size,
+    lstm_size=FLAGS.lstm_size,
+    probe_epochs=FLAGS.tagger_epochs,
+    probe_learning_rate=FLAGS.tagger_learning_rate,
   )
   return config
 
 
 def _tagger(index: int, layers: tuple[int, ...], combine: str) -> dict:
-  output = epath.Path(_WORKDIR.value) / f"tagger_{index}"
+  output = epath.Path(FLAGS.workdir) / f"tagger_{index}"
   if (output / "feature_based.json").exists():
     logging.info("%s: finished before, read back.", output)
     return json.loads((output / "feature_based.json").read_text())
   config = _config()
   config.bertology.update(feature_layers=layers, feature_combine=combine, output_dir=str(output))
   start = time.perf_counter()
-  result = feature_based.analyse(config, _INIT_FROM.value)
+  result = feature_based.analyse(config, FLAGS.init_from)
   result["seconds"] = time.perf_counter() - start
   (output / "feature_based.json").write_text(json.dumps(result, indent=1))
   return result
 
 
 def _finetuned() -> dict:
-  workdir = epath.Path(_WORKDIR.value) / "finetune"
+  workdir = epath.Path(FLAGS.workdir) / "finetune"
   if (workdir / job.METRICS_FILE).exists():
     logging.info("%s: finished before, read back.", workdir)
     return json.loads((workdir / job.METRICS_FILE).read_text())
   config = _config()
-  config.init_from = _INIT_FROM.value
-  config.finetune.num_epochs = _FINETUNE_EPOCHS.value
-  config.sweep.learning_rates = _FINETUNE_RATES.value
+  config.init_from = FLAGS.init_from
+  config.finetune.num_epochs = FLAGS.finetune_epochs
+  config.sweep.learning_rates = FLAGS.finetune_learning_rates
   start = time.perf_counter()
   summary = job.finetune(config, str(workdir))
   summary["seconds"] = time.perf_counter() - start
@@ -109,7 +115,7 @@ def _finetuned() -> dict:
 
 def main(argv):
   del argv
-  num_layers = pretrained.describe(_INIT_FROM.value).config.num_layers
+  num_layers = pretrained.describe(FLAGS.init_from).config.num_layers
   rows = []
   for index, (name, layers, combine) in enumerate(choices(num_layers)):
     result = _tagger(index, layers, combine)
@@ -122,7 +128,7 @@ def main(argv):
   rate = summary["members"][best]["learning_rate"]
   rows.append(dict(features=f"fine-tuning (learning rate {rate:g})", layers=[], combine="", **members[best]))
   rows[-1]["seconds"] = summary["seconds"]
-  epath.Path(_WORKDIR.value, "feature_layers.json").write_text(json.dumps(rows, indent=1))
+  epath.Path(FLAGS.workdir, "feature_layers.json").write_text(json.dumps(rows, indent=1))
   print("| features | layers | dev precision | dev recall | dev F1 | seconds |\n|---|---|---|---|---|---|")
   for row in rows:
     layers = ",".join(map(str, row["layers"])) + (f" ({row['combine']})" if len(row["layers"]) > 1 else "")
@@ -133,5 +139,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  _define_flags()
   flags.mark_flags_as_required(["init_from", "data_dir", "workdir"])
   app.run(main)

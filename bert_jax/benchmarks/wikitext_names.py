@@ -31,8 +31,14 @@ TAGS = "O,B-NAME,I-NAME"  # finetune.tags for these files.
 _ENDS = (".", "?", "!")
 _JOINS = {"@-@": "-", "@,@": ",", "@.@": "."}
 
-_WIKITEXT_DIR = flags.DEFINE_string("wikitext_dir", None, "A directory with wiki.valid.tokens and wiki.test.tokens.")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where train.txt, valid.txt and test.txt go (must not exist).")
+FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The command's flags, defined when it runs, not on import: a test imports this module beside others that define
+  flags of the same names."""
+  flags.DEFINE_string("wikitext_dir", None, "A directory with wiki.valid.tokens and wiki.test.tokens.")
+  flags.DEFINE_string("output_dir", None, "Where train.txt, valid.txt and test.txt go (must not exist).")
 
 
 def articles(text: str) -> list[list[list[str]]]:
@@ -121,9 +127,10 @@ def make(wikitext_dir: str, output_dir: str) -> dict:
 
 def main(argv):
   del argv
-  print(json.dumps(make(_WIKITEXT_DIR.value, _OUTPUT_DIR.value), indent=1))
+  print(json.dumps(make(FLAGS.wikitext_dir, FLAGS.output_dir), indent=1))
 
 
 if __name__ == "__main__":
+  _define_flags()
   flags.mark_flags_as_required(["wikitext_dir", "output_dir"])
   app.run(main)
