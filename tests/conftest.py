@@ -20,7 +20,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   import tempfile
 
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bert_jax_tests_xla_cache_")
-  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+  os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.5"
   os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
   atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 
@@ -29,37 +29,37 @@ import pytest  # noqa: E402
 from bert_jax.model.bert_config import BertConfig  # noqa: E402
 from configs import default, tiny  # noqa: E402
 
-# Seconds each file takes on a 2-core machine (`pytest -n 0 --durations=0`, summed per file). With `--dist loadfile`
-# and `--no-loadscope-reorder` (setup.cfg) the workers take files in the order collected, which this makes heaviest
-# first: a long file starts while there is work left for the other workers, not last with the others idle. Files
-# not named keep their usual order after these; a new test file of a minute or more belongs here.
+# Seconds each file takes in the suite on a 2-core machine (`pytest -q --durations=0`, summed per file, 2026-11-26).
+# With `--dist loadfile` and `--no-loadscope-reorder` (setup.cfg) the workers take files in the order collected,
+# which this makes heaviest first: a long file starts while there is work left for the other workers, not last with
+# the others idle. Files not named keep their usual order after these; a new test file of a minute or more belongs
+# here.
 FILE_SECONDS = {
-  "test_finetune.py": 170,
-  "test_main.py": 150,
-  "test_planned_configs.py": 140,
-  "test_notebook.py": 125,
-  "test_tpu_compile.py": 110,
-  "test_train.py": 90,
-  "test_multihost.py": 80,
-  "test_parallelism.py": 60,
-  "test_electra.py": 80,
-  "test_distillation.py": 60,
-  "test_roberta.py": 50,
-  "test_albert.py": 40,
-  "test_bertology.py": 120,
-  "test_guard.py": 50,
-  "test_extract_features.py": 45,
-  "test_train_step.py": 40,
-  "test_encoder.py": 40,
-  "test_dry_run.py": 40,
-  "test_prepare.py": 40,
-  "test_attention.py": 35,
-  "test_pretrained.py": 35,
-  "test_pipeline.py": 30,
-  "test_checkpoints.py": 30,
-  "test_heads.py": 25,
-  "test_lease.py": 15,
-  "test_configs.py": 10,
+  "test_finetune.py": 145,
+  "test_main.py": 110,
+  "test_notebook.py": 110,
+  "test_tpu_compile.py": 95,
+  "test_planned_configs.py": 85,
+  "test_pipeline.py": 70,
+  "test_multihost.py": 60,
+  "test_parallelism.py": 55,
+  "test_train.py": 55,
+  "test_bertology.py": 50,
+  "test_distillation.py": 40,
+  "test_electra.py": 35,
+  "test_encoder.py": 35,
+  "test_dry_run.py": 30,
+  "test_guard.py": 30,
+  "test_pretrained.py": 25,
+  "test_attention.py": 25,
+  "test_prepare.py": 25,
+  "test_checkpoints.py": 25,
+  "test_train_step.py": 25,
+  "test_albert.py": 20,
+  "test_extract_features.py": 20,
+  "test_roberta.py": 15,
+  "test_heads.py": 10,
+  "test_lease.py": 10,
   "test_masking.py": 10,
 }
 
