@@ -64,6 +64,12 @@ FILE_SECONDS = {
 }
 
 
+def pytest_xdist_auto_num_workers(config) -> int:
+  """`-n auto` (setup.cfg): a worker more than the cores, so that a core is not idle while a worker waits on a
+  subprocess or a file (--maxprocesses caps it). On the 2-core machine: 10:09 with 3 workers against 10:41 with 2."""
+  return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_collection_modifyitems(items):
   items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0))  # Stable: each file's tests keep their order.
 
