@@ -22,7 +22,7 @@ from flax import struct
 from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
-from bert_jax.model.attention import target_platform
+from bert_jax.model.attention import current_platform, target_platform
 from bert_jax.model.encoder import init_params
 from bert_jax.model.layers import activation_rules
 from bert_jax.train.guard import DEFAULT_GUARD, Guard
@@ -192,8 +192,15 @@ def train_step(
   average, seen = state.guard["loss_average"], state.guard["finite_steps"]
   spike = (guard.spike_factor > 0) & (seen >= guard.spike_window) & (value > guard.spike_factor * average)
   skip = ~finite | spike
-  keep = functools.partial(jax.tree.map, lambda old, new: jnp.where(skip, old, new))
-  params, opt_state = keep(state.params, params), keep(state.opt_state, opt_state)
+  if current_platform() == "cpu":
+    # XLA's CPU fusion copies the whole scalar chain behind `skip` (sums over every leaf) into each of the selects
+    # below, one per leaf of the state: a 4-layer BERT's step is 64k lines of HLO and 14 s to compile instead of
+    # 23k and 7 s. A conditional reads it once, at the same time per step there (docs/benchmarks.md). XLA's TPU
+    # fusion has no such copies, and there a conditional would copy the state (1,261 copies in BERT-Base's step).
+    params, opt_state = jax.lax.cond(skip, lambda: (state.params, state.opt_state), lambda: (params, opt_state))
+  else:
+    keep = functools.partial(jax.tree.map, lambda old, new: jnp.where(skip, old, new))
+    params, opt_state = keep(state.params, params), keep(state.opt_state, opt_state)
   rate = 1.0 / jnp.minimum(seen + 1, guard.spike_window).astype(jnp.float32)
   new_guard = {
     "loss_average": jnp.where(skip, average, average + rate * (value - average)),
