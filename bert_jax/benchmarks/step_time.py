@@ -142,13 +142,16 @@ def main(argv):
 
   contestants = {}
   for dtype in _DTYPES.value:
+    start = time.perf_counter()
     contestants.update(_contestants(dtype, mesh, batches, dropout_key))
+    print(f"{dtype}: both models initialised in {time.perf_counter() - start:.1f} s", flush=True)
   model_cfg = next(iter(contestants.values()))[2]
   flops = flops_lib.train_flops_per_step(model_cfg, batch, seq, predictions)
   peak = flops_lib.peak_flops_per_device(jax.devices()[0].device_kind, _PEAK_TFLOPS.value)
 
   compiled = {}
   for name, (step, state, _) in contestants.items():
+    print(f"{name}: compiling the train step", flush=True)
     start = time.perf_counter()
     cost = step.lower(state, batches[0], dropout_key).compile().cost_analysis()
     compiled[name] = dict(xla_flops=float(cost.get("flops", float("nan"))) if cost else float("nan"))
