@@ -2,7 +2,7 @@
 every small (JSON or file) item.
 
 An array's hash is a sum, modulo 2^32, of a mixed hash of each element's bits and its position in the array: a jitted
-reduction per array, so each device hashes the shard it holds and only scalars cross hosts (it scales to pods as the
+reduction, so each device hashes the shard it holds and only scalars cross hosts (it scales to pods as the
 checkpoint writes do), and integer addition makes the value independent of the mesh and sharding the array is
 read into. A flipped bit, a swapped or a shifted element changes it. The same pass says whether every floating
 point element is finite.
@@ -47,17 +47,14 @@ def _hash(x: jax.Array) -> tuple[jax.Array, jax.Array]:
   return value, finite
 
 
-# One program per array shape, dtype and sharding, shared by a model's many arrays (its layers, Adam's moments) and
-# by every tree that holds them. One program per tree was compiled again for each tree: BERT-Tiny's train state on 8
-# CPU devices took 3.0 s to hash the first time, then 0.9 s for its parameters alone; per array, 1.4 s and 0.07 s.
-_hash_one = jax.jit(_hash)
+_hash_all = jax.jit(lambda leaves: [_hash(leaf) for leaf in leaves])
 
 
 def arrays(tree, prefix: str) -> tuple[dict[str, int], list[str]]:
   """({"<prefix>/<path>": hash} of every array in `tree`, the names of those with a non-finite element)."""
   named = jax.tree_util.tree_flatten_with_path(tree)[0]
   names = [f"{prefix}/" + "/".join(_key(k) for k in path) for path, _ in named]
-  results = jax.device_get([_hash_one(leaf) for _, leaf in named])
+  results = jax.device_get(_hash_all([leaf for _, leaf in named]))
   hashes = {name: int(value) for name, (value, _) in zip(names, results, strict=True)}
   return hashes, [name for name, (_, finite) in zip(names, results, strict=True) if not finite]
 
