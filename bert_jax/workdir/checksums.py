@@ -2,7 +2,7 @@
 every small (JSON or file) item.
 
 An array's hash is a sum, modulo 2^32, of a mixed hash of each element's bits and its position in the array: a jitted
-reduction, so each device hashes the shard it holds and only scalars cross hosts (it scales to pods as the
+reduction per array, so each device hashes the shard it holds and only scalars cross hosts (it scales to pods as the
 checkpoint writes do), and integer addition makes the value independent of the mesh and sharding the array is
 read into. A flipped bit, a swapped or a shifted element changes it. The same pass says whether every floating
 point element is finite.
@@ -47,14 +47,18 @@ def _hash(x: jax.Array) -> tuple[jax.Array, jax.Array]:
   return value, finite
 
 
-_hash_all = jax.jit(lambda leaves: [_hash(leaf) for leaf in leaves])
+# One program per array shape, dtype and sharding, shared by a model's many arrays (its layers, Adam's moments) and
+# by every tree that holds them; one program per tree was compiled again for each tree. Each result is fetched
+# before the next array is dispatched: many small programs in flight at once, each with its all-reduce, deadlocked
+# XLA's CPU collectives on 8 fake devices (docs/benchmarks.md).
+_hash_one = jax.jit(_hash)
 
 
 def arrays(tree, prefix: str) -> tuple[dict[str, int], list[str]]:
   """({"<prefix>/<path>": hash} of every array in `tree`, the names of those with a non-finite element)."""
   named = jax.tree_util.tree_flatten_with_path(tree)[0]
   names = [f"{prefix}/" + "/".join(_key(k) for k in path) for path, _ in named]
-  results = jax.device_get(_hash_all([leaf for _, leaf in named]))
+  results = [jax.device_get(_hash_one(leaf)) for _, leaf in named]
   hashes = {name: int(value) for name, (value, _) in zip(names, results, strict=True)}
   return hashes, [name for name, (_, finite) in zip(names, results, strict=True) if not finite]
 
