@@ -9,7 +9,8 @@ the CPU kind `cpu_kind()` names. The bits also depend on XLA's CPU flags (tests/
 was recorded again on 2026-11-26 when the tests turned XLA's MLIR fusion emitters off (every parameter moved, by at
 most 1.3e-6); pretraining's stayed bitwise. Both were recorded again on 2026-11-27 when the CPU train step came to
 choose between old and new parameters with a conditional rather than a select per leaf (bert_jax/train/step.py): XLA
-fuses the update differently, and parameters moved by at most 2.3e-10 (pretraining) and 3.1e-7 (fine-tuning).
+fuses the update differently, and parameters moved by at most 2.3e-10 (pretraining) and 3.1e-7 (fine-tuning); and
+again the same day when that conditional came to choose the guard's metrics and running loss too (1.2e-7 and 2.7e-6).
 
 - Bitwise equal to the recording of this CPU kind (or, without one, to any recording): passes.
 - A CPU kind with no recording of its own: bitwise is not defined there, so it passes within CPU_TOLERANCE of the

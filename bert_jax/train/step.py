@@ -192,30 +192,42 @@ def train_step(
   average, seen = state.guard["loss_average"], state.guard["finite_steps"]
   spike = (guard.spike_factor > 0) & (seen >= guard.spike_window) & (value > guard.spike_factor * average)
   skip = ~finite | spike
-  if current_platform() == "cpu":
-    # XLA's CPU fusion copies the whole scalar chain behind `skip` (sums over every leaf) into each of the selects
-    # below, one per leaf of the state: a 4-layer BERT's step is 64k lines of HLO and 14 s to compile instead of
-    # 23k and 7 s. A conditional reads it once, at the same time per step there (docs/benchmarks.md). XLA's TPU
-    # fusion has no such copies, and there a conditional would copy the state (1,261 copies in BERT-Base's step).
-    params, opt_state = jax.lax.cond(skip, lambda: (state.params, state.opt_state), lambda: (params, opt_state))
-  else:
-    keep = functools.partial(jax.tree.map, lambda old, new: jnp.where(skip, old, new))
-    params, opt_state = keep(state.params, params), keep(state.opt_state, opt_state)
   rate = 1.0 / jnp.minimum(seen + 1, guard.spike_window).astype(jnp.float32)
-  new_guard = {
-    "loss_average": jnp.where(skip, average, average + rate * (value - average)),
-    "finite_steps": seen + (~skip).astype(jnp.int32),
-  }
-  metrics = jax.tree.map(
-    lambda x: jnp.where(skip, jnp.zeros_like(x), x), dict(metrics, loss=value, grad_norm=grad_norm)
+  metrics = dict(metrics, loss=value, grad_norm=grad_norm)
+  zero = jnp.zeros((), jnp.float32)
+  kept = dict(
+    params=state.params,
+    opt_state=state.opt_state,
+    guard=state.guard,
+    metrics=dict(
+      jax.tree.map(jnp.zeros_like, metrics), skipped_count=zero + 1, skipped_loss=value, skipped_grad_norm=grad_norm
+    ),
   )
-  metrics.update(
-    skipped_count=skip.astype(jnp.float32),
-    nonfinite_count=(~finite).astype(jnp.float32),
-    skipped_loss=jnp.where(skip, value, 0.0),
-    skipped_grad_norm=jnp.where(skip, grad_norm, 0.0),
+  applied = dict(
+    params=params,
+    opt_state=opt_state,
+    guard={"loss_average": average + rate * (value - average), "finite_steps": seen + 1},
+    metrics=dict(metrics, skipped_count=zero, skipped_loss=zero, skipped_grad_norm=zero),
   )
-  return TrainState(step=state.step + 1, params=params, opt_state=opt_state, guard=new_guard), metrics
+  outcome = _select(skip, kept, applied)
+  metrics = dict(outcome["metrics"], nonfinite_count=(~finite).astype(jnp.float32))
+  new_state = TrainState(
+    step=state.step + 1, params=outcome["params"], opt_state=outcome["opt_state"], guard=outcome["guard"]
+  )
+  return new_state, metrics
+
+
+def _select(skip: jax.Array, kept, applied):
+  """`kept` if `skip`, else `applied` (trees of one structure): what the step guard keeps or applies.
+
+  On CPU, one conditional: XLA's CPU fusion copies the whole scalar chain behind `skip` (the loss, and sums over
+  every leaf of the gradients and parameters) into each select, one per leaf of the state and per metric; a 4-layer
+  BERT's step is 64k lines of HLO and 14 s to compile instead of 23k and 7 s, at the same time per step
+  (docs/benchmarks.md). Elsewhere a select per leaf: XLA's TPU fusion has no such copies, and there a conditional
+  would copy the state (1,261 copies in BERT-Base's step)."""
+  if current_platform() == "cpu":
+    return jax.lax.cond(skip, lambda: kept, lambda: applied)
+  return jax.tree.map(lambda old, new: jnp.where(skip, old, new), kept, applied)
 
 
 def eval_step(params, batch: dict, frozen=None, *, model: nn.Module, loss: Loss) -> dict:
