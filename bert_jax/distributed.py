@@ -13,11 +13,11 @@ every process (`watch_for_failures`) polls that key and ends its process with th
 line.
 """
 
+import atexit
 import glob
 import os
 import sys
 import threading
-import time
 
 import jax
 from absl import logging
@@ -82,15 +82,20 @@ def report_failure(error: BaseException) -> None:
 
 
 def watch_for_failures(poll_seconds: float = 0.5) -> None:
-  """Starts a daemon thread that ends this process (exit 1) once another process has reported a failure, with
-  that process's error as the last line on this console. Does nothing in a one-process run."""
+  """Starts a thread that ends this process (exit 1) once another process has reported a failure, with that
+  process's error as the last line on this console. Does nothing in a one-process run.
+
+  The thread is stopped and joined when the interpreter exits, before JAX's own exit handler shuts the
+  coordination client down: a daemon thread still inside a call to the client when Python finalises is unwound
+  through the binding's C++ frames, which aborts the process ("FATAL: exception not rethrown") after a clean run.
+  """
   client = _client()
   if client is None:
     return
+  stop = threading.Event()
 
   def watch():
-    while True:
-      time.sleep(poll_seconds)
+    while not stop.wait(poll_seconds):
       try:
         message = client.key_value_try_get(_FAILED_KEY)
       except Exception:  # Not posted (or the job is shutting down).
@@ -100,4 +105,11 @@ def watch_for_failures(poll_seconds: float = 0.5) -> None:
       sys.stderr.flush()
       os._exit(1)
 
-  threading.Thread(target=watch, name="failure-watch", daemon=True).start()
+  thread = threading.Thread(target=watch, name="failure-watch", daemon=True)
+  thread.start()
+
+  def stop_watching():
+    stop.set()
+    thread.join(timeout=30)
+
+  atexit.register(stop_watching)  # Registered after JAX's, so it runs before JAX shuts the client down.
