@@ -130,9 +130,8 @@ def _start_two_hosts(corpus, workdir, second=None, overrides=None) -> list[subpr
   )
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
   return [
-    subprocess.Popen(
+    _spawn(
       [
-        sys.executable,
         *(["-c", second] if second and index == 1 else ["-m", "bert_jax.main"]),
         "--config=configs/tiny.py",
         f"--workdir={workdir}",
@@ -141,14 +140,17 @@ def _start_two_hosts(corpus, workdir, second=None, overrides=None) -> list[subpr
         f"--config.distributed.num_processes={HOSTS}",
         f"--config.distributed.process_id={index}",
       ],
-      cwd=ROOT,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
+      env,
     )
     for index in range(HOSTS)
   ]
+
+
+def _spawn(arguments: list[str], env: dict) -> subprocess.Popen:
+  """`python arguments...` in the repository root, its output captured as text."""
+  return subprocess.Popen(
+    [sys.executable, *arguments], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+  )
 
 
 def _finish(process: subprocess.Popen) -> subprocess.CompletedProcess:
@@ -334,17 +336,7 @@ def test_processes_that_end_cleanly_exit_zero_while_the_failure_watcher_polls():
   rethrown", exit -6), in CI's multi-host preemption run and in 6 of 6 runs of this script."""
   address = f"localhost:{_free_port()}"
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  processes = [
-    subprocess.Popen(
-      [sys.executable, "-c", _WATCHED_EXIT, address, str(index)],
-      cwd=ROOT,
-      env=env,
-      stdout=subprocess.PIPE,
-      stderr=subprocess.PIPE,
-      text=True,
-    )
-    for index in range(HOSTS)
-  ]
+  processes = [_spawn(["-c", _WATCHED_EXIT, address, str(index)], env) for index in range(HOSTS)]
   try:
     results = [_finish(process) for process in processes]
   finally:
