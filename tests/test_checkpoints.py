@@ -241,3 +241,49 @@ def test_small_replicated_arrays_are_saved_whole_by_one_replica(tmp_path, caplog
   assert compiled == [], compiled[:3]
   restored = ocp.StandardCheckpointer().restore(tmp_path / "tree")
   jax.tree.map(np.testing.assert_array_equal, restored, tree)
+
+
+def test_small_arrays_hash_on_the_host_to_what_the_device_program_gives_and_every_bit_counts():
+  """`checksums.arrays` hashes small arrays this process holds whole with numpy, larger ones (and any spanning
+  processes) with a jitted program where they lie: both give the same value for every dtype, layout and sharding,
+  so a checkpoint verifies whichever path wrote its checksums."""
+  from jax.sharding import NamedSharding, PartitionSpec
+
+  from bert_jax.workdir import checksums
+
+  rng = np.random.default_rng(0)
+  mesh = jax.make_mesh((8,), ("x",))
+  values = {
+    "float32": rng.normal(size=(16, 24)).astype(np.float32),
+    "bfloat16": rng.normal(size=(8, 3)).astype(jax.numpy.bfloat16),
+    "float16 with inf": np.array([1.0, np.inf, -2.0], np.float16),
+    "int32": rng.integers(-(2**31), 2**31 - 1, (40,), dtype=np.int32),
+    "uint8": rng.integers(0, 255, (5, 7), dtype=np.uint8),
+    "bool": rng.random(9) < 0.5,
+    "empty": np.zeros((0, 4), np.float32),
+    "scalar nan": np.float32(np.nan),
+  }
+  arrays = {name: jax.numpy.asarray(value) for name, value in values.items()}
+  arrays["key"] = jax.random.key(3)
+  arrays["float32 sharded"] = jax.device_put(values["float32"], NamedSharding(mesh, PartitionSpec("x")))
+  arrays["float32 transposed"] = arrays["float32"].T
+  for name, array in arrays.items():
+    on_host = checksums._hash_on_host(array)
+    on_device = jax.device_get(checksums._hash_one(array))
+    assert (int(on_host[0]), bool(on_host[1])) == (int(on_device[0]), bool(on_device[1])), name
+  with jax.enable_x64(True):  # 8-byte elements: two words each.
+    for value in (rng.normal(size=(6, 5)), rng.integers(-(2**60), 2**60, (11,))):
+      on_host, on_device = checksums._hash_on_host(jax.numpy.asarray(value)), checksums._hash(jax.numpy.asarray(value))
+      assert int(on_host[0]) == int(on_device[0]) and bool(on_host[1]) == bool(on_device[1])
+  hashes, nonfinite = checksums.arrays(arrays, "tree")
+  assert nonfinite == ["tree/float16 with inf", "tree/scalar nan"]
+  assert hashes["tree/float32 sharded"] == hashes["tree/float32"] != hashes["tree/float32 transposed"]
+  # A flipped bit, a swapped pair, a large array (the jitted path) agreeing with its host hash.
+  flipped = values["float32"].copy()
+  flipped.reshape(-1).view(np.uint32)[5] ^= 1
+  swapped = values["float32"].copy()
+  swapped[0, [0, 1]] = swapped[0, [1, 0]]
+  large = jax.numpy.asarray(rng.normal(size=(checksums.HOST_ELEMENTS + 1,)).astype(np.float32))
+  others, _ = checksums.arrays(dict(flipped=flipped, swapped=swapped, large=large), "tree")
+  assert len({hashes["tree/float32"], others["tree/flipped"], others["tree/swapped"]}) == 3
+  assert others["tree/large"] == int(checksums._hash_on_host(large)[0])
