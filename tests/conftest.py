@@ -5,7 +5,8 @@ import os
 
 # XLA's CPU backend at optimisation level 0 and with its older (LLVM IR) fusion emitters, not the MLIR ones: the
 # tests' tiny programs compile in about two fifths of the time and run as correctly (every comparison is between
-# programs compiled alike, or within a tolerance).
+# programs compiled alike, or within a tolerance). Subprocesses that compile much take the same flags
+# (tests/test_main.py's FAST_COMPILES).
 os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "")
   + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"

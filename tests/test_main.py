@@ -36,6 +36,11 @@ def _command(workdir) -> list[str]:
   return [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={workdir}", *SHRINK]
 
 
+# XLA's CPU backend compiling as in pytest's processes (tests/conftest.py), for a subprocess whose compiles are the
+# cost and whose speed and memory figures are not what its test checks.
+FAST_COMPILES = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
 def _env() -> dict:
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
   env.pop("XLA_FLAGS", None)  # One device, as on a laptop.

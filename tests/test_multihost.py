@@ -20,7 +20,7 @@ from bert_jax.data.corpus import Corpus
 from bert_jax.train import loop, pretraining
 from bert_jax.workdir import checkpoints
 from configs import tiny
-from tests.test_main import ROOT
+from tests.test_main import FAST_COMPILES, ROOT
 
 HOSTS, WORDS_PER_SHARD = 2, 22
 
@@ -124,11 +124,7 @@ def _start_two_hosts(corpus, workdir, second=None, overrides=None) -> list[subpr
   `overrides` (flattened config keys) replace the corpus's."""
   flags = [f"--config.{key}={value}" for key, value in (overrides or _overrides(corpus)).items()]
   address = f"localhost:{_free_port()}"
-  # XLA's CPU backend compiling as in this process (tests/conftest.py): the compile is the cost here.
-  xla_flags = (
-    "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-  )
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=xla_flags)
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count=4 {FAST_COMPILES}")
   return [
     _spawn(
       [
