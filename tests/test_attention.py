@@ -62,7 +62,11 @@ def model_config() -> BertConfig:
 
 def _loss_and_grads(config: BertConfig, params, batch):
   loss = pretraining.make_loss()
-  return jax.value_and_grad(lambda p: loss.value(p, batch, BertForPretraining(config))[0])(params)
+  return jax.jit(jax.value_and_grad(lambda p: loss.value(p, batch, BertForPretraining(config))[0]))(params)
+
+
+def _outputs(config: BertConfig, params, inputs):
+  return jax.jit(lambda p: BertForPretraining(config).apply({"params": p}, **inputs))(params)
 
 
 @pytest.mark.parametrize("packed", [True, False])
@@ -74,13 +78,11 @@ def test_splash_equals_xla_in_outputs_and_gradients(model_config, packed):
     )
     del batch["position_ids"], batch["cls_positions"], batch["next_sentence_weights"]
   splash = dataclasses.replace(model_config, attention="splash")
-  params = BertForPretraining(model_config).init(jax.random.key(0), *BertForPretraining(model_config).dummy_inputs())[
-    "params"
-  ]
+  model = BertForPretraining(model_config)
+  params = jax.jit(model.init)(jax.random.key(0), *model.dummy_inputs())["params"]
   inputs = pretraining.model_inputs(batch)
   real = batch["input_mask"] > 0
-  expected = BertForPretraining(model_config).apply({"params": params}, **inputs)
-  actual = BertForPretraining(splash).apply({"params": params}, **inputs)
+  expected, actual = _outputs(model_config, params, inputs), _outputs(splash, params, inputs)
   np.testing.assert_allclose(actual["sequence_output"][real], expected["sequence_output"][real], atol=2e-5, rtol=0)
   np.testing.assert_allclose(actual["mlm_logits"], expected["mlm_logits"], atol=2e-5, rtol=0)
   np.testing.assert_allclose(actual["nsp_logits"], expected["nsp_logits"], atol=2e-5, rtol=0)
