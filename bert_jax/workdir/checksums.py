@@ -69,12 +69,14 @@ def _hash_on_host(x: jax.Array) -> tuple[np.uint32, np.bool_]:
     x = jax.random.key_data(x)
   values = np.asarray(x)
   size = values.dtype.itemsize
-  if values.dtype == np.bool_:
+  if values.dtype == np.bool_:  # The words of `_words`, case by case.
     words = values.astype(np.uint32)
+  elif size == 4:
+    words = values.view(np.uint32)
   elif size < 4:
     words = values.view(f"uint{8 * size}").astype(np.uint32)
   else:
-    words = values.view(np.uint32).reshape(*values.shape, size // 4) if size > 4 else values.view(np.uint32)
+    words = values.view(np.uint32).reshape(*values.shape, size // 4)
   position = np.arange(words.size, dtype=np.uint32).reshape(words.shape)
   with np.errstate(over="ignore"):
     value = np.sum(_mix(words ^ _mix(position + np.uint32(0x9E3779B9))), dtype=np.uint32)
