@@ -12,6 +12,13 @@ os.environ["XLA_FLAGS"] = (
   + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# glibc's malloc asks the kernel for transparent huge pages (given on request where THP is `madvise`, as here). XLA's
+# CPU runtime maps each execution's temporaries afresh (one ~70 MB block per step of BERT-Tiny at 32 x 64), and in
+# 4 KiB pages that is about 20k page faults a step. For pytest's workers (started after this file is imported) and every
+# process the tests start, which inherit it; a glibc before 2.35 ignores it. test_notebook alone, in turn: 28.9 and
+# 28.1 system CPU-seconds without, 14.4 and 13.6 with (docs/benchmarks.md).
+if "glibc.malloc.hugetlb" not in os.environ.get("GLIBC_TUNABLES", ""):
+  os.environ["GLIBC_TUNABLES"] = ":".join(filter(None, [os.environ.get("GLIBC_TUNABLES"), "glibc.malloc.hugetlb=1"]))
 # One persistent XLA cache for the whole session: pytest's workers and the `python -m bert_jax.main` processes the
 # tests start (they inherit the environment) compile many of the same programs. It keeps programs that took 0.5 s
 # or more to compile: writing each small program (serialised, compressed) cost more than compiling it again (test_
