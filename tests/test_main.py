@@ -129,7 +129,10 @@ def test_a_second_run_on_a_live_workdir_is_refused_naming_the_holder(runs):
 def _limit_file_size():
   import resource
 
-  limit = 1_800_000  # Above the input pipeline's state (~1.2 MB), below the parameters' data file (~2.4 MB).
+  # Above the input pipeline's state (~1.16 MB, written by the main thread before the background save). Orbax's
+  # OCDBT data files hold the parameters and optimizer state (~5.6 MB) in 2 to 4 files, split by the writes'
+  # timing; the largest file of a save measured 1.35 to 2.24 MB, so most saves have one over this, and fail.
+  limit = 1_400_000
   resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
@@ -139,7 +142,7 @@ def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(r
   link = tmp_path / "link"
   link.symlink_to(moved)  # Moved, copied, and reached through a symlink.
   command = _command(link) + [
-    "--config.num_train_steps=50",
+    "--config.num_train_steps=60",
     "--config.checkpoint_every_steps=2",
     "--config.log_every_steps=1",
   ]
@@ -152,9 +155,10 @@ def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(r
   assert "Saving checkpoint step " in last and str(link / "checkpoints") in last and "File too large" in last, last
   assert "Traceback" not in log, log[-5000:]
   failed = int(last.split("Saving checkpoint step ")[1].split()[0])
-  steps = [int(line.split("step ")[1].split("/")[0]) for line in log.splitlines() if "/50 | loss" in line]
-  assert failed in (42, 44) and max(steps) <= failed + 2, (failed, steps)  # Not at the next save, or the end.
-  # The failed step's temporary is never read; a step saved before it (42, when 44 failed) stays.
+  steps = [int(line.split("step ")[1].split("/")[0]) for line in log.splitlines() if "/60 | loss" in line]
+  # The first save that fails (which one depends on how its files were split) stops the run before the next save.
+  assert failed in range(42, 60, 2) and max(steps) <= failed + 2, (failed, steps)
+  # The failed step's temporary is never read; the steps saved before it stay.
   assert checkpoints_lib.committed_steps(moved / "checkpoints") == list(range(40, failed, 2))
 
 
