@@ -248,7 +248,10 @@ def _prediction_path(workdir: str, task: Task, split: str) -> str:
   return f"{workdir}/predictions/{split}.{suffix}"
 
 
-def _member_state(state, index: int):
+@jax.jit
+def _member_state(state, index):
+  """Sweep member `index`'s state (every leaf's leading axis), as one program for the whole tree rather than an
+  indexing program per leaf shape."""
   return jax.tree.map(lambda x: x[index], state)
 
 
