@@ -156,8 +156,9 @@ def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(r
   assert "Traceback" not in log, log[-5000:]
   failed = int(last.split("Saving checkpoint step ")[1].split()[0])
   steps = [int(line.split("step ")[1].split("/")[0]) for line in log.splitlines() if "/60 | loss" in line]
-  # The first save that fails (which one depends on how its files were split) stops the run before the next save.
-  assert failed in range(42, 60, 2) and max(steps) <= failed + 2, (failed, steps)
+  # The first save that fails (which one depends on how its files were split) stops the run before the next save,
+  # which a save before step 58 always has.
+  assert failed in range(42, 58, 2) and max(steps) <= failed + 2, (failed, steps)
   # The failed step's temporary is never read; the steps saved before it stay.
   assert checkpoints_lib.committed_steps(moved / "checkpoints") == list(range(40, failed, 2))
 
