@@ -17,8 +17,9 @@ import math
 from collections.abc import Sequence
 
 from bert_jax import distributed
+from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind
 from bert_jax.dry_run import tpu_topology
-from bert_jax.model.bert_config import BertConfig, generator_config
+from bert_jax.model.bert_config import BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES
@@ -71,11 +72,6 @@ TASKS = (
   "swag",
 )
 EXPORT_FORMATS = ("bundle", "huggingface", "google")
-# data.instances, what each row holds (configs/default.py, docs/data.md): two with a sentence task, whose
-# `next_sentence_labels` the `nsp` head learns ("nsp": 1 = B is a random document's; "sop": 1 = A and B swapped), two
-# without (labels 0, never trained).
-INSTANCES = ("nsp", "sop", "doc_sentences", "full_sentences")
-SENTENCE_TASKS = ("nsp", "sop")
 
 
 def check_ranges(config, ranges: Sequence[tuple]) -> None:
@@ -87,7 +83,7 @@ def check_ranges(config, ranges: Sequence[tuple]) -> None:
       raise ValueError(" ".join([f"{key}={value} must be {allowed}.", *hint]))
 
 
-# Every training run, pretraining or fine-tuning; `model.*` keys: MODEL.
+# Every training run, pretraining or fine-tuning; `model.*` keys: BertConfig checks them.
 TRAINING = (
   ("seed", NON_NEGATIVE),
   ("batch_size", AT_LEAST_ONE),
@@ -106,13 +102,6 @@ TRAINING = (
   ("lease_timeout_seconds", POSITIVE),
   ("guard.spike_window", AT_LEAST_ONE),
   ("guard.max_consecutive_skips", AT_LEAST_ONE),
-)
-
-# Every model, configured or read from a source (handoff/pretrained.py). BertConfig checks its sizes, names and
-# dropout probabilities itself.
-MODEL = (
-  ("model.initializer_range", POSITIVE),
-  ("model.layer_norm_eps", POSITIVE),
 )
 
 PRETRAINING = (
@@ -205,17 +194,9 @@ class Checked:
   members: tuple[Member, ...] = ()
 
 
-def check_model(model: BertConfig) -> BertConfig:
-  """`model` (the user's, or one a source brought) if its values are in MODEL's ranges; raises ValueError naming the
-  key, value and range. (BertConfig checked the rest when it was made.)"""
-  check_ranges({"model": dataclasses.asdict(model)}, MODEL)
-  return model
-
-
 def model_config(config) -> BertConfig:
-  """`config.model` as the model's own dataclass, which checks its names and dropout probabilities, checked against
-  MODEL's ranges."""
-  return check_model(BertConfig(**config.model.to_dict()))
+  """`config.model` as the model's own dataclass, which checks its values."""
+  return BertConfig(**config.model.to_dict())
 
 
 def check_training(config) -> BertConfig:
@@ -279,14 +260,6 @@ def check_pretraining(config) -> BertConfig:
   return model
 
 
-def electra_generator(config, model: BertConfig) -> BertConfig:
-  """ELECTRA's generator config for the discriminator `model`, from `config.electra` (checked; `config` may be a
-  checkpoint's saved config, a dict)."""
-  check_ranges(config, ELECTRA)
-  settings = config["electra"]
-  return generator_config(model, settings["generator_hidden_fraction"], settings["generator_layers_fraction"])
-
-
 def _check_masking(data) -> None:
   """The masking keys that must agree (their ranges: PRETRAINING). A masked_lm_prob that max_predictions_per_seq caps
   is allowed: the run's header gives the rate a full sequence gets, with a warning."""
@@ -301,38 +274,6 @@ def _check_masking(data) -> None:
     raise ValueError(
       "data.span_masking=True and data.whole_word_masking=True: span masking always selects whole words; set "
       "data.whole_word_masking=False."
-    )
-
-
-def instance_kind(data) -> str:
-  """`data.instances` of `data` (`config.data`, or a checkpoint's saved config as a dict). The older key
-  `data.next_sentence_prediction` still speaks where it was set: False turns the default "nsp" into
-  "doc_sentences" (what it gave before `instances` existed), and a saved config without `instances` is read from
-  it (True: "nsp"). `check_instances` refuses the pairs that contradict each other."""
-  kind = data.get("instances", "nsp")
-  return "doc_sentences" if data.get("next_sentence_prediction") is False and kind == "nsp" else kind
-
-
-def sentence_task(data) -> str | None:
-  """The sentence task of `data`'s rows, "nsp" or "sop" (it also names their metrics); None without one."""
-  kind = instance_kind(data)
-  return kind if kind in SENTENCE_TASKS else None
-
-
-def check_instances(data) -> None:
-  """`data.instances`, the older `data.next_sentence_prediction` beside it, and packing."""
-  kind = data.instances
-  if kind not in INSTANCES:
-    raise ValueError(f"data.instances={kind!r}; expected one of {INSTANCES}.")
-  if data.next_sentence_prediction and kind != "nsp":
-    raise ValueError(
-      f'data.next_sentence_prediction=True contradicts data.instances={kind!r} (next-sentence pairs are "nsp"): '
-      "leave the older key unset, data.instances says what the rows hold."
-    )
-  if kind == "full_sentences" and data.pack_instances:
-    raise ValueError(
-      "data.pack_instances=True with data.instances='full_sentences': FULL-SENTENCES rows are full already, there "
-      "is nothing to pack (set data.pack_instances=False)."
     )
 
 

@@ -5,7 +5,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax import config_checks, progress, sharding
+from bert_jax import progress, sharding
+from bert_jax.data import instances as instances_lib
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.train import pretraining, step
@@ -111,7 +112,7 @@ def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_
   run, state = _setup(small_config, jax.devices()[:1])
   assert run.loss.value.keywords == {"sentence_task": "sop"}
   for instances, task in (("nsp", "nsp"), ("doc_sentences", None), ("full_sentences", None)):
-    assert config_checks.sentence_task(ml_collections.ConfigDict(dict(instances=instances))) == task
+    assert instances_lib.sentence_task(ml_collections.ConfigDict(dict(instances=instances))) == task
   batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
   tasks = (None, "nsp", "sop")
   losses = jax.jit(

@@ -14,7 +14,7 @@ mid-row, and the replay of the deterministic stream rebuilds it.
 
 import functools
 
-import tensorflow as tf
+from bert_jax.tensorflow_cpu import tf
 
 
 def document_rows(buffer, fill, token_ids, sentence_lengths, *, max_seq_length: int, special: tuple):

@@ -10,9 +10,8 @@ masks on any host and after any restart.
 
 import dataclasses
 
-import tensorflow as tf
-
 from bert_jax.data import span_masking
+from bert_jax.tensorflow_cpu import tf
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ The packer is a pure function of its group, so the stream stays a stateless, che
 
 import functools
 
-import tensorflow as tf
+from bert_jax.tensorflow_cpu import tf
 
 
 def _first_fit_decreasing(lengths, predictions, max_seq_length, max_predictions, max_instances):

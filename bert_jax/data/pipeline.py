@@ -23,12 +23,11 @@ their random-next partners) -> `_instances_function` (a document's instances; FU
 import functools
 import os
 
-import tensorflow as tf
-
-from bert_jax import config_checks
 from bert_jax.data import full_sentences, packing
+from bert_jax.data.instances import instance_kind
 from bert_jax.data.masking import Masking, mask_tokens
 from bert_jax.data.readers import reader_units
+from bert_jax.tensorflow_cpu import tf
 
 # Salts that keep the random streams of different decisions apart.
 _SHARD_ORDER, _PARTNER, _DOCUMENT = 1, 2, 3
@@ -319,7 +318,7 @@ def reader_dataset(
   corpus = dict(paths=paths, counts=counts, seed=seed)
   epochs = functools.partial(_epoch_documents, units=tf.constant(units, tf.int64), **corpus)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
-  kind = config_checks.instance_kind(data)
+  kind = instance_kind(data)
   options = tf.data.Options()
   options.deterministic = True
   # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine

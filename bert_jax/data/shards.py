@@ -18,7 +18,6 @@ import json
 import os
 
 import numpy as np
-import tensorflow as tf
 from absl import logging
 from etils import epath
 
@@ -26,6 +25,7 @@ from bert_jax import paths
 from bert_jax.data import text
 from bert_jax.data.manifest import file_integrity
 from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.tensorflow_cpu import tf
 
 # Text tokenized per tokenizer call: large enough to amortise the call, small enough to bound a worker's memory.
 TOKENIZER_BATCH_BYTES = 1 << 20

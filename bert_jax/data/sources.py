@@ -11,12 +11,13 @@ import tempfile
 
 import ml_collections
 import numpy as np
-import tensorflow as tf
 from absl import logging
 from etils import epath
 
-from bert_jax import config_checks, paths
+from bert_jax import paths
 from bert_jax.data import pipeline, readers
+from bert_jax.data.instances import instance_kind
+from bert_jax.tensorflow_cpu import tf
 
 _COMPLETE = "COMPLETE"  # Written last (position, reader, fingerprint): a state directory without it is never read.
 
@@ -219,7 +220,7 @@ def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> s
     for key, value in data.to_dict().items()
     if key not in _NOT_THE_STREAM and not (key in _ADDED_LATER and value == _ADDED_LATER[key])
   }
-  kind = config_checks.instance_kind(data)
+  kind = instance_kind(data)
   stream.pop("instances", None)
   if kind in ("nsp", "doc_sentences"):
     stream["next_sentence_prediction"] = kind == "nsp"

@@ -11,7 +11,8 @@ reach (nearly every candidate selected, as with masked_lm_prob near 1) ends with
 """
 
 import numpy as np
-import tensorflow as tf
+
+from bert_jax.tensorflow_cpu import tf
 
 
 def length_pmf(geometric_p: float, max_words: int) -> np.ndarray:

@@ -39,11 +39,11 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import config_checks, paths, sharding
+from bert_jax import paths, sharding
 from bert_jax.data.tokenizer import Tokenizer, file_sha256, load_tokenizer, tokenizer_sha256
 from bert_jax.handoff import google_format, hf_configs, hf_format
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, from_bert_json
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, electra_generator, from_bert_json
 from bert_jax.model.electra import ElectraForPretraining, with_generator
 from bert_jax.model.encoder import abstract_params, make_pooler
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
@@ -139,10 +139,10 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
         f"{directory.parent / checkpoints.BEST}."
       )
     task = _named(step_dir, lambda: TaskHead.from_json(history))
-  config = _named(step_dir, lambda: config_checks.check_model(BertConfig(**saved["model"])))
+  config = _named(step_dir, lambda: BertConfig(**saved["model"]))
   generator = None
   if config.model_type == "electra" and task is None:
-    generator = _named(step_dir, lambda: config_checks.electra_generator(saved, config))
+    generator = _named(step_dir, lambda: electra_generator(saved, config))
   if recorded is None:  # Trained on synthetic data: no tokenizer.
     return Source(
       "workdir", step_dir, config, None, None, True, None, step=step, info=saved, task=task, generator=generator
@@ -181,7 +181,7 @@ def _read_config(config_file: epath.Path) -> BertConfig:
   """The model config of a `bert_config.json` or Hugging Face `config.json` (by its `model_type`), checked as the
   user's is."""
   read = hf_configs.config_from_hf if config_file.name == "config.json" else from_bert_json
-  return _named(config_file, lambda: config_checks.check_model(read(read_json(config_file), str(config_file))))
+  return _named(config_file, lambda: read(read_json(config_file), str(config_file)))
 
 
 def verify_bundle(directory, manifest: dict, part: str | None = None) -> None:

@@ -82,6 +82,10 @@ class BertConfig:
         f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "
         f"each head needs hidden_size / num_heads dimensions."
       )
+    for name in ("initializer_range", "layer_norm_eps"):
+      value = getattr(self, name)
+      if not value > 0:  # NaN too.
+        raise ValueError(f"model.{name}={value} must be positive.")
     for name in ("hidden_dropout_prob", "attention_dropout_prob"):
       value = getattr(self, name)
       if not 0.0 <= value < 1.0:
@@ -171,6 +175,18 @@ def generator_config(discriminator: BertConfig, hidden_fraction: float, layers_f
     intermediate_size=4 * hidden,
     embedding_size=0 if discriminator.embedding_width == hidden else discriminator.embedding_width,
   )
+
+
+def electra_generator(config, discriminator: BertConfig) -> BertConfig:
+  """ELECTRA's generator for `discriminator` from `config["electra"]`'s fractions (`config` a config, or a
+  checkpoint's saved config as a dict); raises ValueError naming a fraction outside (0, 1] or one that gives no
+  valid size."""
+  settings = config["electra"]
+  fractions = [settings[name] for name in ("generator_hidden_fraction", "generator_layers_fraction")]
+  for name, value in zip(("generator_hidden_fraction", "generator_layers_fraction"), fractions, strict=True):
+    if not 0 < value <= 1:
+      raise ValueError(f"electra.{name}={value} must be in (0, 1].")
+  return generator_config(discriminator, *fractions)
 
 
 def _size(num_layers: int, hidden_size: int) -> dict:

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax import config_checks, flops
-from bert_jax.model.bert_config import BertConfig
+from bert_jax import flops
+from bert_jax.model.bert_config import BertConfig, electra_generator
 from bert_jax.model.electra import ElectraForPretraining
 from bert_jax.train import objectives, pretraining
 from bert_jax.train.step import Loss
@@ -110,13 +110,13 @@ def make_loss(rtd_weight: float, temperature: float) -> Loss:
 
 
 def _model(config, model_cfg: BertConfig) -> ElectraForPretraining:
-  return ElectraForPretraining(model_cfg, config_checks.electra_generator(config, model_cfg))
+  return ElectraForPretraining(model_cfg, electra_generator(config, model_cfg))
 
 
 def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> float:
   """The generator's and the discriminator's model FLOPs per train step (forward and backward), or per eval step
   (forward) when not `training`."""
-  generator = config_checks.electra_generator(config, model_cfg)
+  generator = electra_generator(config, model_cfg)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
   return flops.electra_flops_per_step(model_cfg, generator, config.batch_size, seq, preds) / (1 if training else 3)
 

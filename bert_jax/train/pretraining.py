@@ -19,7 +19,7 @@ import optax
 from absl import logging
 
 from bert_jax import config_checks, flops, progress, sharding
-from bert_jax.data import masking
+from bert_jax.data import instances, masking
 from bert_jax.data.corpus import Corpus
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances
 from bert_jax.handoff import pretrained
@@ -146,9 +146,9 @@ def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> floa
 OBJECTIVE = objectives.Objective(
   name="bert",
   model=lambda config, model_cfg: BertForPretraining(model_cfg),
-  loss=lambda config, frozen: make_loss(config_checks.sentence_task(config.data)),
+  loss=lambda config, frozen: make_loss(instances.sentence_task(config.data)),
   flops=_flops,
-  shown=lambda config, evaluation: shown_metrics(config_checks.sentence_task(config.data), evaluation),
+  shown=lambda config, evaluation: shown_metrics(instances.sentence_task(config.data), evaluation),
 )
 
 
