@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from bert_jax import distributed
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind
 from bert_jax.dry_run import tpu_topology
+from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
-from bert_jax.train.objectives import NAMES as OBJECTIVES
+from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES
 
 
@@ -177,14 +178,6 @@ FEATURE_COMBINE = ("concat", "sum")
 
 
 @dataclasses.dataclass(frozen=True)
-class Member:
-  """One model of a fine-tuning sweep: its peak learning rate and its seed (head initialisation and dropout)."""
-
-  learning_rate: float
-  seed: int
-
-
-@dataclasses.dataclass(frozen=True)
 class Checked:
   """What checking a config found: the mode, the configured encoder (fine-tuning from `init_from` takes the
   source's sizes instead) and a fine-tuning sweep's members."""
@@ -314,18 +307,6 @@ def check_objective(config, model: BertConfig) -> None:
       f"distill.student_layers={layers} must name one teacher layer (from 0) per student layer: "
       f"model.num_layers={model.num_layers} of them (empty: every other one, 0, 2, 4, ...)."
     )
-
-
-def sweep_members(config) -> tuple[Member, ...]:
-  """Every (learning rate, seed) pair of `config.sweep`, learning rate major."""
-  text = config.sweep.learning_rates
-  try:
-    rates = [float(x) for x in text.split(",")] if text else [config.learning_rate]
-  except ValueError:
-    raise ValueError(f"sweep.learning_rates={text!r} is not a comma-separated list of numbers.") from None
-  if not all(0 < rate < math.inf for rate in rates):
-    raise ValueError(f"sweep.learning_rates={text!r}: every learning rate must be positive and finite, got {rates}.")
-  return tuple(Member(rate, config.seed + index) for rate in rates for index in range(config.sweep.seeds))
 
 
 def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:

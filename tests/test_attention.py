@@ -14,7 +14,9 @@ from bert_jax.data.pretraining_batch import pretraining_shapes
 from bert_jax.model import attention
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
-from bert_jax.train import pretraining, step
+from bert_jax.model.tracing import with_activation_rules
+from bert_jax.train import pretraining
+from bert_jax.train.objectives import bert as bert_objective
 
 
 def _packed_batch(config: BertConfig, batch=4, seq=160, predictions=6, seed=0) -> dict:
@@ -61,7 +63,7 @@ def model_config() -> BertConfig:
 
 
 def _loss_and_grads(config: BertConfig, params, batch):
-  loss = pretraining.make_loss()
+  loss = bert_objective.make_loss()
   return jax.jit(jax.value_and_grad(lambda p: loss.value(p, batch, BertForPretraining(config))[0]))(params)
 
 
@@ -80,7 +82,7 @@ def test_splash_equals_xla_in_outputs_and_gradients(model_config, packed):
   splash = dataclasses.replace(model_config, attention="splash")
   model = BertForPretraining(model_config)
   params = jax.jit(model.init)(jax.random.key(0), *model.dummy_inputs())["params"]
-  inputs = pretraining.model_inputs(batch)
+  inputs = bert_objective.model_inputs(batch)
   real = batch["input_mask"] > 0
   expected, actual = _outputs(model_config, params, inputs), _outputs(splash, params, inputs)
   np.testing.assert_allclose(actual["sequence_output"][real], expected["sequence_output"][real], atol=2e-5, rtol=0)
@@ -117,7 +119,7 @@ def test_splash_sharded_over_the_mesh_equals_xla_in_loss_and_gradients(small_con
       return jax.value_and_grad(value)(params)
 
     sharded = jax.jit(
-      step.with_activation_rules(loss_and_grads, the_run.mesh, the_run.rules),
+      with_activation_rules(loss_and_grads, the_run.mesh, the_run.rules),
       in_shardings=(the_run.shardings.params, sharding.batch_sharding(the_run.mesh)),
     )
     results[kind] = jax.device_get(sharded(the_run.init_state(0).params, batch))

@@ -15,14 +15,16 @@ from etils import epath
 from bert_jax import config_checks, flops, sharding
 from bert_jax.dry_run import ahead_of_time
 from bert_jax.finetune import job, losses, tasks
+from bert_jax.finetune import plan as plan_lib
 from bert_jax.handoff import export, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.encoder import BertForPretraining, init_params
 from bert_jax.model.heads import TaskHead
-from bert_jax.train import distillation, objectives, pretraining, start_order
+from bert_jax.train import pretraining, start_order
 from bert_jax.train import run as run_lib
+from bert_jax.train.objectives import bert, distillation, registry
 from bert_jax.train.optim import make_optimizer
-from bert_jax.workdir import checkpoints
+from bert_jax.workdir import checkpoints, verified
 from configs import distil, glue
 from tests.test_finetune import _write_sst2
 from tests.test_roberta import check_fine_tunes
@@ -72,7 +74,7 @@ def test_the_distillation_loss_equals_a_hand_computation(small_config, teacher_a
   value = jax.jit(functools.partial(loss.value, model=student))
   got, metrics = value(student_params, batch, frozen=teacher_params)
 
-  inputs = pretraining.model_inputs(batch)
+  inputs = bert.model_inputs(batch)
   outputs = jax.jit(lambda a, b: (student.apply({"params": a}, **inputs), teacher.apply({"params": b}, **inputs)))
   s, t = jax.device_get(outputs(student_params, teacher_params))
   weights, labels, real = batch["masked_lm_weights"], batch["masked_lm_ids"], batch["input_mask"] > 0
@@ -287,25 +289,25 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), expected)
   identity = {"path": f"{teacher_dir}/checkpoints/2", "format": "workdir", "step": 2}
   with checkpoints.read_only_manager(workdir) as manager:
-    assert checkpoints.read_history(manager, 1)["teacher"] == identity
-    assert checkpoints.read_config(manager, 1)["objective"] == "distillation"
+    assert verified.read_history(manager, 1)["teacher"] == identity
+    assert verified.read_config(manager, 1)["objective"] == "distillation"
   assert pretrained.load(workdir).config.num_layers == 1  # The student is a BERT: every hand-off reads it.
   check_fine_tunes(workdir, tmp_path)  # And fine-tuning starts from it.
-  objective = objectives.of("distillation")
+  objective = registry.of("distillation")
   frozen = objective.frozen(config, config_checks.model_config(config))
   assert frozen.identity == identity
   start_order.check_frozen(workdir, 1, frozen)  # The same teacher resumes.
   # The dry run compiles the step with the abstract teacher (its HBM counted) and counts its forward pass.
-  planned = ahead_of_time.pretraining_job(config, jax.devices())
+  planned = ahead_of_time.make_job(config, jax.devices())
   teacher_cfg = frozen.model.config
   expected = pretrained.param_shardings(teacher_cfg, planned.run.mesh, config.logical_axis_rules)
   assert jax.tree.map(lambda a: a.sharding, planned.train_args[3]) == expected == planned.run.frozen_shardings
   assert jax.tree.map(lambda a: a.shape, planned.eval_args[2]) == jax.tree.map(np.shape, teacher_params)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  student_flops = flops.train_flops_per_step(planned.model_cfg, config.batch_size, seq, preds)
+  student_flops = flops.train_flops_per_step(planned.description.model_cfg, config.batch_size, seq, preds)
   teacher_flops = flops.train_flops_per_step(teacher_cfg, config.batch_size, seq, preds) / 3
-  assert planned.model_flops_per_step == pytest.approx(student_flops + teacher_flops)
-  assert planned.eval_model_flops == pytest.approx(student_flops / 3 + teacher_flops)
+  assert planned.description.train_flops == pytest.approx(student_flops + teacher_flops)
+  assert planned.description.eval_flops == pytest.approx(student_flops / 3 + teacher_flops)
 
   other = tmp_path / "other_teacher"
   shutil.copytree(teacher_dir, other)
@@ -351,7 +353,7 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
   # sweep's shared teacher and the loss are tested above; a changed distill.teacher is a run key: a resume refuses it).
   checked = config_checks.check(config, "finetune")
   sst2 = tasks.make_task(config.finetune)
-  plan = job.Plan.of(config, 2, job.model_config(config, loaded), checked.members)
+  plan = plan_lib.Plan.of(config, 2, plan_lib.model_config(config, loaded), checked.members)
   splits = job._read_splits(sst2, loaded.tokenizer, 16)
   finetuning = job.FinetuningJob(config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits)
   the_run = finetuning.run

@@ -20,7 +20,8 @@ from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.bert_config import generator_config
 from bert_jax.model.electra import ElectraForPretraining, generator_as_masked_lm, with_generator
 from bert_jax.model.encoder import init_params
-from bert_jax.train import electra, pretraining
+from bert_jax.train import pretraining
+from bert_jax.train.objectives import electra
 from configs import electra_small, glue
 from tests.test_encoder import _inputs, _reference
 from tests.test_finetune import _write_sst2

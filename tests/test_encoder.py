@@ -3,6 +3,7 @@
 import dataclasses
 
 import flax.linen as nn
+import helpers
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +16,7 @@ from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model import param_layout
 from bert_jax.model.encoder import BertForPretraining
-from bert_jax.train import pretraining
+from bert_jax.train.objectives import bert as bert_objective
 
 
 def _reference(config, seed=0, cls=transformers.BertForPreTraining, **hf_overrides):
@@ -186,7 +187,7 @@ def test_scanned_layers_equal_unrolled_and_layouts_convert_both_ways(small_model
   reference.save_pretrained(tmp_path)
   unrolled = params_from_hf(load_safetensors(str(tmp_path / "model.safetensors")), config)
   scanned = param_layout.convert(unrolled, scanned=True)
-  assert param_layout.is_scanned(scanned) and not param_layout.is_scanned(unrolled)
+  assert helpers.is_scanned(scanned) and not helpers.is_scanned(unrolled)
 
   # The converted tree is exactly the scanned model's own tree, names, shapes and logical axes included.
   scanned_model = BertForPretraining(_replace(config, scan_layers=True))
@@ -272,7 +273,7 @@ def test_packed_instances_give_the_losses_and_gradients_they_give_alone(small_mo
   params = model.init(jax.random.key(0), *model.dummy_inputs())["params"]
 
   def per_instance(batch):
-    outputs = model.apply({"params": params}, **pretraining.model_inputs(batch))
+    outputs = model.apply({"params": params}, **bert_objective.model_inputs(batch))
     mlm = (
       optax.softmax_cross_entropy_with_integer_labels(outputs["mlm_logits"], batch["masked_lm_ids"])
       * batch["masked_lm_weights"]
@@ -282,7 +283,7 @@ def test_packed_instances_give_the_losses_and_gradients_they_give_alone(small_mo
 
   for expected, actual in zip(jax.jit(per_instance)(alone), jax.jit(per_instance)(packed), strict=True):
     np.testing.assert_allclose(actual, expected, atol=1e-5, rtol=0)
-  loss = pretraining.make_loss().value
+  loss = bert_objective.make_loss().value
   grads = [jax.jit(jax.grad(lambda p, b: loss(p, b, model)[0]))(params, b) for b in (alone, packed)]
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=0), *grads)
 

@@ -27,6 +27,8 @@ from bert_jax.finetune import glue as glue_tasks
 from bert_jax.finetune import job, tasks
 from bert_jax.finetune import losses as finetune_losses
 from bert_jax.finetune import metrics as metrics_lib
+from bert_jax.finetune import plan as plan_lib
+from bert_jax.finetune import rows as rows_lib
 from bert_jax.finetune import swag as swag_task
 from bert_jax.handoff import export, hf_format, hf_names, pretrained
 from bert_jax.model.encoder import init_params
@@ -399,13 +401,13 @@ def _check_trains_as_pytorch_does(config, workdir: str, source, task, train, sum
   the job's."""
   losses = _train_losses(workdir)
   assert sorted(losses) == list(range(1, PARITY_STEPS + 1))
-  model_cfg = job.model_config(config, source)
+  model_cfg = plan_lib.model_config(config, source)
   model = task_model(model_cfg, task.head, task.num_labels)
   fresh = init_params(model, jax.random.key(config.seed))
   tensors = hf_format.hf_from_params(nn.meta.unbox(fresh), model_cfg)
   head = {name: value for name, value in tensors.items() if name.split(".")[0] in hf_names.TASK_HEADS}
   reference = torch_reference.load_model(config.init_from, task.head, task.num_labels, head, pad_embedding_trains=True)
-  rows = [job.training_rows(s, train.num_rows, config.batch_size, config.seed) for s in range(1, PARITY_STEPS + 1)]
+  rows = [rows_lib.training_rows(s, train.num_rows, config.batch_size, config.seed) for s in range(1, PARITY_STEPS + 1)]
   steps = Steps(warmup_steps=PARITY_STEPS // 10, end_step=PARITY_STEPS)  # 10% warmup.
   hyperparameters = torch_reference.Hyperparameters.of(config, steps)
   threads = torch.get_num_threads()

@@ -8,7 +8,7 @@ import pytest
 from etils import epath
 
 from bert_jax.benchmarks import glue_text
-from bert_jax.finetune import glue
+from bert_jax.finetune import glue, glue_files
 from bert_jax.finetune.glue import GlueExample
 
 T = "\t"
@@ -221,7 +221,7 @@ def test_task_attributes_and_registry():
 
 
 def test_submission_file_names():
-  names = {(t, s): glue.submission_file_name(t, s) for t, task in glue.TASKS.items() for s in task.test_splits}
+  names = {(t, s): glue_files.submission_file_name(t, s) for t, task in glue.TASKS.items() for s in task.test_splits}
   assert names == {
     ("cola", "test"): "CoLA.tsv",
     ("sst2", "test"): "SST-2.tsv",
@@ -234,9 +234,9 @@ def test_submission_file_names():
     ("rte", "test"): "RTE.tsv",
     ("wnli", "test"): "WNLI.tsv",
   }
-  assert glue.submission_file_name("mnli", "ax") == "AX.tsv"
+  assert glue_files.submission_file_name("mnli", "ax") == "AX.tsv"
   with pytest.raises(ValueError, match="No GLUE submission file for task 'rte' split 'dev'"):
-    glue.submission_file_name("rte", "dev")
+    glue_files.submission_file_name("rte", "dev")
 
 
 def test_mnli_diagnostic_split(glue_dir):

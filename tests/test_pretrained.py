@@ -8,6 +8,7 @@ import re
 import shutil
 import types
 
+import helpers
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -18,14 +19,14 @@ import transformers
 from bert_jax import sharding
 from bert_jax.data import corpus, prepare, shards
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.handoff import export, hf_names, pretrained
+from bert_jax.handoff import export, formats, hf_names, pretrained
 from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf, save_safetensors
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
 from bert_jax.train import pretraining, start_order
-from bert_jax.workdir import checkpoints
+from bert_jax.workdir import checkpoints, verified
 from tests.test_encoder import _inputs, _reference, _reference_outputs
 from tests.test_tokenizer import train_bpe
 
@@ -75,7 +76,7 @@ def test_load_reads_only_the_params_onto_any_mesh_in_either_layout(wordpiece_run
   _assert_params_equal(on_mesh.params, params)
 
   scanned = pretrained.load(str(workdir_copy), scan_layers=True, mesh=mesh, rules=config.logical_axis_rules)
-  assert scanned.config.scan_layers and param_layout.is_scanned(scanned.params)
+  assert scanned.config.scan_layers and helpers.is_scanned(scanned.params)
   _assert_params_equal(param_layout.convert(jax.device_get(scanned.params), scanned=False), params)
 
 
@@ -94,7 +95,7 @@ def test_a_source_that_does_not_fit_is_refused_with_its_path(wordpiece_run, work
     pretrained.load(str(tmp_path / "other"))
   # Metadata that cannot be what it claims: named with its file.
   (tmp_path / "bad_bundle").mkdir()
-  (tmp_path / "bad_bundle" / "manifest.json").write_text(json.dumps({"format": pretrained.BUNDLE_FORMAT}))
+  (tmp_path / "bad_bundle" / "manifest.json").write_text(json.dumps({"format": formats.BUNDLE_FORMAT}))
   (tmp_path / "bad_bundle" / "bert_config.json").write_text(json.dumps(to_bert_json(wordpiece_run[1].model)))
   with pytest.raises(ValueError, match=r"bad_bundle/manifest.json records no file hashes"):
     pretrained.load(str(tmp_path / "bad_bundle"))
@@ -168,12 +169,12 @@ def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece
   workdir, config, params = wordpiece_run
   legacy = tmp_path / "legacy"
   with checkpoints.read_only_manager(workdir) as manager:
-    position = checkpoints.read_data_position(manager, 2)
-    saved_config = checkpoints.read_config(manager, 2)
+    position = verified.read_data_position(manager, 2)
+    saved_config = verified.read_config(manager, 2)
   run = pretraining.make_run(config)
   abstract, shardings = run.abstract, run.shardings
   with checkpoints.read_only_manager(workdir) as manager:
-    state, _ = checkpoints.restore(manager, 2, abstract, shardings)
+    state, _ = verified.restore(manager, 2, abstract, shardings)
   with ocp.CheckpointManager(legacy / "checkpoints") as manager:  # The layout before params had an item.
     manager.save(
       2,
@@ -333,10 +334,10 @@ def test_a_byte_level_bpe_model_travels_as_roberta_files_and_as_one_tokenizer_js
   vocab, merges = train_bpe(tmp_path / "bpe")
   for path in (vocab, merges):
     shutil.copy(path, hf_dir)
-  source = pretrained.describe(str(hf_dir))
+  source = formats.describe(str(hf_dir))
   assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("bpe", "vocab.json")
   tokenizer = tokenizer_lib.load_tokenizer("bpe", vocab)
-  pretrained.check_tokenizer(source, tokenizer.identity(), "init_from")  # Its hash: the canonical file's.
+  formats.check_tokenizer(source, tokenizer.identity(), "init_from")  # Its hash: the canonical file's.
 
   bundle = pathlib.Path(export.export(str(hf_dir), str(tmp_path / "bundle")))
   assert export.verify_bundle(str(bundle))["tokenizer"]["filename"] == "tokenizer.json"
@@ -354,12 +355,12 @@ def test_a_byte_level_bpe_model_travels_as_roberta_files_and_as_one_tokenizer_js
   line = "Héllo Wörld! The quick brown fox, 東京 😀, didn't it?"
   for reference in (transformers.AutoTokenizer.from_pretrained(hf_again), transformers.RobertaTokenizer(vocab, merges)):
     assert reference.encode(line, add_special_tokens=False) == tokenizer.encode(line)
-  assert pretrained.describe(str(hf_again)).tokenizer_kind == "bpe"
+  assert formats.describe(str(hf_again)).tokenizer_kind == "bpe"
 
   for name in ("vocab.json", "merges.txt"):  # ALBERT's SentencePiece file name.
     (hf_dir / name).unlink()
   shutil.copy(fixture_tokenizers["sentencepiece"].path, hf_dir / "spiece.model")
-  source = pretrained.describe(str(hf_dir))
+  source = formats.describe(str(hf_dir))
   assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("sentencepiece", "spiece.model")
 
 
@@ -401,7 +402,7 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
 
     return wrapper
 
-  monkeypatch.setattr(pretrained, "describe", counted("describe", pretrained.describe))
+  monkeypatch.setattr(pretrained, "describe", counted("describe", formats.describe))
   load = counted("load_tokenizer", tokenizer_lib.load_tokenizer)
   for module in (start_order, corpus, pretrained, prepare, shards):
     monkeypatch.setattr(module, "load_tokenizer", load)

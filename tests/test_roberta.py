@@ -13,7 +13,7 @@ import transformers
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.finetune import job
-from bert_jax.handoff import export, hf_configs, pretrained
+from bert_jax.handoff import export, formats, hf_configs, pretrained
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.encoder import BertForPretraining, abstract_params
 from bert_jax.train.step import overwrite_params
@@ -142,10 +142,10 @@ def test_roberta_files_load_and_export_as_transformers_reads_them(roberta_config
 
 def test_a_roberta_checkpoint_does_not_load_as_bert(roberta_config, tmp_path):
   write_hf_directory(_reference(roberta_config, cls=transformers.RobertaModel), tmp_path, roberta_config.vocab_size)
-  source = pretrained.describe(str(tmp_path))
+  source = formats.describe(str(tmp_path))
   bert = dataclasses.replace(roberta_config, model_type="bert", position_offset=0)
   with pytest.raises(ValueError, match=r"model.model_type: 'roberta' vs 'bert'.*model.position_offset: 2 vs 0"):
-    pretrained.check_fits(source, bert, "init_from")
+    formats.check_fits(source, bert, "init_from")
   with pytest.raises(ValueError, match="position_offset=0: transformers' RoBERTa starts positions after"):
     hf_configs.hf_config(dataclasses.replace(roberta_config, position_offset=0))
 

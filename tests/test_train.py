@@ -6,6 +6,7 @@ import os
 import shutil
 
 import golden_params
+import helpers
 import jax
 import numpy as np
 import pytest
@@ -13,7 +14,6 @@ import pytest
 from bert_jax import progress
 from bert_jax.model import param_layout
 from bert_jax.train import pretraining
-from bert_jax.workdir import checkpoints
 
 
 class Crash(Exception):
@@ -77,7 +77,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   assert history["examples_seen"] == 6 * small_config.batch_size
   assert history["token_positions_seen"] == 6 * small_config.batch_size * small_config.data.max_seq_length
   assert history["train"]["step"] == 6 and history["eval"]["step"] == 6 and history["eval"]["mlm_loss"] > 0
-  saved = checkpoints.restore_config(str(tmp_path))
+  saved = helpers.restore_config(str(tmp_path))
   assert saved["model"]["hidden_size"] == 32 and saved["num_train_steps"] == 6
   assert os.listdir(tmp_path / "tensorboard" / "train") and os.listdir(tmp_path / "tensorboard" / "eval")
 
@@ -130,7 +130,7 @@ def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
 
   small_config.model.update(scan_layers=True, remat="full")
   restored = pretraining.pretrain(small_config, str(tmp_path))  # Step 3 of 3: restores, trains nothing.
-  assert param_layout.is_scanned(restored.params) and int(restored.step) == 3
+  assert helpers.is_scanned(restored.params) and int(restored.step) == 3
   jax.tree.map(np.testing.assert_array_equal, jax.device_get((restored.params, restored.opt_state)), expected)
 
   small_config.num_train_steps = 4  # And trains on in the scanned layout.
@@ -150,7 +150,7 @@ def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_pa
   assert int(state.opt_state[1][0].count) == 6  # Adam's step count (and so the schedule) went on from 4.
   assert sorted(os.listdir(os.path.join(phase_2, "checkpoints"))) == ["6"]
   assert sorted(os.listdir(os.path.join(phase_1, "checkpoints"))) == ["3", "4"]  # Phase 1 is never written to.
-  saved = checkpoints.restore_config(phase_2)
+  saved = helpers.restore_config(phase_2)
   assert saved["data"]["max_seq_length"] == 40 and saved["init_from"] == phase_1
 
   # Started from phase 1's final state: phase 2 stopped at step 4 is phase 1's end, bit for bit.

@@ -9,7 +9,9 @@ from bert_jax import progress, sharding
 from bert_jax.data import instances as instances_lib
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
+from bert_jax.model.tracing import with_activation_rules
 from bert_jax.train import pretraining, step
+from bert_jax.train.objectives import bert as bert_objective
 
 
 def _setup(config, devices):
@@ -116,7 +118,7 @@ def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_
   batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
   tasks = (None, "nsp", "sop")
   losses = jax.jit(
-    lambda params, batch: [pretraining.pretraining_loss(params, batch, run.model, sentence_task=t) for t in tasks]
+    lambda params, batch: [bert_objective.pretraining_loss(params, batch, run.model, sentence_task=t) for t in tasks]
   )(state.params, batch)
   (loss, metrics), with_tasks = losses[0], dict(zip(tasks[1:], losses[1:], strict=True))
   np.testing.assert_allclose(float(loss), float(metrics["mlm_loss"]) / (float(metrics["mlm_count"]) + 1e-5), rtol=1e-6)
@@ -127,8 +129,8 @@ def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_
     }
     np.testing.assert_allclose(float(with_task) - float(loss), float(task_metrics[f"{task}_loss"]) / 8, rtol=1e-5)
   # The progress and eval lines show the sentence task's metrics only when there is one.
-  assert pretraining.shown_metrics(None, evaluation=True) == ("mlm_loss", "mlm_accuracy")
-  assert pretraining.shown_metrics("sop") == ("mlm_loss", "mlm_accuracy", "sop_accuracy")
+  assert bert_objective.shown_metrics(None, evaluation=True) == ("mlm_loss", "mlm_accuracy")
+  assert bert_objective.shown_metrics("sop") == ("mlm_loss", "mlm_accuracy", "sop_accuracy")
   summary = progress.summarize(jax.device_get(metrics), 1)
   assert progress.format_metrics(summary, ("mlm_loss", "nsp_accuracy")) == f" | mlm_loss {summary['mlm_loss']:.4f}"
 
@@ -140,7 +142,7 @@ def test_gradient_accumulation_equals_the_full_batch(small_config):
 
   def grads(num_microbatches):
     fn = functools.partial(step.gradients, model=run.model, loss=run.loss, num_microbatches=num_microbatches)
-    fn = step.with_activation_rules(fn, run.mesh, run.rules)
+    fn = with_activation_rules(fn, run.mesh, run.rules)
     return jax.jit(fn)(state.params, batch, None)  # No dropout: the same function of the same inputs.
 
   (full_loss, full_metrics), full_grads = grads(1)

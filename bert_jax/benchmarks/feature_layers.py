@@ -30,7 +30,7 @@ from etils import epath
 
 from bert_jax.bertology import feature_based
 from bert_jax.finetune import job
-from bert_jax.handoff import pretrained
+from bert_jax.handoff import formats
 from configs import ner
 
 FLAGS = flags.FLAGS
@@ -115,7 +115,7 @@ def _finetuned() -> dict:
 
 def main(argv):
   del argv
-  num_layers = pretrained.describe(FLAGS.init_from).config.num_layers
+  num_layers = formats.describe(FLAGS.init_from).config.num_layers
   rows = []
   for index, (name, layers, combine) in enumerate(choices(num_layers)):
     result = _tagger(index, layers, combine)

@@ -13,7 +13,7 @@ and two initialisations: `pretrained` (`--init_from`) and `random` (its model si
         --contestants=bert_jax:transformers,reference:transformers,bert_jax:bert --inits=pretrained
 
 Every member is a restart of everything on both sides: seed s draws the head's initialisation, the dropout and the
-training order (`job.training_rows` of seed s, which both sides read), with the same step counts (epochs of the
+training order (`rows.training_rows` of seed s, which both sides read), with the same step counts (epochs of the
 training rows at the batch size; a fraction of an epoch is that fraction of one random order), warmup, AdamW,
 weight decay, clipping and dropout (configs/glue.py's). `--init_from` is any source `pretrained.load` reads
 (configs/tiny_english.py writes the one in docs/benchmarks.md). A run's results go to
@@ -31,10 +31,10 @@ import numpy as np
 from absl import app, flags, logging
 from etils import epath
 
-from bert_jax import config_checks
 from bert_jax.data.tokenizer import load_tokenizer
-from bert_jax.finetune import glue, job
-from bert_jax.handoff import export, pretrained
+from bert_jax.finetune import glue, job, plan, rows
+from bert_jax.finetune.members import Member, sweep_members
+from bert_jax.handoff import export, formats, pretrained
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
 from bert_jax.train.optim import LR_SCHEDULES
 from configs import glue as glue_config
@@ -80,7 +80,7 @@ def _config(task: str, init: str, schedule: str):
   if init == "pretrained":
     config.init_from = _INIT_FROM.value
   else:  # The pretrained model's sizes, from its metadata; random weights.
-    source = pretrained.describe(_INIT_FROM.value)
+    source = formats.describe(_INIT_FROM.value)
     config.model.update({name: getattr(source.config, name) for name in SIZE_FIELDS + ARCHITECTURE_FIELDS})
     config.tokenizer.update(kind="wordpiece", path=_VOCAB.value, lower_case=_LOWER_CASE.value)
   return config
@@ -105,12 +105,12 @@ def _reference(config, task_name: str) -> dict:
   train = task.encode(task.read(task.train_split), loaded.tokenizer, seq)
   dev = task.encode(task.read(task.eval_splits[0]), loaded.tokenizer, seq)
   total = math.ceil(config.finetune.num_epochs * train.num_rows / config.batch_size)
-  steps = job.Plan.of(config, total, loaded.config, ()).steps
-  members = [dataclasses.asdict(m) for m in config_checks.sweep_members(config)]
+  steps = plan.Plan.of(config, total, loaded.config, ()).steps
+  members = [dataclasses.asdict(m) for m in sweep_members(config)]
   finals = []
   for member in members:
     config.learning_rate = member["learning_rate"]
-    rows = [job.training_rows(s, train.num_rows, config.batch_size, member["seed"]) for s in range(1, total + 1)]
+    rows = [rows.training_rows(s, train.num_rows, config.batch_size, member["seed"]) for s in range(1, total + 1)]
     torch_reference.torch.manual_seed(member["seed"])  # The head's initialisation.
     model = torch_reference.load_model(_hf_directory(), task.head, task.num_labels, pad_embedding_trains=False)
     hp = torch_reference.Hyperparameters.of(config, steps)
@@ -124,7 +124,7 @@ def _reference(config, task_name: str) -> dict:
     main_metric=task.main_metric,
     members=members,
     final={task.eval_splits[0]: finals},
-    sweep=job.sweep_table([config_checks.Member(**m) for m in members], values, task.main_metric),
+    sweep=job.sweep_table([Member(**m) for m in members], values, task.main_metric),
   )
 
 

@@ -98,7 +98,7 @@ def bert_jax_contestant(config, model_cfg: BertConfig, num_labels: int, members:
   """(jitted step, state, dropout keys [members], mesh): the fine-tuning job's classification run with `members`
   seeds (config.seed, config.seed + 1, ...), each at config.learning_rate."""
   model = heads.task_model(model_cfg, "classification", num_labels)
-  the_run = run.make_run(
+  sweep_run = run.make_run(
     config,
     model,
     losses.make_loss("classification"),
@@ -107,13 +107,13 @@ def bert_jax_contestant(config, model_cfg: BertConfig, num_labels: int, members:
     devices=jax.devices()[:1],
   )
   seeds = [config.seed + index for index in range(members)]
-  state = the_run.init_state(seeds, None)
+  state = sweep_run.init_state(seeds, None)
   rates = jnp.full((members,), config.learning_rate, jnp.float32)
   state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
   # The rates arrive unplaced: placed as the step returns them, the second step does not compile again.
-  state = jax.device_put(state, the_run.shardings)
+  state = jax.device_put(state, sweep_run.shardings)
   dropout_keys = jnp.stack([train_dropout_key(seed) for seed in seeds])
-  return the_run.train_step, state, dropout_keys, the_run.mesh
+  return sweep_run.train_step, state, dropout_keys, sweep_run.mesh
 
 
 def _hf_loss(outputs, batch):

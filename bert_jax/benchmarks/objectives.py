@@ -32,7 +32,8 @@ from absl import app, flags, logging
 from etils import epath
 
 from bert_jax import config_checks
-from bert_jax.train import objectives, pretraining
+from bert_jax.train import pretraining
+from bert_jax.train.objectives import registry
 from configs import tiny_english
 
 _PREPARED_DIR = flags.DEFINE_string("prepared_dir", None, "The prepared corpus (configs/tiny_english.py's).")
@@ -89,7 +90,7 @@ def contestant_config(name: str, steps: int | None = None):
 def flops_per_step(config) -> float:
   """The objective's model FLOPs of one train step (what `config.objective` counts; a teacher-free objective)."""
   model_cfg = config_checks.check_pretraining(config)
-  return objectives.of(config.objective).flops(config, model_cfg, None)
+  return registry.of(config.objective).flops(config, model_cfg, None)
 
 
 def _read_events(directory: epath.Path) -> dict[str, dict[int, float]]:

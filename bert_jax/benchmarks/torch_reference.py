@@ -6,7 +6,7 @@ The loop: the task model loaded from a Hugging Face BERT directory (float32, eag
 `transformers` computes it (`outputs.loss`), `torch.optim.AdamW` with weight decay on Linear and Embedding weights
 only (bert_jax's `optim.weight_decay_mask`: kernels and embedding tables), `torch.nn.utils.clip_grad_norm_`, and a
 `LambdaLR` of the schedule's kind (`optim.LR_SCHEDULES`): "transformers" is `get_linear_schedule_with_warmup`
-itself, "bert" Google BERT's optimization.py. The rows of each step are given (bert_jax's `job.training_rows`), so
+itself, "bert" Google BERT's optimization.py. The rows of each step are given (`rows.training_rows`), so
 both sides read the same batches; dropout is off (eval mode) or drawn from `torch.manual_seed(seed)`.
 
 Imports torch and transformers, which only the benchmarks and tests may: nothing else in bert_jax imports this.

@@ -18,7 +18,7 @@ from absl import app, flags
 from etils import epath
 
 from bert_jax.finetune import glue
-from bert_jax.handoff import pretrained
+from bert_jax.handoff import formats, pretrained
 
 _INIT_FROM = flags.DEFINE_string("init_from", None, "The pretrained source (any that pretrained.load reads).")
 _PREPARED_DIR = flags.DEFINE_string("prepared_dir", None, "The prepared pretraining corpus it was trained on.")
@@ -36,7 +36,7 @@ def corpus_counts(prepared_dir: str, vocab_size: int) -> np.ndarray:
     raise FileNotFoundError(f"{prepared_dir} has no *.stats.json; expected a corpus written by --mode=prepare.")
   counts = np.zeros(vocab_size, np.int64)
   for path in files:
-    counts += np.asarray(pretrained.read_json(path)["token_counts"], np.int64)
+    counts += np.asarray(formats.read_json(path)["token_counts"], np.int64)
   return counts
 
 

@@ -38,7 +38,7 @@ from bert_jax import config_checks, paths, progress, sharding
 from bert_jax.bertology import plots
 from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.train import step
+from bert_jax.model.tracing import with_activation_rules
 
 STATISTICS = ("entropy", "to_cls", "to_sep", "to_previous", "to_next", "to_self", "distance")
 
@@ -117,7 +117,7 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
   batch_sharding = sharding.batch_sharding(mesh)
   param_shardings = jax.tree.map(lambda x: x.sharding, loaded.params["bert"])
   jitted = {
-    name: jax.jit(step.with_activation_rules(fn, mesh, rules), in_shardings=(param_shardings, *[batch_sharding] * 2))
+    name: jax.jit(with_activation_rules(fn, mesh, rules), in_shardings=(param_shardings, *[batch_sharding] * 2))
     for name, fn in (("sums", sums), ("probabilities", probabilities))
   }
 

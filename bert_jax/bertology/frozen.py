@@ -17,11 +17,11 @@ import optax
 from absl import logging
 
 from bert_jax import progress, sharding
-from bert_jax.finetune import job
+from bert_jax.finetune import rows
 from bert_jax.finetune.contract import Encoded
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.train import step
+from bert_jax.model.tracing import with_activation_rules
 
 
 def hidden_states(model_cfg: BertConfig, encoder_params, batch: dict) -> jax.Array:
@@ -68,13 +68,13 @@ def fit(
   params = jax.device_put(params, replicated)
   opt_state = jax.device_put(optimizer.init(params), replicated)
   train_step = jax.jit(
-    step.with_activation_rules(train_step, mesh, rules),
+    with_activation_rules(train_step, mesh, rules),
     in_shardings=(replicated, replicated, encoder_shardings, batch_sharding),
     out_shardings=replicated,
     donate_argnums=(0, 1),
   )
   predict = jax.jit(
-    step.with_activation_rules(predict, mesh, rules),
+    with_activation_rules(predict, mesh, rules),
     in_shardings=(replicated, encoder_shardings, batch_sharding),
     out_shardings=replicated,
   )
@@ -82,7 +82,7 @@ def fit(
   done, start_time, last_log, value = 0, time.perf_counter(), time.perf_counter(), jnp.nan
   for epoch in range(epochs):
     order = np.random.default_rng([seed, epoch]).permutation(train.num_rows)
-    for batch, _ in job.row_batches(train, batch_size, mesh, order=order):
+    for batch, _ in rows.row_batches(train, batch_size, mesh, order=order):
       params, opt_state, value = train_step(params, opt_state, encoder_params, batch)
       value.block_until_ready()  # One step in flight (see the module docstring).
       done += 1
@@ -99,5 +99,5 @@ def fit(
           rate,
           progress.duration((steps - done) / rate),
         )
-  predictions = job.predict(lambda p, b: predict(p, encoder_params, b), params, evaluation, batch_size, mesh)
+  predictions = rows.predict(lambda p, b: predict(p, encoder_params, b), params, evaluation, batch_size, mesh)
   return Fit(jax.device_get(params), float(value), predictions)

@@ -30,9 +30,9 @@ from absl import logging
 
 from bert_jax import config_checks, paths, sharding
 from bert_jax.bertology import plots
-from bert_jax.finetune import job, losses, tasks
+from bert_jax.finetune import losses, rows, tasks
 from bert_jax.handoff import source_jobs
-from bert_jax.train import step
+from bert_jax.model.tracing import with_activation_rules
 
 
 def normalized(importance: np.ndarray) -> np.ndarray:
@@ -67,14 +67,14 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
     summed = lambda mask: losses.task_loss(params, batch, model, normalizers=(1.0,), head=task.head, head_mask=mask)
     return jax.grad(lambda mask: summed(mask)[0])(head_mask)
 
-  def predict(head_mask, params, batch):  # With a member axis of one, as job.predict reads.
+  def predict(head_mask, params, batch):  # With a member axis of one, as rows.predict reads.
     return losses.logits(params, batch, model, head_mask=head_mask)[None]
 
   param_shardings = jax.tree.map(lambda x: x.sharding, loaded.params)
   replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
   jitted = {
     name: jax.jit(
-      step.with_activation_rules(fn, mesh, rules),
+      with_activation_rules(fn, mesh, rules),
       in_shardings=(replicated, param_shardings, batch_sharding),
       out_shardings=replicated,
     )
@@ -83,13 +83,13 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
 
   def importance_of(mask: np.ndarray) -> np.ndarray:
     total = np.zeros(shape, np.float64)
-    for batch, _ in job.row_batches(encoded, settings.batch_size, mesh):
+    for batch, _ in rows.row_batches(encoded, settings.batch_size, mesh):
       total += np.abs(np.asarray(jax.device_get(jitted["gradient"](jnp.asarray(mask), loaded.params, batch))))
     return total / encoded.num_rows
 
   def metric_of(mask: np.ndarray) -> float:
     predict_fn = lambda params, batch: jitted["predict"](jnp.asarray(mask), params, batch)
-    logits = job.predict(predict_fn, loaded.params, encoded, settings.batch_size, mesh)[0]
+    logits = rows.predict(predict_fn, loaded.params, encoded, settings.batch_size, mesh)[0]
     return float(task.metrics(encoded, logits)[task.main_metric])
 
   heads = shape[0] * shape[1]

@@ -112,7 +112,7 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
   def loss(probes, encoder_params, batch):
     return probe_loss(probe_outputs(probes, features(encoder_params, batch)), batch, task.head)
 
-  def predict(probes, encoder_params, batch):  # [layers + 1, batch, ...]: one "member" per probe, as job.predict reads.
+  def predict(probes, encoder_params, batch):  # [layers + 1, batch, ...]: a "member" per probe (rows.predict).
     out = probe_outputs(probes, features(encoder_params, batch))
     return out[..., 0] if task.head == "regression" else out
 

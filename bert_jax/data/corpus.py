@@ -15,10 +15,11 @@ from bert_jax.model.bert_config import BertConfig
 
 class Corpus:
   """The tokenizer and prepared corpus of `config` (none for the synthetic source), checked against the model;
-  `tokenizer` is config.tokenizer's when the caller has loaded it already."""
+  `tokenizer` is config.tokenizer's when the caller has loaded it already; `num_readers`: the readers the run's
+  stream is defined over (0: `data.num_readers`, else one per host)."""
 
-  def __init__(self, config, workdir: str, model: BertConfig, tokenizer: Tokenizer | None = None):
-    self._config, self._model = config, model
+  def __init__(self, config, workdir: str, model: BertConfig, tokenizer: Tokenizer | None = None, num_readers=0):
+    self._config, self._model, self._num_readers = config, model, num_readers
     self.tokenizer, self.identity, self._train, self._eval, self.unigram = None, None, {}, {}, None
     if config.data.source == "synthetic":
       return
@@ -107,4 +108,5 @@ class Corpus:
       start_example=start_example,
       host=(process_index, process_count),
       state_dir=state_dir,
+      num_readers=self._num_readers,
     )

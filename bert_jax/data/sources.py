@@ -192,12 +192,14 @@ def pipeline_source(
   start_example: int = 0,
   host: tuple[int, int] = (0, 1),
   state_dir: str | None = None,
+  num_readers: int = 0,
 ) -> PipelineSource:
-  """Host `host` = (index, count)'s batches of the prepared corpus, by the settings of `data` (`config.data`; its
-  `num_readers` 0: one reader per host), from `start_example` on; `state_dir` may hold the readers' states at that
-  position."""
-  if not data.num_readers:
-    data = ml_collections.ConfigDict(dict(data.to_dict(), num_readers=host[1]))
+  """Host `host` = (index, count)'s batches of the prepared corpus, by the settings of `data` (`config.data`), over
+  `num_readers` readers (0: `data.num_readers`; 0 there too: one reader per host), from `start_example` on;
+  `state_dir` may hold the readers' states at that position."""
+  readers_count = num_readers or data.num_readers or host[1]
+  if data.num_readers != readers_count:  # The stream's settings (and fingerprint) are those of the run's readers.
+    data = ml_collections.ConfigDict(dict(data.to_dict(), num_readers=readers_count))
   mine = readers.host_readers(data.num_readers, batch_size, *host)
   datasets = {
     reader: pipeline.reader_dataset(

@@ -25,11 +25,14 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import config_checks, console, flops, sharding
-from bert_jax.data.pretraining_batch import max_instances, pretraining_shapes
+from bert_jax import config_checks, console, sharding
 from bert_jax.dry_run import hlo_stats, tpu_topology
+from bert_jax.finetune import plan as plan_lib
+from bert_jax.finetune import tasks
+from bert_jax.handoff import formats
 from bert_jax.model.attention import resolve
-from bert_jax.train import objectives, pretraining, run
+from bert_jax.train import pretraining
+from bert_jax.train.description import Description
 
 gib = hlo_stats.format_bytes
 
@@ -59,18 +62,16 @@ def parameter_table(abstract_params, param_shardings) -> list[tuple[str, tuple, 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-  """What one job compiles: its run, and abstract arguments of its train and eval steps."""
+  """What the dry run compiles of a job: its description (`train/description.py`, the job's own), and abstract
+  arguments of its train and eval steps built from it."""
 
-  name: str
-  run: run.Run
-  model_cfg: object  # BertConfig
+  description: Description
   train_args: tuple
-  eval_fn: object
   eval_args: tuple
-  tokens_per_step: int
-  model_flops_per_step: float
-  eval_model_flops: float  # The eval step's forward pass.
-  batch_row: str
+
+  @property
+  def run(self):
+    return self.description.run
 
 
 def _abstract(shapes: dict, batch_sharding) -> dict:
@@ -87,77 +88,37 @@ def _probe(model_cfg, layers: int | None):
   return model_cfg if layers is None else dataclasses.replace(model_cfg, num_layers=layers, scan_layers=False)
 
 
-def pretraining_job(config, devices, layers: int | None = None) -> Job:
-  model_cfg = _probe(config_checks.check_pretraining(config), layers)
-  objective = objectives.of(config.objective)
-  the_run = pretraining.make_run(config, devices, model_cfg)  # A teacher's metadata is read, never its weights.
-  seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  batch = _abstract(
-    pretraining_shapes(config.batch_size, seq, preds, max_instances(config.data)), sharding.batch_sharding(the_run.mesh)
-  )
-  state = sharding.with_shardings(the_run.abstract, the_run.shardings)
-  params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
-  packed = ", packed rows" if config.data.pack_instances else ""
-  return Job(
-    name="pretraining",
-    run=the_run,
-    model_cfg=model_cfg,
-    # Frozen inputs (a teacher) are arguments: the memory analysis counts their HBM.
-    train_args=(state, batch, _key(the_run.mesh), *the_run.frozen_abstract_args),
-    eval_fn=the_run.eval_step,
-    eval_args=(params, batch, *the_run.frozen_abstract_args),
-    tokens_per_step=config.batch_size * seq,
-    model_flops_per_step=objective.flops(config, model_cfg, the_run.frozen),
-    eval_model_flops=objective.flops(config, model_cfg, the_run.frozen, training=False),
-    batch_row=f"{config.batch_size} rows x {seq} tokens{packed}, {preds} predictions per row",
-  )
-
-
-def finetuning_job(config, devices, layers: int | None = None) -> Job:
-  from bert_jax.finetune import job, losses, tasks
-  from bert_jax.handoff import pretrained
-
+def describe(config, devices, layers: int | None = None) -> Description:
+  """The configured job, described by its own `describe` (pretraining's, or fine-tuning's when `finetune.task` is
+  set) on `devices`; with `layers`, a model of that many unrolled layers. Reads metadata only: a teacher's or
+  `init_from`'s weights never, a task's files never (fine-tuning's steps are `num_train_steps`)."""
+  if not config.finetune.task:
+    return pretraining.describe(config, devices, _probe(config_checks.check_pretraining(config), layers))
   _, members = config_checks.check_finetuning(config)
   task = tasks.make_task(config.finetune)
-  source = pretrained.describe(config.init_from) if config.init_from else None  # Metadata only.
-  model_cfg = _probe(job.model_config(config, source), layers)
-  plan = job.Plan.of(config, config.num_train_steps, model_cfg, members)
-  the_run = job.make_run(config, plan, task, devices)
-  seq = config.finetune.max_seq_length
-  shapes = losses.batch_shapes(task.head, config.batch_size, seq, task.num_choices)
-  shapes = {name: ((len(members), *shape), dtype) for name, (shape, dtype) in shapes.items()}  # Rows per member.
-  train_batch = _abstract(shapes, sharding.batch_sharding(the_run.mesh, members=True))
-  eval_batch = _abstract(
-    losses.batch_shapes(task.head, config.finetune.eval_batch_size, seq, task.num_choices),
-    sharding.batch_sharding(the_run.mesh),
-  )
-  state = sharding.with_shardings(the_run.abstract, the_run.shardings)
-  params = sharding.with_shardings(the_run.abstract.params, the_run.shardings.params)
-  rows = config.batch_size * max(task.num_choices, 1)
-  eval_rows = config.finetune.eval_batch_size * max(task.num_choices, 1)
-  train_flops = flops.train_flops_per_step(model_cfg, rows, seq, 0)
-  if the_run.frozen is not None:  # A teacher's forward pass too, for each member's rows.
-    train_flops = flops.distillation_flops_per_step(model_cfg, the_run.frozen.model.config, rows, seq, 0)
-  return Job(
-    name=f"fine-tuning {task.name} ({task.head} head), {len(members)} sweep member(s)",
-    run=the_run,
-    model_cfg=model_cfg,
-    train_args=(state, train_batch, _key(the_run.mesh, len(members)), *the_run.frozen_abstract_args),
-    eval_fn=job.make_predict(the_run),
-    eval_args=(params, eval_batch),
-    tokens_per_step=rows * seq,
-    # Per member; the head and the [CLS]-only heads are negligible beside the encoder (no MLM head here).
-    model_flops_per_step=len(members) * train_flops,
-    eval_model_flops=len(members) * flops.train_flops_per_step(model_cfg, eval_rows, seq, 0) / 3,
-    batch_row=f"{config.batch_size} rows x {seq} tokens (eval {config.finetune.eval_batch_size} rows)",
-  )
+  source = formats.describe(config.init_from) if config.init_from else None  # Metadata only.
+  model_cfg = _probe(plan_lib.model_config(config, source), layers)
+  plan = plan_lib.Plan.of(config, config.num_train_steps, model_cfg, members)
+  return plan_lib.describe(config, plan, task, devices)
 
 
 def make_job(config, devices, layers: int | None = None) -> Job:
-  """The configured job's run and abstract step arguments on `devices`; with `layers`, a model of that many
-  unrolled layers."""
-  make = finetuning_job if config.finetune.task else pretraining_job
-  return make(config, devices, layers)
+  """The configured job's description and abstract step arguments on `devices`; with `layers`, a model of that
+  many unrolled layers."""
+  description = describe(config, devices, layers)
+  run = description.run
+  mesh, members = run.mesh, run.members
+  train_batch = _abstract(description.train_batch, sharding.batch_sharding(mesh, members=bool(members)))
+  eval_batch = _abstract(description.eval_batch, sharding.batch_sharding(mesh))
+  state = sharding.with_shardings(run.abstract, run.shardings)
+  params = sharding.with_shardings(run.abstract.params, run.shardings.params)
+  # Frozen inputs (a teacher) are arguments: the memory analysis counts their HBM.
+  frozen = run.frozen_abstract_args
+  return Job(
+    description=description,
+    train_args=(state, train_batch, _key(mesh, members), *frozen),
+    eval_args=(params, eval_batch, *(frozen if description.eval_reads_frozen else ())),
+  )
 
 
 def xla_flops_per_device(config, devices, num_layers: int) -> float:
@@ -170,7 +131,8 @@ def xla_flops_per_device(config, devices, num_layers: int) -> float:
   counted = []
   for layers in (1, 2):
     job = make_job(probe, devices, layers)
-    counted.append(float((job.run.train_step.lower(*job.train_args).compile().cost_analysis() or {})["flops"]))
+    train_step = job.description.run.train_step
+    counted.append(float((train_step.lower(*job.train_args).compile().cost_analysis() or {})["flops"]))
   return counted[0] + (num_layers - 1) * (counted[1] - counted[0])
 
 
@@ -239,17 +201,18 @@ def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool
   if devices is None:
     devices, target = target_devices(config)
   job = make_job(config, devices)
-  mesh, abstract, shardings = job.run.mesh, job.run.abstract, job.run.shardings
+  description = job.description
+  mesh, abstract, shardings = description.run.mesh, description.run.abstract, description.run.shardings
   usable = usable_hbm(devices)
   table = parameter_table(abstract.params, shardings.params)
   state_bytes = sum(
     int(np.prod(s.shard_shape(a.shape))) * a.dtype.itemsize
     for a, s in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True)
   )
-  steps = {"train step": compile_step(job.run.train_step, job.train_args, usable)}
+  steps = {"train step": compile_step(description.run.train_step, job.train_args, usable)}
   if eval_step:
-    steps["eval step"] = compile_step(job.eval_fn, job.eval_args, usable)
-  model_cfg = job.model_cfg
+    steps["eval step"] = compile_step(description.eval_step, job.eval_args, usable)
+  model_cfg = description.model_cfg
   attention = resolve(
     model_cfg.attention,
     devices[0].platform,
@@ -262,19 +225,19 @@ def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool
     train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers)
     train["flops_from"] = "unrolled 1- and 2-layer compiles"
   return dict(
-    job=job.name,
+    job=description.name,
     target=target,
     devices=mesh.size,
     platform=devices[0].platform,
     device_kind=devices[0].device_kind,
     mesh=dict(mesh.shape),
-    batch=job.batch_row,
+    batch=description.batch_row,
     model=model_cfg,
     attention=attention,
-    parameters=job.run.num_params,
-    tokens_per_step=job.tokens_per_step,
-    model_flops_per_step=job.model_flops_per_step,
-    eval_model_flops=job.eval_model_flops,
+    parameters=description.run.num_params,
+    tokens_per_step=description.tokens_per_step,
+    model_flops_per_step=description.train_flops,
+    eval_model_flops=description.eval_flops,
     state_bytes_per_device=state_bytes,
     usable_bytes=usable,
     steps=steps,

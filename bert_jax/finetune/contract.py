@@ -84,6 +84,11 @@ class Task(abc.ABC):
   def write_predictions(self, encoded: Encoded, logits: np.ndarray, path: str) -> None:
     """The prediction file the task's official evaluation or leaderboard reads (written atomically)."""
 
+  def prediction_file(self, split: str) -> str:
+    """The name of `split`'s prediction file in a run's `predictions/`, with its official format's extension."""
+    suffix = {"span": "json", "token": "txt", "choice": "csv"}.get(self.head, "tsv")
+    return f"{split}.{suffix}"
+
   def calibrate(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
     """Adopts the settings that the labelled split `encoded` and its `logits` choose for the prediction files
     (SQuAD v2.0: the null-score threshold); returns them. Most tasks choose nothing."""

@@ -1,6 +1,6 @@
 """The nine GLUE tasks (CoLA, SST-2, MRPC, STS-B, QQP, MNLI, QNLI, RTE, WNLI) as `Task`s: reading the GLUE
 download's TSV files or the TFDS `glue/*` datasets, encoding single sentences and pairs, GLUE's metrics, and the
-prediction files the GLUE server takes (`submission_file_name` names them).
+prediction files the GLUE server takes (`glue_files.submission_file_name` names them).
 
 Files, as `glue_data/<TASK>/` of the GLUE download: `train.tsv`, `dev.tsv`, `test.tsv` (MNLI: `dev_matched.tsv`,
 `dev_mismatched.tsv`, `test_matched.tsv`, `test_mismatched.tsv`). They are tab-separated without quoting (a
@@ -16,10 +16,8 @@ MRPC also reads Microsoft's own files when `train.tsv` is absent: `msr_paraphras
 Microsoft's (labelled) test file, so train is GLUE's train + dev and dev scores are not comparable to GLUE's.
 """
 
-import contextlib
 import csv
 import dataclasses
-import io
 import math
 
 import numpy as np
@@ -27,6 +25,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
+from bert_jax.finetune import glue_files
 from bert_jax.finetune import metrics as metrics_lib
 from bert_jax.finetune.contract import Encoded, Task, encode_pair
 
@@ -44,20 +43,6 @@ TFDS_SPLITS = {
   "dev_mismatched": "validation_mismatched",
   "test_matched": "test_matched",
   "test_mismatched": "test_mismatched",
-}
-# The file names the GLUE server expects in the submission zip, by (task, test split).
-SUBMISSION_FILES = {
-  ("cola", "test"): "CoLA.tsv",
-  ("sst2", "test"): "SST-2.tsv",
-  ("mrpc", "test"): "MRPC.tsv",
-  ("stsb", "test"): "STS-B.tsv",
-  ("qqp", "test"): "QQP.tsv",
-  ("mnli", "test_matched"): "MNLI-m.tsv",
-  ("mnli", "test_mismatched"): "MNLI-mm.tsv",
-  ("mnli", "ax"): "AX.tsv",
-  ("qnli", "test"): "QNLI.tsv",
-  ("rte", "test"): "RTE.tsv",
-  ("wnli", "test"): "WNLI.tsv",
 }
 MSR_TRAIN, MSR_TEST = "msr_paraphrase_train.txt", "msr_paraphrase_test.txt"
 DIAGNOSTIC = "diagnostic.tsv"
@@ -141,7 +126,7 @@ class GlueTask(Task):
   def _read_tsv(self, path: epath.Path, columns: Columns, labelled: bool) -> list[GlueExample]:
     """The examples of one GLUE TSV file. Raises ValueError naming the file and line that is wrong."""
     examples, short_lines = [], []
-    with _open_text(path) as f:
+    with glue_files.open_text(path) as f:
       reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
       try:
         header = list(columns.header) if columns.header else [name.strip() for name in next(reader, [])]
@@ -162,19 +147,19 @@ class GlueTask(Task):
       except csv.Error as error:
         raise ValueError(f"{path}:{reader.line_num}: {error}") from error
       except UnicodeDecodeError as error:  # Decoded a chunk at a time: find the line itself.
-        line, byte = _undecodable_line(path)
+        line, byte = glue_files.undecodable_line(path)
         raise ValueError(
           f"{path}:{line}: byte {byte:#04x} is not UTF-8 ({error.reason}); GLUE files are UTF-8: re-encode the file."
         ) from None
       if not examples:
         raise ValueError(f"{path}:{reader.line_num + 1}: no examples; {self.name} expects {self.expected_layout()}")
-    _log_short_lines(path, short_lines)
+    glue_files.log_short_lines(path, short_lines)
     return examples
 
   def _example_maker(self, path, header: list[str], columns: Columns, labelled: bool):
     """A function (fields, line, default index) -> GlueExample for the file with `header`; raises naming the file
     when a column is missing."""
-    find = _column_finder(path, header, self.expected_layout())
+    find = glue_files.column_finder(path, header, self.expected_layout())
     text_a = find(columns.text_a)
     text_b = find(columns.text_b) if columns.text_b else None
     label = find(columns.label) if labelled else None
@@ -280,6 +265,12 @@ class GlueTask(Task):
 
   def _prediction_text(self, prediction) -> str:
     return self.labels[int(prediction)]
+
+  def prediction_file(self, split: str) -> str:
+    """A test split's file under the name the GLUE server expects (`submission_file_name`: MNLI-m.tsv, ...)."""
+    if split in self.test_splits:
+      return glue_files.submission_file_name(self.name, split)
+    return super().prediction_file(split)
 
   def write_predictions(self, encoded: Encoded, logits: np.ndarray, path: str) -> None:
     """The GLUE server's file for a test split: header `index\\tprediction`, then per example the index from its
@@ -490,51 +481,3 @@ def make_task(name: str, data_dir: str = "", tfds_name: str = "", tfds_data_dir:
   if key not in TASKS:
     raise ValueError(f"Unknown GLUE task {name!r}; expected one of {sorted(TASKS)}.")
   return TASKS[key](data_dir=data_dir, tfds_name=tfds_name, tfds_data_dir=tfds_data_dir)
-
-
-def submission_file_name(task_name: str, split: str) -> str:
-  """The file name the GLUE server expects for a task's test split, e.g. ("mnli", "test_matched") -> MNLI-m.tsv."""
-  key = (task_name.lower().replace("-", ""), split)
-  if key not in SUBMISSION_FILES:
-    raise ValueError(
-      f"No GLUE submission file for task {task_name!r} split {split!r}; known: {list(SUBMISSION_FILES)}."
-    )
-  return SUBMISSION_FILES[key]
-
-
-@contextlib.contextmanager
-def _open_text(path: epath.Path):
-  """`path` as text for csv: UTF-8 without a leading BOM (Microsoft's MRPC files have one), newlines left to csv
-  (they may be CRLF)."""
-  with path.open("rb") as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as text:
-    yield text
-
-
-def _undecodable_line(path: epath.Path) -> tuple[int, int]:
-  """(1-based line number, first bad byte) of the first line of `path` that is not UTF-8."""
-  for number, line in enumerate(path.read_bytes().splitlines(keepends=True), start=1):
-    try:
-      line.decode("utf-8-sig" if number == 1 else "utf-8")
-    except UnicodeDecodeError as error:
-      return number, line[error.start]
-  return 0, 0
-
-
-def _column_finder(path, header: list[str], layout: str):
-  """A function from candidate header names to the index of the first one present; raises naming the file."""
-
-  def find(names: tuple[str, ...]) -> int:
-    for name in names:
-      if name in header:
-        return header.index(name)
-    raise ValueError(f"{path}:1: no column named {' or '.join(names)} in the header {header}; expected {layout}")
-
-  return find
-
-
-def _log_short_lines(path, lines: list[int]) -> None:
-  if lines:
-    shown = ", ".join(str(line) for line in lines[:10])
-    logging.warning(
-      "%s: skipped %d lines with missing fields (lines %s%s).", path, len(lines), shown, ", ..." * (len(lines) > 10)
-    )

@@ -24,31 +24,29 @@ best member's predictions of every eval and test split in the task's official fo
 """
 
 import dataclasses
-import functools
 import json
 import math
 import time
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import config_checks, paths, progress, sharding
-from bert_jax.config_checks import Member
+from bert_jax import config_checks, flops, paths, progress, sharding
 from bert_jax.data.tokenizer import load_tokenizer
-from bert_jax.finetune import glue, losses, tasks
+from bert_jax.finetune import tasks
 from bert_jax.finetune.contract import Encoded, Task
+from bert_jax.finetune.members import Member
+from bert_jax.finetune.plan import Plan, describe, model_config
+from bert_jax.finetune.rows import host_batch, predict, training_rows
 from bert_jax.handoff import pretrained
-from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.heads import task_model
-from bert_jax.train import distillation, loop, run, start_order
-from bert_jax.train import step as step_lib
-from bert_jax.train.optim import Steps, make_sweep_optimizer, set_learning_rates
-from bert_jax.workdir import checkpoints
+from bert_jax.train import loop, start_order
+from bert_jax.train.description import Description
+from bert_jax.train.optim import set_learning_rates
+from bert_jax.workdir import checkpoints, verified
 
 METRICS_FILE = "metrics.json"
 # What makes a fine-tuning run the run it is: a workdir's checkpoint resumes only a config that agrees on these.
@@ -75,83 +73,6 @@ RUN_KEYS = (
 # What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was; no
 # teacher).
 RUN_KEYS_ABSENT = {"lr_schedule": "bert", "distill.teacher": "", "distill.temperature": 2.0, "distill.alpha_hard": 0.5}
-
-
-@functools.lru_cache(maxsize=64)
-def _permutation(seed: int, epoch: int, num_rows: int) -> np.ndarray:
-  """The order of epoch `epoch` in the stream of `seed`, drawn once (every step of the epoch, every member reads it)."""
-  permutation = np.random.default_rng([seed, epoch]).permutation(num_rows)
-  permutation.flags.writeable = False
-  return permutation
-
-
-def training_rows(step: int, num_rows: int, batch_size: int, seed: int) -> np.ndarray:
-  """[batch_size] row indices that step `step` (from 1) trains on in the stream of `seed` (a member's): one
-  permutation of the rows per epoch, from (seed, epoch)."""
-  positions = np.arange((step - 1) * batch_size, step * batch_size)
-  epochs, offsets = np.divmod(positions, num_rows)
-  rows = np.empty(batch_size, np.int64)
-  for epoch in np.unique(epochs):
-    permutation = _permutation(seed, int(epoch), num_rows)
-    rows[epochs == epoch] = permutation[offsets[epochs == epoch]]
-  return rows
-
-
-def _host_batch(features: dict, rows: np.ndarray, weight: np.ndarray) -> dict:
-  """This host's share of the global batch `rows` ([batch], or [members, batch] with `weight` of the same shape):
-  hosts take consecutive blocks of the last axis, as global_batch expects."""
-  per_host = rows.shape[-1] // jax.process_count()
-  mine = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)
-  batch = {name: value[rows[..., mine]] for name, value in features.items()}
-  batch["weight"] = weight[..., mine].astype(np.float32)
-  return batch
-
-
-def model_config(config, source: pretrained.Pretrained | pretrained.Source | None) -> BertConfig:
-  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout."""
-  ours = BertConfig(**config.model.to_dict())
-  if source is None:
-    return ours
-  keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
-  return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
-
-
-@dataclasses.dataclass(frozen=True)
-class Plan:
-  """What this run computes from its config and what it reads, kept beside the config rather than written into
-  it: the step counts (from epochs, rows and batch size; warmup from its fraction), the encoder (init_from's
-  architecture, this run's dtype and layout) and the sweep's members."""
-
-  num_train_steps: int
-  steps: Steps
-  model: BertConfig
-  members: tuple[Member, ...]
-
-  @classmethod
-  def of(cls, config, num_train_steps: int, model: BertConfig, members) -> "Plan":
-    warmup = int(round(config.finetune.warmup_fraction * num_train_steps))
-    return cls(num_train_steps, Steps(warmup, num_train_steps), model, tuple(members))
-
-  def record(self, config) -> ml_collections.ConfigDict:
-    """What a checkpoint records as its config: `config` with the plan's step counts and encoder, so that a
-    reader of the checkpoint (export, `pretrained.load`, a resume) sees the architecture and schedule that ran."""
-    recorded = ml_collections.ConfigDict(config.to_dict())
-    recorded.update(num_train_steps=self.num_train_steps, warmup_steps=self.steps.warmup_steps, schedule_end_step=0)
-    recorded.model.update(dataclasses.asdict(self.model))
-    return recorded
-
-
-def make_run(config, plan: Plan, task: Task, devices=None, tokenizer_identity: dict | None = None) -> run.Run:
-  """The sweep's run: `task`'s model on the plan's encoder, one member per (learning rate, seed), the optimizer on
-  the plan's step counts; with `distill.teacher`, the teacher described (checked against `tokenizer_identity` when
-  given) as the run's frozen input and its soft labels in the loss."""
-  model = task_model(plan.model, task.head, task.num_labels)
-  tx = make_sweep_optimizer(config, plan.steps)
-  frozen, loss = None, losses.make_loss(task.head)
-  if config.distill.teacher:
-    frozen = distillation.task_teacher(config, plan.model, task.task_head, tokenizer_identity)
-    loss = losses.distilled(task.head, frozen.model, config.distill.temperature, config.distill.alpha_hard)
-  return run.make_run(config, model, loss, tx, members=len(plan.members), devices=devices, frozen=frozen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,39 +102,6 @@ def _read_splits(task: Task, tokenizer, max_seq_length: int) -> _Splits:
   )
 
 
-def make_predict(the_run: run.Run):
-  """Jitted (params with a member axis, batch) -> logits [members, batch, ...], replicated on every device."""
-
-  def predict(params, batch):
-    return jax.vmap(lambda p: losses.logits(p, batch, the_run.model), in_axes=0)(params)
-
-  return jax.jit(
-    step_lib.with_activation_rules(predict, the_run.mesh, the_run.rules),
-    in_shardings=(the_run.shardings.params, sharding.batch_sharding(the_run.mesh)),
-    out_shardings=sharding.replicated(the_run.mesh),
-  )
-
-
-def row_batches(encoded: Encoded, batch_size: int, mesh, order: np.ndarray | None = None):
-  """Every row of `encoded`, in `order` (a permutation of the rows; default: row order), as global batches of
-  `batch_size` with `weight` (the last batch padded with weight-0 rows): yields (batch, how many rows are real)."""
-  order = np.arange(encoded.num_rows) if order is None else np.asarray(order)
-  for start in range(0, encoded.num_rows, batch_size):
-    positions = np.arange(start, start + batch_size)
-    weight = (positions < encoded.num_rows).astype(np.float32)
-    rows = order[np.minimum(positions, encoded.num_rows - 1)]
-    yield sharding.global_batch(_host_batch(encoded.features, rows, weight), mesh), int(weight.sum())
-
-
-def predict(predict_fn, params, encoded: Encoded, batch_size: int, mesh) -> np.ndarray:
-  """Logits of every row of `encoded`, [members, rows, ...]."""
-  outputs = []
-  for batch, real in row_batches(encoded, batch_size, mesh):
-    logits = predict_fn(params, batch)
-    outputs.append(np.asarray(logits.addressable_data(0))[:, :real])
-  return np.concatenate(outputs, axis=1)
-
-
 def _evaluate(task: Task, predict_fn, params, splits: dict, config, mesh, members) -> dict:
   """{split: [metrics of member i]} of every eval split."""
   results = {}
@@ -241,13 +129,6 @@ def _log_table(table: dict) -> None:
   logging.info("Sweep (%s, final evaluation):\n%s", next(iter(table.values()))["metric"], "\n".join(lines))
 
 
-def _prediction_path(workdir: str, task: Task, split: str) -> str:
-  if task.name in glue.TASKS and split in task.test_splits:
-    return f"{workdir}/predictions/{glue.submission_file_name(task.name, split)}"
-  suffix = {"span": "json", "token": "txt", "choice": "csv"}.get(task.head, "tsv")
-  return f"{workdir}/predictions/{split}.{suffix}"
-
-
 @jax.jit
 def _member_state(state, index):
   """Sweep member `index`'s state (every leaf's leading axis), as one program for the whole tree rather than an
@@ -263,8 +144,11 @@ class FinetuningJob(loop.Job):
   title = "Fine-tuning"
   finished = "Fine-tuning finished"
 
-  def __init__(self, config, plan: Plan, workdir: str, task: Task, source, tokenizer, splits: _Splits):
-    self.config, self.plan, self.workdir, self.task = config, plan, workdir, task
+  def __init__(
+    self, config, plan: Plan, workdir: str, task: Task, source, tokenizer, splits: _Splits, description: Description
+  ):
+    """`description`: `plan.describe`'s, for `plan` and `task`; its frozen inputs (a teacher) are read here."""
+    self.config, self.plan, self.workdir, self.task, self.description = config, plan, workdir, task, description
     self.members, self.source, self.tokenizer = plan.members, source, tokenizer
     self._recorded = plan.record(config)
     self.splits = splits
@@ -273,10 +157,10 @@ class FinetuningJob(loop.Job):
     epochs = math.ceil(config.finetune.num_epochs)
     ends = {min(self.last_step, math.ceil(e * self.num_rows / config.batch_size)) for e in range(1, 1 + epochs)}
     self.epoch_ends = sorted(ends | {self.last_step})
-    self.tokens_per_step = config.batch_size * config.finetune.max_seq_length
+    self.tokens_per_step = description.tokens_per_step
     self.model_cfg = plan.model
-    self.run = make_run(config, plan, task, tokenizer_identity=tokenizer.identity()).read_frozen()
-    self.predict_fn = make_predict(self.run)
+    self.run = description.run.read_frozen()
+    self.predict_fn = description.eval_step
     self.tokenizer_item = checkpoints.tokenizer_item(tokenizer)
     self.main_split = task.eval_splits[0]
     self.summary = None
@@ -309,7 +193,7 @@ class FinetuningJob(loop.Job):
     self.best_manager = checkpoints.make_manager(self.workdir, 1, checkpoints.BEST)
 
     def restore(checkpoint_manager, step: int):
-      return checkpoints.restore(checkpoint_manager, step, self.run.abstract, self.run.shardings)
+      return start_order.restore_state(checkpoint_manager, step, self.run.abstract, self.run.shardings)
 
     def fresh() -> start_order.Start:
       """The encoder only: every member's head starts from its own seed, even from a fine-tuned source."""
@@ -323,7 +207,7 @@ class FinetuningJob(loop.Job):
 
     begun = start_order.start(self.config, manager, restore, fresh)
     step = int(jax.device_get(begun.state.step)[0])
-    self.record = checkpoints.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
+    self.record = verified.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
     if self.run.frozen is not None:  # What taught the members: a resume must read the same (check_frozen).
       self.record[self.run.frozen.name] = self.run.frozen.identity
     return begun
@@ -334,14 +218,22 @@ class FinetuningJob(loop.Job):
   def batch(self, step: int) -> dict:
     """[members, batch, ...]: each member's rows of step `step` in its own seed's stream."""
     rows = np.stack([training_rows(step, self.num_rows, self.config.batch_size, m.seed) for m in self.members])
-    host = _host_batch(self.splits.train.features, rows, self.ones)
+    host = host_batch(self.splits.train.features, rows, self.ones)
     return sharding.global_batch(host, self.run.mesh, members=True)
 
   def dropout_key(self) -> jax.Array:
     return jnp.stack([loop.train_dropout_key(m.seed) for m in self.members])
 
   def ticker(self, first_step: int) -> progress.Progress:
-    return progress.Progress(self.last_step, self.tokens_per_step, first_step, shown=("task_loss", "task_accuracy"))
+    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, self.config.peak_tflops_per_device)
+    return progress.Progress(
+      self.last_step,
+      self.tokens_per_step,
+      first_step,
+      self.description.train_flops,
+      peak * jax.device_count() if peak else None,
+      shown=("task_loss", "task_accuracy"),
+    )
 
   def summarize(self, step: int, sums: dict, steps: int) -> dict:
     return progress.summarize(jax.tree.map(lambda x: x.mean(), sums), steps)
@@ -414,7 +306,7 @@ class FinetuningJob(loop.Job):
     if jax.process_index() == 0:
       (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
       for split, encoded in to_predict.items():
-        task.write_predictions(encoded, logits[split], _prediction_path(workdir, task, split))
+        task.write_predictions(encoded, logits[split], f"{workdir}/predictions/{task.prediction_file(split)}")
     self.summary = dict(
       task=task.name,
       head=task.head,
@@ -452,8 +344,8 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   start_order.check_same_run(config, workdir, RUN_KEYS, RUN_KEYS_ABSENT)
   task = tasks.make_task(config.finetune)
   source = None
+  mesh = sharding.make_mesh(config.mesh.to_dict())  # The one mesh: the source is read onto it, the run made on it.
   if config.init_from:  # Read, and so checked, before anything is written.
-    mesh = sharding.make_mesh(config.mesh.to_dict())
     rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
     source = pretrained.load(config.init_from, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
     tokenizer = source.tokenizer
@@ -468,7 +360,8 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
   total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)
   plan = Plan.of(config, total_steps, model_cfg, checked.members)
-  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits)
+  description = describe(config, plan, task, tokenizer_identity=tokenizer.identity(), mesh=mesh)
+  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits, description)
   newest = start_order.newest_saved(config, workdir)
   if newest is not None:
     start_order.check_frozen(workdir, newest[0], job.run.frozen)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax.train.distillation import kl_divergence
+from bert_jax.train.objectives.distillation import kl_divergence
 from bert_jax.train.step import Loss
 
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")

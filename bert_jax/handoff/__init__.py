@@ -1,3 +1,4 @@
-"""What leaves a run and what comes in: loading pretrained weights from any source (`pretrained.py`), exports
-(`export.py`), feature extraction (`extract_features.py`), and the Hugging Face and original Google BERT
-formats (`hf_format.py`, `google_format.py`)."""
+"""What leaves a run and what comes in: what a pretrained source holds, from its metadata (`formats.py`), its
+weights on a mesh in one call (`pretrained.py`), exports (`export.py`), feature extraction (`extract_features.py`),
+the Hugging Face and original Google BERT formats (`hf_format.py`, `hf_names.py`, `hf_configs.py`,
+`google_format.py`), and the start of a job over a source (`source_jobs.py`)."""

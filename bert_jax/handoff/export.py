@@ -43,15 +43,15 @@ from etils import epath
 
 from bert_jax import config_checks, paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
-from bert_jax.handoff import google_format, hf_configs, hf_format, pretrained
+from bert_jax.handoff import formats, google_format, hf_configs, hf_format, pretrained
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
-from bert_jax.workdir import checkpoints
+from bert_jax.workdir import checkpoints, verified
 
 FORMATS = config_checks.EXPORT_FORMATS
 # The file whose presence makes a directory a model of each format (written last).
-_COMMIT_FILE = {"bundle": pretrained.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
+_COMMIT_FILE = {"bundle": formats.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model", "bpe": bpe.TOKENIZER_JSON}
 # A byte-level BPE in a Hugging Face or Google directory: RoBERTa's two files, which RobertaTokenizer reads.
 _BPE_FILES = (bpe.VOCAB, bpe.MERGES)
@@ -59,7 +59,7 @@ _BPE_FILES = (bpe.VOCAB, bpe.MERGES)
 # `export.overwrite` may replace.
 _HF_FILES = {hf_format.SAFETENSORS, "config.json", "tokenizer_config.json", *_TOKENIZER_FILENAME.values(), *_BPE_FILES}
 _WRITTEN = {
-  "huggingface": {*_HF_FILES, *(f"{pretrained.GENERATOR}/{name}" for name in _HF_FILES)},
+  "huggingface": {*_HF_FILES, *(f"{formats.GENERATOR}/{name}" for name in _HF_FILES)},
   "google": {
     *(f"{google_format.CHECKPOINT}.{end}" for end in ("index", "data-00000-of-00001")),
     google_format.CONFIG,
@@ -101,11 +101,11 @@ def _write_tokenizer(tokenizer: Tokenizer, directory: epath.Path, format: str) -
   return list(files)
 
 
-def _history(source: pretrained.Source) -> dict:
+def _history(source: formats.Source) -> dict:
   """What the source records of its training: a checkpoint's history item, a bundle's manifest."""
   if source.format == "workdir":
     with checkpoints.reader(epath.Path(source.path).parent) as manager:
-      return checkpoints.read_history(manager, source.step)
+      return verified.read_history(manager, source.step)
   if source.format == "bundle":
     return source.info.get("history", {})
   return {}
@@ -119,7 +119,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   (filename,) = _write_tokenizer(loaded.tokenizer, directory, "bundle")
   source = loaded.source
   manifest = {
-    "format": pretrained.BUNDLE_FORMAT,
+    "format": formats.BUNDLE_FORMAT,
     "version": 1,
     "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     "source": {"path": source.path, "format": source.format, "step": source.step},
@@ -133,7 +133,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
     "files": _file_hashes(directory),
   }
   manifest["tokenizer"].pop("path")
-  (directory / pretrained.BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2))
+  (directory / formats.BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2))
 
 
 def _hf_task_config(task: TaskHead) -> dict:
@@ -153,9 +153,9 @@ def _hf_task_config(task: TaskHead) -> dict:
 def _write_huggingface(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   params = jax.device_get(loaded.params)
   if "generator" in params:  # ELECTRA: the generator is a model of its own, in a directory of its own.
-    (directory / pretrained.GENERATOR).mkdir()
+    (directory / formats.GENERATOR).mkdir()
     generator = generator_as_masked_lm(params)
-    _write_hf_model(loaded, generator, loaded.source.generator, directory / pretrained.GENERATOR)
+    _write_hf_model(loaded, generator, loaded.source.generator, directory / formats.GENERATOR)
   _write_hf_model(loaded, params, loaded.config, directory)
 
 
@@ -194,13 +194,13 @@ def _check_target(source: str, resolved: str, target: epath.Path, overwrite: boo
   if not overwrite:
     raise FileExistsError(f"{target} exists and is not empty; set export.overwrite=True to replace it.")
   try:
-    existing = pretrained.describe(target)
+    existing = formats.describe(target)
   except (FileNotFoundError, ValueError) as error:
     raise ValueError(f"export.overwrite: {target} is not an export ({error}); refusing to replace it.") from None
   if existing.format == "workdir":
     raise ValueError(f"export.overwrite: {target} is a pretraining workdir, not an export; refusing to replace it.")
   if existing.format == "bundle":
-    written = {*existing.info.get("files", {}), pretrained.BUNDLE_MANIFEST}
+    written = {*existing.info.get("files", {}), formats.BUNDLE_MANIFEST}
   else:
     written = _WRITTEN[existing.format]
   others = [name for path in paths.files(target) if (name := str(path.relative_to(target))) not in written]
@@ -273,6 +273,6 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
 def verify_bundle(directory: str) -> dict:
   """Checks every file of a bundle against the SHA-256 in its manifest; returns the manifest. Raises ValueError
   naming each file that differs, is missing, or is not in the manifest."""
-  manifest = pretrained.read_json(epath.Path(directory) / pretrained.BUNDLE_MANIFEST)
-  pretrained.verify_bundle(directory, manifest)
+  manifest = formats.read_json(epath.Path(directory) / formats.BUNDLE_MANIFEST)
+  formats.verify_bundle(directory, manifest)
   return manifest

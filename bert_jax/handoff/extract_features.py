@@ -33,7 +33,7 @@ from bert_jax import config_checks, paths, progress, sharding
 from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.train import step
+from bert_jax.model.tracing import with_activation_rules
 
 
 def layer_indices(layers, num_layers: int, key: str = "features.layers") -> list[int]:
@@ -120,7 +120,7 @@ def extract(config, workdir: str, checked: config_checks.Checked | None = None) 
   batch_sharding = sharding.batch_sharding(mesh)
   param_shardings = jax.tree.map(lambda x: x.sharding, loaded.params["bert"])
   encode = jax.jit(
-    step.with_activation_rules(encode, mesh, rules),
+    with_activation_rules(encode, mesh, rules),
     in_shardings=(param_shardings, batch_sharding, batch_sharding),
     out_shardings=batch_sharding,
   )

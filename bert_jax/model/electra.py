@@ -14,7 +14,8 @@ parameters are one tree, as in the official code and transformers' `ElectraForMa
 
 The generator's config comes from the discriminator's (`bert_config.generator_config`). Without one the module is
 the discriminator alone (transformers' `ElectraForPreTraining`, as a Hugging Face directory without its generator
-loads). What ELECTRA does with the two (sampling, the corrupted input, the labels, the loss) is train/electra.py's.
+loads). What ELECTRA does with the two (sampling, the corrupted input, the labels, the loss) is
+train/objectives/electra.py's.
 
 `generator_as_masked_lm` and `with_generator` move the generator between this tree and the tree of a masked LM of
 its own config (`bert` with the shared embeddings, `mlm_*`), which is what transformers' `ElectraForMaskedLM` holds.

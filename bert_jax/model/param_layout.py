@@ -60,9 +60,3 @@ def convert(tree: Any, scanned: bool) -> Any:
     tree,
     is_leaf=lambda node: isinstance(node, Mapping),
   )
-
-
-def is_scanned(params: Mapping) -> bool:
-  """Whether `params` (a BertForPretraining or BertModel parameter tree) is in the scanned layout."""
-  encoder = params.get("bert", params)
-  return SCANNED_KEY in encoder

@@ -1,3 +1,5 @@
-"""Training: the train state and pure steps (`step.py`), the one place that compiles them (`run.py`), the loop
-(`loop.py`), where a run starts (`start_order.py`), the pretraining objective (`pretraining.py`), the optimizers
-(`optim.py`) and the guard against non-finite steps (`guard.py`)."""
+"""Training, for every job: the train state and pure steps (`step.py`), the one place that compiles them
+(`run.py`), a job described once (`description.py`), THE loop (`loop.py`) and THE start order (`start_order.py`),
+the optimizers (`optim.py`) and the guard against non-finite steps (`guard.py`). Pretraining is a job on them
+(`pretraining.py`, its start policy `pretraining_start.py`, the sources `init_from` names `init_from.py`), training
+one of the objectives of `objectives/` (BERT, ELECTRA, distillation), chosen by name."""

@@ -20,6 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bert_jax import sharding
 from bert_jax.model.encoder import init_params
+from bert_jax.model.tracing import with_activation_rules
 from bert_jax.train import step as step_lib
 from bert_jax.train.guard import Guard
 
@@ -130,11 +131,13 @@ def make_run(
   members: int = 0,
   devices: Sequence[jax.Device] | None = None,
   frozen: Frozen | None = None,
+  mesh: Mesh | None = None,
 ) -> Run:
-  """Mesh from `config.mesh`, the state's shapes and shardings, and the steps jitted over them; checks the
+  """Mesh from `config.mesh` over `devices` (or `mesh`, made so already), the state's shapes and shardings, and the
+  steps jitted over them; checks the
   batch against the mesh before anything is compiled. With `frozen`, the steps take its parameters as one more
   argument (see the module docstring); they are read later, by `Run.read_frozen`."""
-  mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
+  mesh = mesh or sharding.make_mesh(config.mesh.to_dict(), devices)
   sharding.check_batch_size(config.batch_size, mesh, config.num_microbatches)
   rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
   abstract, shardings = step_lib.state_shardings(model, tx, mesh, rules)
@@ -157,13 +160,13 @@ def make_run(
     step = jax.vmap(step, in_axes=(0, 0, 0) + (None,) * len(extra))  # Every member reads the same frozen inputs.
     evaluate = jax.vmap(evaluate, in_axes=(0, None) + (None,) * len(extra))
   jitted_step = jax.jit(
-    step_lib.with_activation_rules(step, mesh, rules),
+    with_activation_rules(step, mesh, rules),
     in_shardings=(shardings, sharding.batch_sharding(mesh, members=bool(members)), key_sharding, *extra),
     out_shardings=(shardings, sharding.replicated(mesh)),
     donate_argnums=0,
   )
   jitted_eval = jax.jit(
-    step_lib.with_activation_rules(evaluate, mesh, rules),
+    with_activation_rules(evaluate, mesh, rules),
     in_shardings=(shardings.params, sharding.batch_sharding(mesh), *extra),
     out_shardings=sharding.replicated(mesh),
   )

@@ -22,9 +22,8 @@ from flax import struct
 from jax.sharding import Mesh, PartitionSpec
 
 from bert_jax import sharding
-from bert_jax.model.attention import current_platform, target_platform
+from bert_jax.model.attention import current_platform
 from bert_jax.model.encoder import init_params
-from bert_jax.model.layers import activation_rules
 from bert_jax.train.guard import DEFAULT_GUARD, Guard
 
 
@@ -234,16 +233,3 @@ def eval_step(params, batch: dict, frozen=None, *, model: nn.Module, loss: Loss)
   """The loss's metric sums on `batch`, without dropout."""
   _, metrics = loss.value(params, batch, model, **_frozen_keyword(frozen))
   return metrics
-
-
-def with_activation_rules(fn, mesh: Mesh, rules):
-  """`fn` traced with the abstract `mesh` and the logical axis `rules` in context: the model's `act_*`
-  constraints apply, and attention kernels are chosen for the platform of the mesh's devices."""
-  platform = mesh.devices.flat[0].platform
-
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), activation_rules(rules), target_platform(platform):
-      return fn(*args, **kwargs)
-
-  return wrapped

@@ -28,7 +28,7 @@ import tempfile
 import numpy as np
 from etils import epath
 
-from bert_jax.data.tokenizer import Tokenizer
+from bert_jax.data.tokenizer.base import Tokenizer
 
 VOCAB, MERGES, TOKENIZER_JSON = "vocab.json", "merges.txt", "tokenizer.json"
 _WORD_START = "\u0120"  # "Ġ": the byte-level symbol of a space, which begins every word but a text's first.

@@ -13,44 +13,23 @@ An `Objective` gives:
 - `initial_params(config, run)`: what a new run starts from when `init_from` names nothing (a distillation
   student: its teacher's layers), as (params, a line saying what they are), or None: a fresh initialisation.
 
-`pretraining.make_run`, `PretrainingJob` and the dry run ask `of(config.objective)`; none of them branches on the
-name. Adding an objective is one module that defines its `OBJECTIVE` and one entry in `of`'s table (and `NAMES`).
+The pretraining job (`train/pretraining.py`: its description, which its loop job and the dry run use) asks
+`of(config.objective)`; nothing branches on the name. Adding an objective is one module in this folder that defines
+its `OBJECTIVE` (an `objective.Objective`) and one entry in `of`'s table (and `NAMES`).
 """
 
-import dataclasses
-from collections.abc import Callable
+from bert_jax.train.objectives.objective import Objective
 
 # config.objective: the names `of` knows (config_checks refuses others before anything is imported).
 NAMES = ("bert", "distillation", "electra")
 
 
-def _no_frozen(config, model_cfg):
-  return None
-
-
-def _no_initial_params(config, run):
-  return None
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-  """One pretraining objective; see the module docstring."""
-
-  name: str
-  model: Callable
-  loss: Callable
-  flops: Callable
-  shown: Callable
-  frozen: Callable = _no_frozen
-  initial_params: Callable = _no_initial_params
-
-
 def of(name: str) -> Objective:
   """The objective `name` (one of NAMES)."""
-  # Each defines its objective with this module's dataclass.
-  from bert_jax.train import distillation, electra, pretraining
+  # Imported when first asked for: config checks read NAMES without importing any objective.
+  from bert_jax.train.objectives import bert, distillation, electra
 
-  table = {"bert": pretraining.OBJECTIVE, "distillation": distillation.OBJECTIVE, "electra": electra.OBJECTIVE}
+  table = {"bert": bert.OBJECTIVE, "distillation": distillation.OBJECTIVE, "electra": electra.OBJECTIVE}
   if name not in table:
     raise ValueError(f"objective={name!r}; expected one of {tuple(table)}.")
   return table[name]

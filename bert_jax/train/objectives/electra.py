@@ -26,7 +26,8 @@ import optax
 from bert_jax import flops
 from bert_jax.model.bert_config import BertConfig, electra_generator
 from bert_jax.model.electra import ElectraForPretraining
-from bert_jax.train import objectives, pretraining
+from bert_jax.train.objectives import bert
+from bert_jax.train.objectives.objective import Objective
 from bert_jax.train.step import Loss
 
 # What each random draw of a step folds into its dropout key.
@@ -92,12 +93,12 @@ def electra_loss(
   rtd_xent = optax.sigmoid_binary_cross_entropy(rtd_logits, targets) * real
   mlm_normalizer, token_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
   metrics = dict(
-    pretraining.masked_lm_sums(mlm_logits, batch),
+    bert.masked_lm_sums(mlm_logits, batch),
     rtd_loss=jnp.sum(rtd_xent),
     rtd_accuracy=jnp.sum(((rtd_logits > 0) == labels) * real),
     rtd_replaced=jnp.sum(targets * real),
     rtd_count=jnp.sum(real),
-    **pretraining.row_sums(batch),
+    **bert.row_sums(batch),
   )
   loss = metrics["mlm_loss"] / mlm_normalizer + rtd_weight * metrics["rtd_loss"] / token_normalizer
   return loss, metrics
@@ -121,7 +122,7 @@ def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> floa
   return flops.electra_flops_per_step(model_cfg, generator, config.batch_size, seq, preds) / (1 if training else 3)
 
 
-OBJECTIVE = objectives.Objective(
+OBJECTIVE = Objective(
   name="electra",
   model=_model,
   loss=lambda config, frozen: make_loss(config.electra.rtd_weight, config.electra.sampling_temperature),

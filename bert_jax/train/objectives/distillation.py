@@ -27,12 +27,14 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax import flops
-from bert_jax.handoff import pretrained
+from bert_jax.handoff import formats, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig
 from bert_jax.model.encoder import BertForPretraining, abstract_params
 from bert_jax.model.heads import TaskHead
-from bert_jax.train import objectives, pretraining, start_order
+from bert_jax.train import init_from
+from bert_jax.train.objectives import bert
+from bert_jax.train.objectives.objective import Objective
 from bert_jax.train.run import Frozen, Run
 from bert_jax.train.step import Loss
 
@@ -81,7 +83,7 @@ def distillation_loss(
   (`teacher_*`)."""
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
-  inputs = pretraining.model_inputs(batch)
+  inputs = bert.model_inputs(batch)
   student = model.apply({"params": params}, **inputs, deterministic=deterministic, rngs=rngs)
   taught = jax.lax.stop_gradient(teacher.apply({"params": frozen}, **inputs, deterministic=True))
 
@@ -96,7 +98,7 @@ def distillation_loss(
   loss = (alpha_ce * jnp.sum(kl) + alpha_mlm * jnp.sum(xent)) / mlm_normalizer
   loss += alpha_cos * jnp.sum(cosine) / token_normalizer
   count = jnp.sum(weights)
-  instances = jnp.sum(pretraining.next_sentence_weights(batch))
+  instances = jnp.sum(bert.next_sentence_weights(batch))
   metrics = dict(
     mlm_loss=jnp.sum(xent),
     mlm_accuracy=jnp.sum((jnp.argmax(student["mlm_logits"], -1) == labels) * weights),
@@ -129,10 +131,10 @@ def make_loss(config, frozen: Frozen) -> Loss:
   return Loss(value=value, normalizers=loss_normalizers)
 
 
-def _describe(config) -> tuple[pretrained.Source, str]:
+def _describe(config) -> tuple[formats.Source, str]:
   """The teacher's source (metadata only) and how errors name it."""
   where = f"distill.teacher={config.distill.teacher}"
-  return start_order.describe(config.distill.teacher, where), where
+  return init_from.describe(config.distill.teacher, where), where
 
 
 def teacher_config(source: BertConfig, model_cfg: BertConfig) -> BertConfig:
@@ -149,7 +151,7 @@ def teacher_config(source: BertConfig, model_cfg: BertConfig) -> BertConfig:
   )
 
 
-def _identity(source: pretrained.Source) -> dict:
+def _identity(source: formats.Source) -> dict:
   return dict(path=source.path, format=source.format, step=source.step)
 
 
@@ -158,7 +160,7 @@ def student_layers(config) -> tuple[int, ...]:
   return tuple(config.distill.student_layers) or tuple(range(0, 2 * config.model.num_layers, 2))
 
 
-def _check_teacher(config, source: pretrained.Source, model_cfg: BertConfig, where: str) -> None:
+def _check_teacher(config, source: formats.Source, model_cfg: BertConfig, where: str) -> None:
   """What a pretraining teacher must be for this student, from its metadata; raises ValueError naming each value."""
   if source.task is not None:
     raise ValueError(
@@ -204,7 +206,7 @@ def teacher(config, model_cfg: BertConfig) -> Frozen:
   model = BertForPretraining(teacher_config(source.config, model_cfg))
 
   def read(mesh, rules) -> dict:
-    start_order.source_tokenizer(config, source, where)  # The student reads the teacher's token ids.
+    init_from.source_tokenizer(config, source, where)  # The student reads the teacher's token ids.
     _, params = pretrained.read_weights(source, scan_layers=model_cfg.scan_layers, mesh=mesh, rules=rules)
     missing = sorted(set(abstract_params(model.config)) - set(params))
     if missing:
@@ -244,7 +246,7 @@ def _flops(config, model_cfg: BertConfig, frozen: Frozen, training: bool = True)
   return flops.distillation_flops_per_step(model_cfg, frozen.model.config, config.batch_size, seq, preds, training)
 
 
-OBJECTIVE = objectives.Objective(
+OBJECTIVE = Objective(
   name="distillation",
   model=lambda config, model_cfg: BertForPretraining(model_cfg),
   loss=make_loss,
@@ -280,7 +282,7 @@ def task_teacher(config, model_cfg: BertConfig, task: TaskHead, tokenizer_identi
       f"finetune.max_seq_length={config.finetune.max_seq_length}."
     )
   if tokenizer_identity is not None:
-    pretrained.check_tokenizer(source, tokenizer_identity, where)
+    formats.check_tokenizer(source, tokenizer_identity, where)
   teacher_cfg = teacher_config(source.config, model_cfg)
 
   def read(mesh, rules) -> dict:

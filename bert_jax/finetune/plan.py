@@ -1,0 +1,96 @@
+"""What a fine-tuning run computes before it trains, and the job described once from it: the plan (step counts
+from epochs and rows, the encoder from `init_from`'s metadata, the sweep's members), the sweep's run, and
+`describe`, which the job (`finetune/job.py`) and the dry run both use."""
+
+import dataclasses
+
+import ml_collections
+
+from bert_jax import flops
+from bert_jax.finetune import losses
+from bert_jax.finetune.contract import Task
+from bert_jax.finetune.members import Member
+from bert_jax.finetune.rows import make_predict
+from bert_jax.handoff import formats, pretrained
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.heads import task_model
+from bert_jax.train import run
+from bert_jax.train.description import Description
+from bert_jax.train.objectives import distillation
+from bert_jax.train.optim import Steps, make_sweep_optimizer
+
+
+def model_config(config, source: pretrained.Pretrained | formats.Source | None) -> BertConfig:
+  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout."""
+  ours = BertConfig(**config.model.to_dict())
+  if source is None:
+    return ours
+  keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
+  return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What this run computes from its config and what it reads, kept beside the config rather than written into
+  it: the step counts (from epochs, rows and batch size; warmup from its fraction), the encoder (init_from's
+  architecture, this run's dtype and layout) and the sweep's members."""
+
+  num_train_steps: int
+  steps: Steps
+  model: BertConfig
+  members: tuple[Member, ...]
+
+  @classmethod
+  def of(cls, config, num_train_steps: int, model: BertConfig, members) -> "Plan":
+    warmup = int(round(config.finetune.warmup_fraction * num_train_steps))
+    return cls(num_train_steps, Steps(warmup, num_train_steps), model, tuple(members))
+
+  def record(self, config) -> ml_collections.ConfigDict:
+    """What a checkpoint records as its config: `config` with the plan's step counts and encoder, so that a
+    reader of the checkpoint (export, `pretrained.load`, a resume) sees the architecture and schedule that ran."""
+    recorded = ml_collections.ConfigDict(config.to_dict())
+    recorded.update(num_train_steps=self.num_train_steps, warmup_steps=self.steps.warmup_steps, schedule_end_step=0)
+    recorded.model.update(dataclasses.asdict(self.model))
+    return recorded
+
+
+def make_run(
+  config, plan: Plan, task: Task, devices=None, tokenizer_identity: dict | None = None, mesh=None
+) -> run.Run:
+  """The sweep's run: `task`'s model on the plan's encoder, one member per (learning rate, seed), the optimizer on
+  the plan's step counts; with `distill.teacher`, the teacher described (checked against `tokenizer_identity` when
+  given) as the run's frozen input and its soft labels in the loss."""
+  model = task_model(plan.model, task.head, task.num_labels)
+  tx = make_sweep_optimizer(config, plan.steps)
+  frozen, loss = None, losses.make_loss(task.head)
+  if config.distill.teacher:
+    frozen = distillation.task_teacher(config, plan.model, task.task_head, tokenizer_identity)
+    loss = losses.distilled(task.head, frozen.model, config.distill.temperature, config.distill.alpha_hard)
+  return run.make_run(config, model, loss, tx, members=len(plan.members), devices=devices, frozen=frozen, mesh=mesh)
+
+
+def describe(config, plan: Plan, task: Task, devices=None, tokenizer_identity: dict | None = None, mesh=None):
+  """Fine-tuning `task` by `plan`, described once (`train/description.py`): the sweep's run on `mesh` (default:
+  one made from `config.mesh` over `devices`), every member's batch, the prediction step, the FLOPs."""
+  sweep_run = make_run(config, plan, task, devices, tokenizer_identity, mesh)
+  members, seq, choices = len(plan.members), config.finetune.max_seq_length, task.num_choices
+  train_batch = losses.batch_shapes(task.head, config.batch_size, seq, choices)
+  train_batch = {name: ((members, *shape), dtype) for name, (shape, dtype) in train_batch.items()}  # Per member.
+  rows, eval_rows = (size * max(choices, 1) for size in (config.batch_size, config.finetune.eval_batch_size))
+  # Per member; the task heads are negligible beside the encoder (no MLM head here).
+  train_flops = flops.train_flops_per_step(plan.model, rows, seq, 0)
+  if sweep_run.frozen is not None:  # A teacher's forward pass too, for each member's rows.
+    train_flops = flops.distillation_flops_per_step(plan.model, sweep_run.frozen.model.config, rows, seq, 0)
+  return Description(
+    name=f"fine-tuning {task.name} ({task.head} head), {members} sweep member(s)",
+    model_cfg=plan.model,
+    run=sweep_run,
+    train_batch=train_batch,
+    eval_batch=losses.batch_shapes(task.head, config.finetune.eval_batch_size, seq, choices),
+    eval_step=make_predict(sweep_run),
+    eval_reads_frozen=False,
+    tokens_per_step=members * rows * seq,
+    train_flops=members * train_flops,
+    eval_flops=members * flops.train_flops_per_step(plan.model, eval_rows, seq, 0) / 3,
+    batch_row=f"{config.batch_size} rows x {seq} tokens" + (f" ({choices} choices each)" if choices else ""),
+  )

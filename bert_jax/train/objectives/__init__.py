@@ -1,0 +1,2 @@
+"""Pretraining objectives, one module each (`bert`, `electra`, `distillation`), and their registry by name
+(`registry.of(config.objective)`); `objective.Objective` is what each defines."""

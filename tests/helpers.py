@@ -1,0 +1,21 @@
+"""Small helpers several test files share, for looking into what a run wrote."""
+
+from collections.abc import Mapping
+
+from bert_jax.model.param_layout import SCANNED_KEY
+from bert_jax.workdir import checkpoints, verified
+
+
+def restore_config(workdir: str, step: int | None = None) -> dict:
+  """The config a checkpoint was written with (newest step by default), as a plain dict."""
+  with checkpoints.read_only_manager(workdir) as manager:
+    step = manager.latest_step() if step is None else step
+    if step is None:
+      raise FileNotFoundError(f"No checkpoint under {checkpoints.checkpoint_dir(workdir)}.")
+    return verified.read_config(manager, step)
+
+
+def is_scanned(params: Mapping) -> bool:
+  """Whether `params` (a BertForPretraining or BertModel parameter tree) is in the scanned layout."""
+  encoder = params.get("bert", params)
+  return SCANNED_KEY in encoder
