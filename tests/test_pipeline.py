@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from bert_jax.data import full_sentences, packing, pipeline, prepare, readers, sources
 from bert_jax.data.tokenizer import load_tokenizer
+from configs import default
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
 WORDS_PER_SHARD = 400  # Shard s uses words s*400 .. s*400+399: tokens tell which shard an example came from.
@@ -494,6 +495,34 @@ def test_a_state_saved_before_data_masking_existed_still_applies(data_config, sc
   then = {key: value for key, value in data_config().to_dict().items() if key not in ("masking", "span_masking")}
   then.update({"whole_word_masking": False, **older_keys})
   assert _pinned_fingerprint(ml_collections.ConfigDict(then)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
+
+
+def test_every_data_key_has_one_fingerprint_decision():
+  """Whether a saved pipeline state depends on a key is decided once per key, in data/sources.py; a new key without
+  a decision would leave the states either stale or wrongly applied."""
+  decisions = (sources._STREAM, tuple(sources._ADDED_LATER), sources._NOT_THE_STREAM, sources._KINDS)
+  for key in default.get_config().data:
+    assert sum(key in decided for decided in decisions) == 1, key
+
+
+def test_a_data_key_without_a_fingerprint_decision_is_refused_and_one_added_later_keeps_older_states(
+  data_config, monkeypatch
+):
+  data = data_config()
+  with data.unlocked():
+    data.mask_whole_sentences = 0.0  # A key added after states were saved, at its default.
+  with pytest.raises(ValueError, match=r"data\.mask_whole_sentences: no decision on whether saved pipeline states"):
+    _pinned_fingerprint(data)
+  # Decided: in the stream, added later with its default. States saved before it still apply; a run that sets it
+  # gets another stream, and another fingerprint.
+  monkeypatch.setitem(sources._ADDED_LATER, "mask_whole_sentences", 0.0)
+  assert _pinned_fingerprint(data) == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
+  data.mask_whole_sentences = 0.1
+  assert _pinned_fingerprint(data) != FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
+  # Decided: not the stream. Any value keeps the fingerprint.
+  monkeypatch.delitem(sources._ADDED_LATER, "mask_whole_sentences")
+  monkeypatch.setattr(sources, "_NOT_THE_STREAM", (*sources._NOT_THE_STREAM, "mask_whole_sentences"))
+  assert _pinned_fingerprint(data) == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
 
 
 def test_a_state_saved_before_data_instances_existed_still_applies(corpus, data_config):

@@ -151,6 +151,30 @@ def _find_corrupt(files: list[str]) -> str:
   return f"(one of {files})"
 
 
+# Every key of `config.data` has one decision below, on whether it defines the stream that a saved pipeline state
+# belongs to; `stream_fingerprint` refuses a key without one (tests/test_pipeline.py checks configs/default.py's). A
+# new key that changes the stream goes in _ADDED_LATER with its default, so that states saved before it still apply.
+
+# Keys that define the stream, in the fingerprint at any value, as every saved state hashed them.
+_STREAM = (
+  "source",
+  "embedded_corpus",
+  "input_format",
+  "tfds_name",
+  "tfds_split",
+  "tfds_feature",
+  "num_shards",
+  "masked_lm_prob",
+  "short_seq_prob",
+  "num_readers",
+  "shuffle_buffer",
+  "pack_instances",
+  "max_instances_per_row",
+  "packing_group",
+  "max_seq_length",
+  "max_predictions_per_seq",
+)
+
 # Stream keys added after saved states existed, each with the value every state saved before it ran with: a key at that
 # value is left out of the fingerprint, so those states still apply.
 _ADDED_LATER = {
@@ -160,7 +184,9 @@ _ADDED_LATER = {
   "span_max_words": 10,
 }
 
-_NOT_THE_STREAM = (  # The manifest says what preparation made; its own settings do not define the stream.
+# Keys that do not define the stream: where files are, checks, and preparation's own settings (the manifest, which is
+# in the fingerprint, says what preparation made).
+_NOT_THE_STREAM = (
   "prepared_dir",
   "eval_prepared_dir",
   "prepare_unit_bytes",
@@ -218,11 +244,19 @@ def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> s
   """A hash of what defines the stream of `data` (`config.data`): not where the files are (a moved
   corpus or workdir keeps its saved state). Keys added later are left out at the value older states ran with
   (`_ADDED_LATER`), and the instance kind and masking scheme are written as older states wrote them (`_kinds`), so
-  those states still apply."""
+  those states still apply. A key without a decision above is refused."""
+  values = data.to_dict()
+  undecided = sorted(set(values) - {*_STREAM, *_ADDED_LATER, *_NOT_THE_STREAM, *_KINDS})
+  if undecided:
+    raise ValueError(
+      f"data.{', data.'.join(undecided)}: no decision on whether saved pipeline states depend on it. Name it in "
+      "bert_jax/data/sources.py: _STREAM, _ADDED_LATER (with the value runs had before it existed, so that their "
+      "states still apply) or _NOT_THE_STREAM."
+    )
   stream = {
     key: value
-    for key, value in data.to_dict().items()
-    if key not in (*_NOT_THE_STREAM, *_KINDS) and not (key in _ADDED_LATER and value == _ADDED_LATER[key])
+    for key, value in values.items()
+    if key in _STREAM or (key in _ADDED_LATER and value != _ADDED_LATER[key])
   }
   settings = dict(stream, **_kinds(data), seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
   return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
