@@ -254,19 +254,19 @@ def check_pretraining(config) -> BertConfig:
 
 
 def _check_masking(data) -> None:
-  """The masking keys that must agree (their ranges: PRETRAINING). A masked_lm_prob that max_predictions_per_seq caps
-  is allowed: the run's header gives the rate a full sequence gets, with a warning."""
+  """The masking keys that must agree (their ranges: PRETRAINING): `data.masking` names a scheme, the older keys
+  beside it agree with it (data/masking_names.py), the replacement fractions fit. A masked_lm_prob that
+  max_predictions_per_seq caps is allowed: the run's header gives the rate a full sequence gets, with a warning."""
+  # Light (no TensorFlow). Here rather than at the top while another change restructures the imports: move it up.
+  from bert_jax.data.masking_names import check_masking
+
+  check_masking(data)
   fractions = data.mask_token_fraction + data.random_token_fraction
   if fractions > 1 + 1e-9:  # Up to rounding: 0.7 and 0.3 are fine.
     raise ValueError(
       f"data.mask_token_fraction={data.mask_token_fraction} and data.random_token_fraction="
       f"{data.random_token_fraction} add up to {fractions:g}, more than 1: the rest stays unchanged, so they must add "
       "up to at most 1."
-    )
-  if data.span_masking and data.whole_word_masking:
-    raise ValueError(
-      "data.span_masking=True and data.whole_word_masking=True: span masking always selects whole words; set "
-      "data.whole_word_masking=False."
     )
 
 

@@ -115,11 +115,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.mask_token_fraction = 0.8
   # ... and this fraction a random token (BERT: 0.1; ELECTRA: 0); the rest stay unchanged.
   config.data.random_token_fraction = 0.1
-  # Select whole words (a WordPiece word with its ## continuations; SentencePiece: ALBERT's word starts).
-  config.data.whole_word_masking = False
-  # SpanBERT's span masking (data/span_masking.py): spans of whole words, replaced span by span; instead of
-  # whole_word_masking, which must then be False.
-  config.data.span_masking = False
+  # How tokens are selected (docs/data.md, "Masking"): "tokens" (BERT's, token by token); "words" (whole words: a
+  # WordPiece word with its ## continuations, SentencePiece: ALBERT's word starts); "spans" (SpanBERT's spans of whole
+  # words, data/span_masking.py, replaced span by span).
+  config.data.masking = "tokens"
+  # A key before data.masking, kept for older configs and commands (with a deprecation note): True reads as "words"
+  # with data.masking left at "tokens"; set, it must agree with data.masking. Unset (None): data.masking alone decides.
+  config.data.whole_word_masking = ml_collections.config_dict.placeholder(bool)
+  # Likewise, the other: True reads as "spans".
+  config.data.span_masking = ml_collections.config_dict.placeholder(bool)
   # Span lengths in words: geometric with this p, cut to 1..span_max_words and renormalised (SpanBERT: 0.2) ...
   config.data.span_geometric_p = 0.2
   # ... up to this many words (SpanBERT: 10; with p=0.2 a span has 3.8 words on average).

@@ -110,6 +110,7 @@ BAD_VALUES = [
   ("data.span_max_words", 0, "data.span_max_words=0 must be at least 1."),
   ("data.shuffle_buffer", 0, "data.shuffle_buffer=0 must be at least 1."),
   ("data.num_shards", 0, "data.num_shards=0 must be at least 1."),
+  ("data.masking", "whole_words", "data.masking='whole_words'; expected one of ('tokens', 'words', 'spans')."),
   ("data.instances", "roberta", "data.instances='roberta'; expected one of ('nsp', 'sop', 'doc_sentences', 'full"),
   ("tokenizer.train_max_sentences", 0, "tokenizer.train_max_sentences=0 must be at least 1."),
   ("eval_steps", -1, "eval_steps=-1 must be non-negative. 0 disables evaluation."),
@@ -155,12 +156,32 @@ def test_the_edges_of_each_range_pass(key, value):
   config_checks.check_pretraining(_tiny_with(key, value))
 
 
-def test_span_masking_with_whole_word_masking_is_refused():
-  config = _tiny_with("data.span_masking", True)
+def test_data_masking_and_the_older_masking_keys_are_checked_together(caplog):
+  def notes():
+    return [record.getMessage() for record in caplog.records if "deprecated" in record.getMessage()]
+
+  for scheme in ("tokens", "words", "spans"):
+    config_checks.check_pretraining(_tiny_with("data.masking", scheme))
+  assert not notes()
+  # An older key alone still works, read as data.masking's spelling, with a note naming both.
+  for key, scheme in (("whole_word_masking", "words"), ("span_masking", "spans")):
+    caplog.clear()
+    config_checks.check_pretraining(_tiny_with(f"data.{key}", True))
+    assert notes() == [f"data.{key}=True is deprecated: write data.masking={scheme!r} instead."]
+  config = _tiny_with("data.masking", "spans")
+  config.data.whole_word_masking = False  # What older configs wrote beside span_masking=True: it agrees.
   config_checks.check_pretraining(config)
-  config.data.whole_word_masking = True
-  with pytest.raises(ValueError, match=re.escape("data.span_masking=True and data.whole_word_masking=True")):
-    config_checks.check_pretraining(config)
+  contradictions = [
+    (dict(whole_word_masking=True, span_masking=True), "data.whole_word_masking=True and data.span_masking=True"),
+    (dict(masking="words", span_masking=True), "data.span_masking=True contradicts data.masking='words'"),
+    (dict(masking="spans", whole_word_masking=True), "data.whole_word_masking=True contradicts data.masking='spans'"),
+    (dict(masking="words", whole_word_masking=False), "data.whole_word_masking=False contradicts data.masking='words'"),
+  ]
+  for keys, message in contradictions:
+    config = tiny.get_config()
+    config.data.update(keys)
+    with pytest.raises(ValueError, match=re.escape(message)):
+      config_checks.check_pretraining(config)
 
 
 def test_data_instances_and_the_older_next_sentence_prediction_key_are_checked_together():

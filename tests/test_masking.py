@@ -1,14 +1,17 @@
 """Masked-LM selection against the published recipe, measured on >100k generated tokens."""
 
 import dataclasses
+import json
+import pathlib
 import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data import span_masking
+from bert_jax.data import masking, span_masking
 from bert_jax.data.masking import Masking, describe, mask_tokens
+from bert_jax.data.masking_names import MASKINGS, masking_scheme
 from configs import default
 
 VOCAB, SEQ, MAX_PREDICTIONS = 1000, 128, 20
@@ -43,13 +46,14 @@ def _settings(**overrides) -> Masking:
 GENERATED = dict(special_ids=SPECIAL, word_start=np.arange(VOCAB) < 500, vocab_size=VOCAB, mask_id=MASK)
 
 
-def _mask_all(ids, mask, whole_word=False, seed=0, vocabulary=GENERATED, **overrides):
-  """mask_tokens of each row (seed (seed, row)), with `vocabulary` (GENERATED's keys) and `overrides` of _settings."""
-  masking = _settings(whole_word_masking=whole_word, **overrides)
+def _mask_all(ids, mask, scheme="tokens", seed=0, vocabulary=GENERATED, **overrides):
+  """mask_tokens of each row (seed (seed, row)) by `scheme` (data.masking), with `vocabulary` (GENERATED's keys) and
+  `overrides` of _settings."""
+  settings = _settings(scheme=scheme, **overrides)
 
   def apply(index, input_ids, input_mask):
     return mask_tokens(
-      input_ids, input_mask, tf.stack([tf.constant(seed, tf.int64), index]), **vocabulary, masking=masking
+      input_ids, input_mask, tf.stack([tf.constant(seed, tf.int64), index]), **vocabulary, masking=settings
     )
 
   dataset = tf.data.Dataset.from_tensor_slices((tf.range(len(ids), dtype=tf.int64), ids, mask))
@@ -109,7 +113,7 @@ def test_same_seed_same_masks_other_seed_other_masks(masked):
 
 def test_whole_word_masking_takes_every_piece_of_a_word():
   ids, mask = _sequences(300, seed=1)
-  out = _mask_all(ids, mask, whole_word=True)
+  out = _mask_all(ids, mask, scheme="words")
   weights = out["masked_lm_weights"]
   assert abs(weights.sum() / mask.sum() - 0.15) < 0.02
   for row in range(len(ids)):
@@ -127,7 +131,7 @@ def test_whole_word_masking_skips_a_word_that_does_not_fit_and_goes_on():
   # not fit, but a 1-piece word still does (BERT's `continue`), so every sequence gets exactly 3.
   ids = np.repeat(np.array([[CLS] + [10, 600, 11, 12, 601, 13] * 3 + [SEP]], np.int32), 40, 0)  # 40 seeds.
   mask = np.ones_like(ids)
-  out = _mask_all(ids, mask, whole_word=True)
+  out = _mask_all(ids, mask, scheme="words")
   np.testing.assert_array_equal(out["masked_lm_weights"].sum(1), 3)
 
 
@@ -173,7 +177,7 @@ def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
 
 def test_span_masking_selects_fifteen_percent_in_whole_words_replaced_span_by_span(masked):
   ids, mask, _ = masked
-  out = _mask_all(ids, mask, span_masking=True)
+  out = _mask_all(ids, mask, scheme="spans")
   assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.005
   candidate, starts = _words(ids, mask)
   selected = _selected(out)
@@ -255,10 +259,10 @@ def test_spans_are_whole_words_from_a_word_start_with_spanbert_s_lengths(masked)
   assert abs(lengths.mean() - 3.8) < 0.15 and abs(span_masking.mean_words(0.2, 10) - 3.797) < 5e-4
 
 
-@pytest.mark.parametrize("span_masking", [False, True], ids=["tokens", "spans"])
-def test_the_masking_rate_is_a_setting(span_masking):
+@pytest.mark.parametrize("scheme", MASKINGS)
+def test_the_masking_rate_is_a_setting(scheme):
   ids, mask = _sequences(300, seed=2)
-  out = _mask_all(ids, mask, masked_lm_prob=0.4, max_predictions_per_seq=SEQ, span_masking=span_masking)
+  out = _mask_all(ids, mask, scheme, masked_lm_prob=0.4, max_predictions_per_seq=SEQ)
   assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.4) < 0.01
 
 
@@ -277,11 +281,54 @@ def test_a_rate_that_max_predictions_caps_is_stated_with_the_value_needed():
     np.array([[CLS] + [7] * (SEQ - 2) + [SEP]], np.int32), np.ones([1, SEQ], np.int32), masked_lm_prob=0.4
   )
   assert full["masked_lm_weights"].sum() == 20
-  line, warning = describe(_settings(masked_lm_prob=0.4, max_predictions_per_seq=51, span_masking=True), SEQ)
+  line, warning = describe(_settings(masked_lm_prob=0.4, max_predictions_per_seq=51, scheme="spans"), SEQ)
   assert warning == "" and line == (
     "40% of tokens (51 of a full 128-token sequence), in spans of 1-10 whole words (geometric p=0.2, mean 3.80); "
     "80% [MASK], 10% random, 10% unchanged"
   )
+
+
+def test_data_masking_names_a_scheme_of_the_table_and_the_header_names_its_units():
+  # The config checks read the names without TensorFlow (masking_names); the table is what masks.
+  assert tuple(masking.SCHEMES) == MASKINGS == ("tokens", "words", "spans")
+  units = {scheme: describe(_settings(scheme=scheme), SEQ)[0] for scheme in MASKINGS}
+  assert units == {
+    "tokens": "15% of tokens (19 of a full 128-token sequence), token by token; 80% [MASK], 10% random, 10% unchanged",
+    "words": "15% of tokens (19 of a full 128-token sequence), by whole words; 80% [MASK], 10% random, 10% unchanged",
+    "spans": "15% of tokens (19 of a full 128-token sequence), in spans of 1-10 whole words (geometric p=0.2, mean "
+    "3.80); 80% [MASK], 10% random, 10% unchanged",
+  }
+
+
+@pytest.mark.parametrize(
+  "keys,scheme",
+  [
+    (dict(), "tokens"),
+    (dict(masking="words"), "words"),
+    (dict(masking="spans"), "spans"),
+    (dict(whole_word_masking=True), "words"),
+    (dict(span_masking=True), "spans"),
+    (dict(whole_word_masking=False, span_masking=True), "spans"),
+    (dict(whole_word_masking=False, span_masking=False), "tokens"),
+  ],
+  ids=lambda value: ",".join(f"{k}={v}" for k, v in value.items()) or "default" if isinstance(value, dict) else value,
+)
+def test_the_older_keys_read_as_the_scheme_they_asked_for(keys, scheme):
+  data = default.get_config().data
+  data.update(keys)
+  bert = Masking.of(default.get_config().data)
+  assert masking_scheme(data) == scheme and Masking.of(data) == dataclasses.replace(bert, scheme=scheme)
+  # A checkpoint's saved config (a dict) from before data.masking existed has the older keys alone.
+  saved = {key: value for key, value in data.to_dict().items() if key != "masking" and value is not None}
+  if "masking" not in keys:
+    assert masking_scheme(saved) == scheme
+
+
+def test_a_config_saved_before_data_masking_existed_reads_as_token_masking():
+  metadata = pathlib.Path(__file__).parent / "golden" / "checkpoints" / "2" / "config" / "metadata"
+  saved = json.loads(metadata.read_text())["data"]
+  assert "masking" not in saved and saved["whole_word_masking"] is False
+  assert masking_scheme(saved) == "tokens"
 
 
 def test_the_replacement_fractions_are_settings(masked):
@@ -334,7 +381,7 @@ def test_sentencepiece_whole_word_masking_masks_every_piece_of_a_word(fixture_to
     vocab_size=tokenizer.vocab_size,
     mask_id=tokenizer.mask_id,
   )
-  out = _mask_all(ids, mask, whole_word=True, vocabulary=vocabulary)
+  out = _mask_all(ids, mask, "words", vocabulary=vocabulary)
   assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.02
   selected = _selected(out)
   alone = 0  # Full stops selected without the word before them.

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from bert_jax.data import full_sentences, packing, pipeline, prepare, readers, sources
 from bert_jax.data.tokenizer import load_tokenizer
+from configs import default
 
 SEQ, PREDICTIONS, BATCH = 128, 20, 128
 WORDS_PER_SHARD = 400  # Shard s uses words s*400 .. s*400+399: tokens tell which shard an example came from.
@@ -459,11 +460,69 @@ def test_a_state_saved_before_the_masking_keys_existed_still_applies(data_config
   fingerprint = functools.partial(sources.stream_fingerprint, manifest=manifest, seed=0, batch_size=8)
   before = data_config()  # A run's keys before these existed: what its saved states' fingerprints hashed.
   with before.unlocked():
-    for key in ("mask_token_fraction", "random_token_fraction", "span_masking", "span_geometric_p", "span_max_words"):
+    for key in ("mask_token_fraction", "random_token_fraction", "span_geometric_p", "span_max_words", "masking"):
       del before[key]
+    before.whole_word_masking = False  # Its default then.
+    del before["span_masking"]
   assert fingerprint(before) == fingerprint(data_config())
-  assert fingerprint(data_config(span_masking=True)) != fingerprint(data_config())
+  assert fingerprint(data_config(masking="spans")) != fingerprint(data_config())
   assert fingerprint(data_config(random_token_fraction=0.0)) != fingerprint(data_config())
+
+
+# The fingerprints that the code before data.masking existed (commit fa32b11) computed for these settings, written
+# once from it: a pipeline state saved by it applies after data.masking came only if they stay the same.
+FINGERPRINT_MANIFEST = {
+  "shards": [{"file": "documents-00000-of-00001.tfrecord", "documents": 3}],
+  "tokenizer": {"kind": "wordpiece", "path": "/here/vocab.txt", "sha256": "0" * 64},
+}
+FINGERPRINTS_BEFORE_DATA_MASKING = {  # configs/default.py's data, seed 0, batch 8, FINGERPRINT_MANIFEST.
+  "tokens": "e36eca36ef6207303a5c7769a9777088116407a2a8280a1d442684f924532a54",  # The defaults.
+  "words": "ff7189da03543d7c71dec0a3e9473d022d51d345dc68fe8e7d7f1885556b622e",  # whole_word_masking=True
+  "spans": "a368d1cfce23f5f599a7ca38db96106e627cc128045ac319324fc700d7980508",  # span_masking=True
+}
+
+
+def _pinned_fingerprint(data) -> str:
+  return sources.stream_fingerprint(data, FINGERPRINT_MANIFEST, seed=0, batch_size=8)
+
+
+@pytest.mark.parametrize("scheme", ["tokens", "words", "spans"])
+def test_a_state_saved_before_data_masking_existed_still_applies(data_config, scheme):
+  older_keys = {"tokens": {}, "words": dict(whole_word_masking=True), "spans": dict(span_masking=True)}[scheme]
+  assert _pinned_fingerprint(data_config(masking=scheme)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
+  assert _pinned_fingerprint(data_config(**older_keys)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
+  # The run's config as it was then: no data.masking, whole_word_masking False or True, span_masking only if True.
+  then = {key: value for key, value in data_config().to_dict().items() if key not in ("masking", "span_masking")}
+  then.update({"whole_word_masking": False, **older_keys})
+  assert _pinned_fingerprint(ml_collections.ConfigDict(then)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
+
+
+def test_every_data_key_has_one_fingerprint_decision():
+  """Whether a saved pipeline state depends on a key is decided once per key, in data/sources.py; a new key without
+  a decision would leave the states either stale or wrongly applied."""
+  decisions = (sources._STREAM, tuple(sources._ADDED_LATER), sources._NOT_THE_STREAM, sources._KINDS)
+  for key in default.get_config().data:
+    assert sum(key in decided for decided in decisions) == 1, key
+
+
+def test_a_data_key_without_a_fingerprint_decision_is_refused_and_one_added_later_keeps_older_states(
+  data_config, monkeypatch
+):
+  data = data_config()
+  with data.unlocked():
+    data.mask_whole_sentences = 0.0  # A key added after states were saved, at its default.
+  with pytest.raises(ValueError, match=r"data\.mask_whole_sentences: no decision on whether saved pipeline states"):
+    _pinned_fingerprint(data)
+  # Decided: in the stream, added later with its default. States saved before it still apply; a run that sets it
+  # gets another stream, and another fingerprint.
+  monkeypatch.setitem(sources._ADDED_LATER, "mask_whole_sentences", 0.0)
+  assert _pinned_fingerprint(data) == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
+  data.mask_whole_sentences = 0.1
+  assert _pinned_fingerprint(data) != FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
+  # Decided: not the stream. Any value keeps the fingerprint.
+  monkeypatch.delitem(sources._ADDED_LATER, "mask_whole_sentences")
+  monkeypatch.setattr(sources, "_NOT_THE_STREAM", (*sources._NOT_THE_STREAM, "mask_whole_sentences"))
+  assert _pinned_fingerprint(data) == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
 
 
 def test_a_state_saved_before_data_instances_existed_still_applies(corpus, data_config):

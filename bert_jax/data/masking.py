@@ -3,25 +3,29 @@
 BERT's recipe: `masked_lm_prob` (15%) of the tokens of a sequence are selected (counting [CLS] and [SEP] in
 the length as the original does, at least one, at most `max_predictions_per_seq`), never [CLS], [SEP] or
 [PAD]; of those, 80% become [MASK], 10% a random token, 10% stay (`mask_token_fraction`, `random_token_fraction`).
-The selection works in units: tokens; whole words (a word's pieces are selected together); or SpanBERT's spans of
-whole words (`span_masking.py`). Every random choice comes from a stateless seed, so the same example gets the same
-masks on any host and after any restart.
+The selection works in units, by the scheme `data.masking` names (`SCHEMES`): tokens; whole words (a word's pieces
+are selected together); or SpanBERT's spans of whole words (`span_masking.py`). A new scheme is a selection function
+and its entry in `SCHEMES` (and its name in `masking_names.MASKINGS`, which the config checks read without
+TensorFlow). Every random choice comes from a stateless seed, so the same example gets the same masks on any host and
+after any restart.
 """
 
 import dataclasses
+from collections.abc import Callable
 
 from bert_jax.data import span_masking
+from bert_jax.data.masking_names import masking_scheme
 from bert_jax.tensorflow_cpu import tf
 
 
 @dataclasses.dataclass(frozen=True)
 class Masking:
-  """What masked-LM selection does: `config.data`'s masking keys, named as there (configs/default.py)."""
+  """What masked-LM selection does: `config.data`'s masking keys, named as there (configs/default.py), but for
+  `scheme`: `data.masking` as the older keys may set it (`masking_names.masking_scheme`)."""
 
   masked_lm_prob: float
   max_predictions_per_seq: int
-  whole_word_masking: bool
-  span_masking: bool
+  scheme: str
   span_geometric_p: float
   span_max_words: int
   mask_token_fraction: float
@@ -30,7 +34,8 @@ class Masking:
   @classmethod
   def of(cls, data) -> "Masking":
     """The masking keys of `data` (`config.data`)."""
-    return cls(**{field.name: data[field.name] for field in dataclasses.fields(cls)})
+    keys = {field.name: data[field.name] for field in dataclasses.fields(cls) if field.name != "scheme"}
+    return cls(scheme=masking_scheme(data), **keys)
 
 
 def describe(masking: Masking, max_seq_length: int) -> tuple[str, str]:
@@ -38,13 +43,7 @@ def describe(masking: Masking, max_seq_length: int) -> tuple[str, str]:
   none) when `max_predictions_per_seq` caps what `masked_lm_prob` asks of a full-length sequence."""
   asked = max(1, round(max_seq_length * masking.masked_lm_prob))  # As `mask_tokens` rounds.
   gets = min(asked, masking.max_predictions_per_seq)
-  if masking.span_masking:
-    mean = span_masking.mean_words(masking.span_geometric_p, masking.span_max_words)
-    units = (
-      f"in spans of 1-{masking.span_max_words} whole words (geometric p={masking.span_geometric_p:g}, mean {mean:.2f})"
-    )
-  else:
-    units = "by whole words" if masking.whole_word_masking else "token by token"
+  units = SCHEMES[masking.scheme].units(masking)
   kept = max(0.0, 1 - masking.mask_token_fraction - masking.random_token_fraction)  # Not -5e-17 for 0.8 + 0.2.
   replaced = (
     f"{_percent(masking.mask_token_fraction)} [MASK], {_percent(masking.random_token_fraction)} random, "
@@ -83,7 +82,6 @@ def mask_tokens(
   Returns `input_ids` with the replacements, `masked_lm_positions`, `masked_lm_ids` (the original tokens)
   and `masked_lm_weights` ([max_predictions_per_seq], padded with 0).
   """
-  seq_len = tf.shape(input_ids)[0]
   max_predictions = masking.max_predictions_per_seq
   seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=3)
   is_real = input_mask > 0
@@ -96,23 +94,7 @@ def mask_tokens(
   # A word starts at a word-start piece, or after a non-candidate ([CLS], [SEP]).
   word_starts = candidate & (tf.gather(tf.constant(word_start, tf.bool), input_ids) | ~_shifted(candidate))
 
-  if masking.span_masking:
-    selected, _, _ = span_masking.select_spans(
-      candidate,
-      word_starts,
-      num_to_predict,
-      seeds[0],
-      geometric_p=masking.span_geometric_p,
-      max_words=masking.span_max_words,
-    )
-    # SpanBERT decides the replacement once per span, spans that touch counting as one (its `merge_intervals`):
-    # once per run of consecutive selected tokens.
-    unit = tf.maximum(tf.cumsum(tf.cast(selected & ~_shifted(selected), tf.int32)) - 1, 0)
-  else:
-    whole_word = masking.whole_word_masking
-    starts = word_starts if whole_word else candidate
-    selected = _select_units(candidate, starts, num_to_predict, seeds[0], whole_word=whole_word)
-    unit = tf.range(seq_len)  # BERT decides per token, with whole words too (create_pretraining_data.py).
+  selected, unit = SCHEMES[masking.scheme].select(candidate, word_starts, num_to_predict, seeds[0], masking)
   masked_input_ids = _replace(input_ids, selected, unit, seeds[1], seeds[2], vocab_size, mask_id, masking)
 
   positions = tf.cast(tf.where(selected)[:, 0], tf.int32)[:max_predictions]
@@ -124,6 +106,59 @@ def mask_tokens(
     "masked_lm_ids": tf.pad(tf.gather(input_ids, positions), padding),
     "masked_lm_weights": tf.pad(tf.ones([num_predictions], tf.float32), padding),
   }
+
+
+def _tokens(candidate, word_starts, num_to_predict, seed, masking: Masking):
+  """BERT's: tokens in a random order, the first `num_to_predict` of them; replaced token by token."""
+  selected = _select_units(candidate, candidate, num_to_predict, seed, whole_word=False)
+  return selected, tf.range(tf.shape(candidate)[0])
+
+
+def _words(candidate, word_starts, num_to_predict, seed, masking: Masking):
+  """Whole words in a random order, a word that does not fit skipped; replaced token by token, as BERT's
+  `create_pretraining_data.py` does with whole words too."""
+  selected = _select_units(candidate, word_starts, num_to_predict, seed, whole_word=True)
+  return selected, tf.range(tf.shape(candidate)[0])
+
+
+def _spans(candidate, word_starts, num_to_predict, seed, masking: Masking):
+  """SpanBERT's spans of whole words (`span_masking.py`); replaced span by span."""
+  selected, _, _ = span_masking.select_spans(
+    candidate,
+    word_starts,
+    num_to_predict,
+    seed,
+    geometric_p=masking.span_geometric_p,
+    max_words=masking.span_max_words,
+  )
+  # SpanBERT decides the replacement once per span, spans that touch counting as one (its `merge_intervals`): once
+  # per run of consecutive selected tokens.
+  return selected, tf.maximum(tf.cumsum(tf.cast(selected & ~_shifted(selected), tf.int32)) - 1, 0)
+
+
+def _span_units(masking: Masking) -> str:
+  mean = span_masking.mean_words(masking.span_geometric_p, masking.span_max_words)
+  geometric = f"geometric p={masking.span_geometric_p:g}, mean {mean:.2f}"
+  return f"in spans of 1-{masking.span_max_words} whole words ({geometric})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+  """A masking scheme: `select(candidate, word_starts, num_to_predict, seed, masking)` (candidate, word_starts: [seq]
+  bool, the tokens that may be selected and those of them that begin a word; num_to_predict: scalar int32; seed: [2]
+  int64) returns the selected tokens [seq] bool and each position's replacement unit [seq] int32 (in [0, seq): its
+  tokens share one [MASK] / random / unchanged decision); `units(masking)` names the units in the run's header."""
+
+  select: Callable
+  units: Callable[[Masking], str]
+
+
+# data.masking -> its scheme; the names are masking_names.MASKINGS.
+SCHEMES = {
+  "tokens": Scheme(_tokens, lambda masking: "token by token"),
+  "words": Scheme(_words, lambda masking: "by whole words"),
+  "spans": Scheme(_spans, _span_units),
+}
 
 
 def _select_units(candidate, starts, num_to_predict, seed, *, whole_word: bool) -> tf.Tensor:

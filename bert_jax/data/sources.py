@@ -17,6 +17,8 @@ from etils import epath
 from bert_jax import paths
 from bert_jax.data import pipeline, readers
 from bert_jax.data.instances import instance_kind
+from bert_jax.data.masking_names import OLDER_KEYS as OLDER_MASKING_KEYS
+from bert_jax.data.masking_names import masking_scheme
 from bert_jax.tensorflow_cpu import tf
 
 _COMPLETE = "COMPLETE"  # Written last (position, reader, fingerprint): a state directory without it is never read.
@@ -149,7 +151,42 @@ def _find_corrupt(files: list[str]) -> str:
   return f"(one of {files})"
 
 
-_NOT_THE_STREAM = (  # The manifest says what preparation made; its own settings do not define the stream.
+# Every key of `config.data` has one decision below, on whether it defines the stream that a saved pipeline state
+# belongs to; `stream_fingerprint` refuses a key without one (tests/test_pipeline.py checks configs/default.py's). A
+# new key that changes the stream goes in _ADDED_LATER with its default, so that states saved before it still apply.
+
+# Keys that define the stream, in the fingerprint at any value, as every saved state hashed them.
+_STREAM = (
+  "source",
+  "embedded_corpus",
+  "input_format",
+  "tfds_name",
+  "tfds_split",
+  "tfds_feature",
+  "num_shards",
+  "masked_lm_prob",
+  "short_seq_prob",
+  "num_readers",
+  "shuffle_buffer",
+  "pack_instances",
+  "max_instances_per_row",
+  "packing_group",
+  "max_seq_length",
+  "max_predictions_per_seq",
+)
+
+# Stream keys added after saved states existed, each with the value every state saved before it ran with: a key at that
+# value is left out of the fingerprint, so those states still apply.
+_ADDED_LATER = {
+  "mask_token_fraction": 0.8,
+  "random_token_fraction": 0.1,
+  "span_geometric_p": 0.2,
+  "span_max_words": 10,
+}
+
+# Keys that do not define the stream: where files are, checks, and preparation's own settings (the manifest, which is
+# in the fingerprint, says what preparation made).
+_NOT_THE_STREAM = (
   "prepared_dir",
   "eval_prepared_dir",
   "prepare_unit_bytes",
@@ -162,16 +199,9 @@ _NOT_THE_STREAM = (  # The manifest says what preparation made; its own settings
   "restart_stream_on_reader_change",
 )
 
-
-# Stream keys added after saved states existed, each with the value every state saved before it ran with: a key at that
-# value is left out of the fingerprint, so those states still apply.
-_ADDED_LATER = {
-  "mask_token_fraction": 0.8,
-  "random_token_fraction": 0.1,
-  "span_masking": False,
-  "span_geometric_p": 0.2,
-  "span_max_words": 10,
-}
+# The instance kind and the masking scheme, each named by a key and an older one: written as the oldest states wrote
+# them (`_kinds`).
+_KINDS = ("instances", "next_sentence_prediction", "masking", *OLDER_MASKING_KEYS)
 
 
 def _without_paths(value):
@@ -215,18 +245,39 @@ def pipeline_source(
 def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> str:
   """A hash of what defines the stream of `data` (`config.data`): not where the files are (a moved
   corpus or workdir keeps its saved state). Keys added later are left out at the value older states ran with
-  (`_ADDED_LATER`), and the instance kind is written as states saved before `data.instances` existed wrote it where
-  it can be (`next_sentence_prediction`: True for "nsp", False for "doc_sentences"), so those states still apply."""
+  (`_ADDED_LATER`), and the instance kind and masking scheme are written as older states wrote them (`_kinds`), so
+  those states still apply. A key without a decision above is refused."""
+  values = data.to_dict()
+  undecided = sorted(set(values) - {*_STREAM, *_ADDED_LATER, *_NOT_THE_STREAM, *_KINDS})
+  if undecided:
+    raise ValueError(
+      f"data.{', data.'.join(undecided)}: no decision on whether saved pipeline states depend on it. Name it in "
+      "bert_jax/data/sources.py: _STREAM, _ADDED_LATER (with the value runs had before it existed, so that their "
+      "states still apply) or _NOT_THE_STREAM."
+    )
   stream = {
     key: value
-    for key, value in data.to_dict().items()
-    if key not in _NOT_THE_STREAM and not (key in _ADDED_LATER and value == _ADDED_LATER[key])
+    for key, value in values.items()
+    if key in _STREAM or (key in _ADDED_LATER and value != _ADDED_LATER[key])
   }
-  kind = instance_kind(data)
-  stream.pop("instances", None)
-  if kind in ("nsp", "doc_sentences"):
-    stream["next_sentence_prediction"] = kind == "nsp"
-  else:
-    stream.update(instances=kind, next_sentence_prediction=False)
-  settings = dict(stream, seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
+  settings = dict(stream, **_kinds(data), seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
   return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+def _kinds(data) -> dict:
+  """The instance kind and the masking scheme of `data` as the oldest states' fingerprints name them where they can:
+  `next_sentence_prediction` (True for "nsp", False for "doc_sentences") from before `data.instances`, and
+  `whole_word_masking` (always), `span_masking` (True only) from before `data.masking`; a kind those keys cannot
+  name is added by its key."""
+  kinds = {}
+  kind = instance_kind(data)
+  kinds["next_sentence_prediction"] = kind == "nsp"
+  if kind not in ("nsp", "doc_sentences"):
+    kinds["instances"] = kind
+  scheme = masking_scheme(data)
+  kinds["whole_word_masking"] = scheme == "words"
+  if scheme == "spans":
+    kinds["span_masking"] = True
+  elif scheme not in ("tokens", "words"):
+    kinds["masking"] = scheme
+  return kinds
