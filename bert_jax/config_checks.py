@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from bert_jax import distributed
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind
+from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import BertConfig, electra_generator
@@ -257,9 +258,6 @@ def _check_masking(data) -> None:
   """The masking keys that must agree (their ranges: PRETRAINING): `data.masking` names a scheme, the older keys
   beside it agree with it (data/masking_names.py), the replacement fractions fit. A masked_lm_prob that
   max_predictions_per_seq caps is allowed: the run's header gives the rate a full sequence gets, with a warning."""
-  # Light (no TensorFlow). Here rather than at the top while another change restructures the imports: move it up.
-  from bert_jax.data.masking_names import check_masking
-
   check_masking(data)
   fractions = data.mask_token_fraction + data.random_token_fraction
   if fractions > 1 + 1e-9:  # Up to rounding: 0.7 and 0.3 are fine.

@@ -106,7 +106,7 @@ def document_instances(
   def build(i, chunk_start, n, arrays):
     chunk = i - chunk_start + 1
     # One draw per instance, keyed by (document seed, instance number): uniform integers are floor(u * range).
-    # (Keys [s0 + 1, ...] and [s0 + 2, ...]: instance k's masks use [s0, s1 + k + 1], see pretraining_dataset.)
+    # (Keys [s0 + 1, ...] and [s0 + 2, ...]: instance k's masks use [s0, s1 + k + 1], see _with_mask_seeds.)
     key = seed + tf.stack([tf.constant(1, tf.int64), tf.cast(n, tf.int64) + 1])
     u = tf.random.stateless_uniform([3], key)
     if pair:
