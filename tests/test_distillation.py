@@ -355,7 +355,10 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
   sst2 = tasks.make_task(config.finetune)
   plan = plan_lib.Plan.of(config, 2, plan_lib.model_config(config, loaded), checked.members)
   splits = job._read_splits(sst2, loaded.tokenizer, 16)
-  finetuning = job.FinetuningJob(config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits)
+  description = plan_lib.describe(config, plan, sst2, tokenizer_identity=loaded.tokenizer.identity())
+  finetuning = job.FinetuningJob(
+    config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits, description
+  )
   the_run = finetuning.run
   (read,) = the_run.frozen_args
   expected = pretrained.param_shardings(the_run.frozen.model.config, the_run.mesh, the_run.rules, task)

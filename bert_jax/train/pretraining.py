@@ -82,10 +82,11 @@ class PretrainingJob(loop.Job):
     self.data = Corpus(config, workdir, self.model_cfg, origin.tokenizer, num_readers=origin.num_readers)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
+    self._recorded = origin.record(config)
 
   @property
   def recorded_config(self):
-    return self.origin.record(self.config)
+    return self._recorded
 
   def header_rows(self) -> list[tuple[str, str]]:
     config = self.config
