@@ -35,7 +35,7 @@ from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
-from bert_jax import config_checks, flops, paths, progress, sharding
+from bert_jax import config_checks, paths, progress, sharding
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import tasks
 from bert_jax.finetune.contract import Encoded, Task
@@ -225,15 +225,7 @@ class FinetuningJob(loop.Job):
     return jnp.stack([loop.train_dropout_key(m.seed) for m in self.members])
 
   def ticker(self, first_step: int) -> progress.Progress:
-    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, self.config.peak_tflops_per_device)
-    return progress.Progress(
-      self.last_step,
-      self.tokens_per_step,
-      first_step,
-      self.description.train_flops,
-      peak * jax.device_count() if peak else None,
-      shown=("task_loss", "task_accuracy"),
-    )
+    return self.description.ticker(self.config, self.last_step, first_step, shown=("task_loss", "task_accuracy"))
 
   def summarize(self, step: int, sums: dict, steps: int) -> dict:
     return progress.summarize(jax.tree.map(lambda x: x.mean(), sums), steps)

@@ -6,7 +6,9 @@ run, the batch shapes, the FLOPs and the header's lines cannot drift apart betwe
 import dataclasses
 from collections.abc import Callable
 
-from bert_jax import progress
+import jax
+
+from bert_jax import flops, progress
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.train.run import Run
 
@@ -26,6 +28,14 @@ class Description:
   train_flops: float  # Model FLOPs of one train step (forward and backward).
   eval_flops: float  # Model FLOPs of one evaluation step (forward).
   batch_row: str  # What a train step reads, as the header's and the report's batch line start.
+
+  def ticker(self, config, last_step: int, first_step: int, **shown) -> progress.Progress:
+    """The progress lines of a run of this job to `last_step`, from `first_step`: tokens/s, and MFU against the
+    peak of every device (`config.peak_tflops_per_device`, else the device kind's); `shown`: what the lines show
+    (`progress.Progress`'s keywords)."""
+    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, config.peak_tflops_per_device)
+    peak_flops = peak * jax.device_count() if peak else None
+    return progress.Progress(last_step, self.tokens_per_step, first_step, self.train_flops, peak_flops, **shown)
 
   def header_rows(self) -> list[tuple[str, str]]:
     """The model and devices rows of the run's header."""

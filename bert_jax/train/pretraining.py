@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import config_checks, flops, progress, sharding
+from bert_jax import config_checks, progress, sharding
 from bert_jax.data import masking
 from bert_jax.data.corpus import Corpus
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
@@ -155,13 +155,10 @@ class PretrainingJob(loop.Job):
 
   def ticker(self, first_step: int) -> progress.Progress:
     config = self.config
-    peak = flops.peak_flops_per_device(jax.devices()[0].device_kind, config.peak_tflops_per_device)
-    return progress.Progress(
+    return self.description.ticker(
+      config,
       self.last_step,
-      self.tokens_per_step,
       first_step,
-      self.description.train_flops,
-      peak * jax.device_count() if peak else None,
       shown=self.objective.shown(config, False),
       packed=config.data.pack_instances,
       baseline=self.data.unigram,

@@ -35,14 +35,6 @@ from bert_jax.workdir import checkpoints, verified
 CORRUPT = "corrupt_checkpoints"
 
 
-def same_tokenizer(a: dict | None, b: dict | None) -> bool:
-  """Whether two tokenizer identities name the same tokenizer: kind, content and casing; the path is informative
-  only (a moved, copied or symlinked workdir keeps its tokenizer)."""
-  if a is None or b is None:
-    return a is b
-  return {k: v for k, v in a.items() if k != "path"} == {k: v for k, v in b.items() if k != "path"}
-
-
 def _usable_steps(config, directory) -> list[int]:
   """The committed steps to try, newest first: all with `restore_fallback`, else the newest alone."""
   steps = sorted(checkpoints.committed_steps(directory), reverse=True)
