@@ -4,6 +4,7 @@ MFU = (model FLOPs per step x steps per second) / (peak FLOP/s per device x devi
 useful work only (rematerialisation, padding and the optimizer are not counted), as in the PaLM paper.
 """
 
+from bert_jax.model import parts
 from bert_jax.model.bert_config import BertConfig
 
 # Peak dense bfloat16 TFLOP/s per device (one chip; for GPUs, the SXM part), from the vendors' spec sheets.
@@ -22,12 +23,17 @@ PEAK_TFLOPS = (
 
 
 def _encoder_flops(config: BertConfig, batch: int, seq: int) -> int:
-  """Forward FLOPs of the encoder's layers and, for factorised embeddings, their projection to the hidden width."""
-  hidden, inter, width = config.hidden_size, config.intermediate_size, config.embedding_width
+  """Forward FLOPs of the encoder's layers (as its composition's feed-forward and attention pattern count them) and,
+  for factorised embeddings, their projection to the hidden width."""
+  found = parts.resolve(config)
+  hidden, width = config.hidden_size, config.embedding_width
   tokens = batch * seq
-  per_layer = 2 * tokens * (4 * hidden * hidden + 2 * hidden * inter) + 2 * 2 * batch * seq * seq * hidden
+  # The query, key, value and output projections, and the feed-forward, at every token of every layer.
+  per_layer = 2 * tokens * 4 * hidden * hidden + tokens * found.feed_forward.flops_per_token(config)
+  # Scores and the weighted sum of values: each query with the keys its layer's span lets it see.
+  attention = sum(2 * 2 * batch * seq * span.keys_per_query(seq) * hidden for span in found.attention_pattern(config))
   projection = 2 * tokens * width * hidden if width != hidden else 0
-  return config.num_layers * per_layer + projection
+  return config.num_layers * per_layer + attention + projection
 
 
 def _masked_lm_flops(config: BertConfig, batch: int, predictions: int) -> int:

@@ -17,7 +17,7 @@ export, naming the field.
 from absl import logging
 
 from bert_jax.handoff import hf_names
-from bert_jax.model.bert_config import EXTENSION_FIELDS, MODEL_TYPES, BertConfig, from_bert_json, to_bert_json
+from bert_jax.model.bert_config import EXTENSION_FIELDS, BertConfig, from_bert_json, to_bert_json
 
 
 def _bert_fields(config: BertConfig) -> dict:
@@ -130,12 +130,17 @@ def config_from_hf(fields: dict, where: str) -> BertConfig:
   in errors."""
   model_type = fields.get("model_type", "bert")
   if model_type not in _FAMILIES:
-    raise ValueError(f"{where} has model_type={model_type!r}; bert_jax loads {MODEL_TYPES}.")
+    raise ValueError(f"{where} has model_type={model_type!r}; bert_jax loads {tuple(_FAMILIES)}.")
   return _FAMILIES[model_type][0](fields, where)
 
 
 def hf_config(config: BertConfig, architecture: str | None = None) -> dict:
   """The Hugging Face `config.json` of `config` as the transformers class `architecture` (default: the family's
   pretraining model)."""
+  if config.model_type not in _FAMILIES:
+    raise ValueError(
+      f"model.model_type={config.model_type!r} has no Hugging Face config.json; bert_jax writes those of "
+      f"{tuple(_FAMILIES)} (export this model as a bundle)."
+    )
   architecture = architecture or hf_names.names(config, "").pretraining
   return dict(_FAMILIES[config.model_type][1](config), architectures=[architecture])

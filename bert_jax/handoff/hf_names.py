@@ -21,7 +21,7 @@ per layer. A new family is one more function in `_FAMILIES`.
 
 import dataclasses
 
-from bert_jax.model import layers
+from bert_jax.model import stack
 from bert_jax.model.bert_config import BertConfig
 
 Entry = tuple[str, tuple[str, ...], str]  # (HF name, path in bert_jax params, kind of hf_format._KINDS)
@@ -69,7 +69,8 @@ def _embeddings(prefix: str) -> list[Entry]:
   ]
 
 
-# A layer's sub-modules (model/layers.py `_SUBLAYERS`, then the path inside) -> HF module name and entry maker.
+# A post-norm layer's sub-modules (model/post_norm.py `sublayers`, then the path inside) -> HF module name and entry
+# maker.
 _BERT_LAYER = (
   (("attention", "query"), "attention.self.query", _heads_in),
   (("attention", "key"), "attention.self.key", _heads_in),
@@ -99,7 +100,7 @@ def _layers(config: BertConfig, count: int, hf_layer, sublayers) -> list[Entry]:
     entry
     for i in range(count)
     for (name, *inside), hf, make in sublayers
-    for entry in make(f"{hf_layer(i)}.{hf}", ("bert", *layers.sublayer_path(config, i, name), *inside))
+    for entry in make(f"{hf_layer(i)}.{hf}", ("bert", *stack.sublayer_path(config, i, name), *inside))
   ]
 
 
@@ -212,5 +213,11 @@ PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert.", "electr
 
 
 def names(config: BertConfig, prefix: str) -> Names:
-  """The tensor names of `config.model_type`'s family, the encoder's under `prefix` (PREFIXES', or empty)."""
+  """The tensor names of `config.model_type`'s family, the encoder's under `prefix` (PREFIXES', or empty). Raises
+  ValueError for a family with no Hugging Face names."""
+  if config.model_type not in _FAMILIES:
+    raise ValueError(
+      f"model.model_type={config.model_type!r} has no Hugging Face tensor names; bert_jax names {tuple(_FAMILIES)}'s "
+      "(export this model as a bundle)."
+    )
   return _FAMILIES[config.model_type](config, prefix)

@@ -13,6 +13,9 @@ The fused kernels have no dropout on attention probabilities. BertConfig refuses
 `attention_dropout_prob` > 0 rather than drop what the config asks for; MosaicBERT and ModernBERT train with
 attention dropout 0, which is the setting that takes the kernel ("auto" does so only then).
 
+Which keys a query may see within its instance is the layer's span (model/attention_patterns.py): a boolean mask for
+"xla" and "cudnn", a splash mask for "splash"; BERT's (global attention) by default.
+
 A padding query attends differently (to padding under splash, to every real token under xla); its output is never
 read, so outputs at real tokens, losses and gradients agree.
 """
@@ -70,28 +73,37 @@ def attention_mask(input_mask: jax.Array) -> jax.Array:
   return (((queries == keys) | (queries == 0)) & (keys > 0))[:, None]
 
 
-def _splash_per_shard(query, key, value, segment_ids, *, interpret: bool):
+def full_splash_mask(seq: int):
+  """Splash's mask of global attention over `seq` tokens: every query may see every key (the segment ids then keep
+  each token to its own instance)."""
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+  return splash.FullMask((seq, seq))
+
+
+def _splash_per_shard(query, key, value, segment_ids, *, splash_mask, interpret: bool):
   # query, key, value: [batch, heads, seq, head_dim]; segment_ids [batch, seq]; the shard's own batch and heads.
   from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
   heads, seq = query.shape[1], query.shape[2]
-  mask = splash.MultiHeadMask([splash.FullMask((seq, seq))] * heads)
+  mask = splash.MultiHeadMask([splash_mask(seq)] * heads)
   kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, interpret=interpret)
   one_row = lambda q, k, v, ids: kernel(q, k, v, segment_ids=splash.SegmentIds(q=ids, kv=ids))
   return jax.vmap(one_row)(query, key, value, segment_ids)
 
 
-def splash_attention(query, key, value, input_mask, *, rules=()) -> jax.Array:
+def splash_attention(query, key, value, input_mask, *, rules=(), splash_mask=full_splash_mask) -> jax.Array:
   """[batch, seq, heads, head_dim] (query already scaled) x3, input_mask [batch, seq] -> context [batch, seq, heads,
-  head_dim]. Under a mesh, runs per shard (shard_map) with batch and heads split as `rules` map `act_batch` and
-  `act_heads`."""
+  head_dim]. `splash_mask(seq)` is the kernel's mask of which keys each query may see, within the instance the
+  segment ids give (an attention pattern's, model/attention_patterns.py). Under a mesh, runs per shard (shard_map)
+  with batch and heads split as `rules` map `act_batch` and `act_heads`."""
   seq = query.shape[1]
   padded = -(-seq // SPLASH_BLOCK) * SPLASH_BLOCK
   to_kernel = lambda x: jnp.pad(x, ((0, 0), (0, padded - seq), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
   # Positions added to reach the block get their own segment (-1): they attend to themselves only.
   segment_ids = jnp.pad(input_mask, ((0, 0), (0, padded - seq)), constant_values=-1)
   platform = current_platform()
-  run = functools.partial(_splash_per_shard, interpret=platform != "tpu")
+  run = functools.partial(_splash_per_shard, splash_mask=splash_mask, interpret=platform != "tpu")
   mesh = jax.sharding.get_abstract_mesh()
   if not mesh.empty:
     from flax import linen as nn
@@ -103,9 +115,9 @@ def splash_attention(query, key, value, input_mask, *, rules=()) -> jax.Array:
   return context.transpose(0, 2, 1, 3)[:, :seq]
 
 
-def dot_product_attention(query, key, value, input_mask, *, implementation: str) -> jax.Array:
-  """`jax.nn.dot_product_attention` ("cudnn": cuDNN's fused kernel, bfloat16) with BERT's mask; same shapes as
-  `splash_attention`. scale=1: the query arrives scaled by 1/sqrt(head_dim), as in BERT."""
-  return jax.nn.dot_product_attention(
-    query, key, value, mask=attention_mask(input_mask), scale=1.0, implementation=implementation
-  )
+def dot_product_attention(query, key, value, input_mask, *, implementation: str, mask=None) -> jax.Array:
+  """`jax.nn.dot_product_attention` ("cudnn": cuDNN's fused kernel, bfloat16) with `mask` [batch, 1, q, k] (default
+  BERT's, `attention_mask(input_mask)`); same shapes as `splash_attention`. scale=1: the query arrives scaled by
+  1/sqrt(head_dim), as in BERT."""
+  mask = attention_mask(input_mask) if mask is None else mask
+  return jax.nn.dot_product_attention(query, key, value, mask=mask, scale=1.0, implementation=implementation)

@@ -7,6 +7,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from bert_jax.model import architectures
+
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # The sizes that must be positive integers.
 _POSITIVE_SIZES = (
@@ -23,8 +25,6 @@ SIZE_FIELDS = (*_POSITIVE_SIZES, "embedding_size", "layer_sharing")
 # The fields that change what the same parameters compute: a checkpoint of another family (a RoBERTa into a BERT
 # config) has the shapes but not the function.
 ARCHITECTURE_FIELDS = ("model_type", "hidden_act", "position_offset")
-# model.model_type: the family a model was published as, which names its tensors in Hugging Face files.
-MODEL_TYPES = ("bert", "roberta", "albert", "electra")
 # model.hidden_act: "gelu" is BERT's exact (erf) form; "gelu_new" the tanh approximation (ALBERT's).
 ACTIVATIONS = ("gelu", "gelu_new")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
@@ -61,7 +61,8 @@ class BertConfig:
   scan_layers: bool = False
   # The attention kernel, one of ATTENTION_KINDS: "xla" (the reference), "splash" (TPU), "cudnn" (GPU) or "auto".
   attention: str = "xla"
-  # The family, one of MODEL_TYPES: it names the tensors of Hugging Face files.
+  # The family, a key of model/architectures.py's ARCHITECTURES: its composition of parts, and the names of its
+  # tensors in Hugging Face files.
   model_type: str = "bert"
   # Width of the embedding tables (ALBERT's factorisation, projected to hidden_size); 0: hidden_size.
   embedding_size: int = 0
@@ -106,8 +107,8 @@ class BertConfig:
       raise ValueError(f"model.attention='cudnn' runs in bfloat16 only; model.dtype={self.dtype!r}.")
     if not isinstance(self.scan_layers, bool):
       raise ValueError(f"model.scan_layers must be True or False, got {self.scan_layers!r}.")
+    architectures.architecture(self.model_type)  # A ValueError naming the families there are.
     for name, allowed in (
-      ("model_type", MODEL_TYPES),
       ("hidden_act", ACTIVATIONS),
       ("layer_sharing", LAYER_SHARING),
     ):
@@ -133,6 +134,11 @@ class BertConfig:
     """`max_sequence_length` as errors name it, by the keys it comes from."""
     text = f"model.max_position_embeddings={self.max_position_embeddings}"
     return f"{text} - model.position_offset={self.position_offset}" if self.position_offset else text
+
+  @property
+  def architecture(self) -> architectures.Architecture:
+    """The family's composition of parts, by name (model/architectures.py)."""
+    return architectures.architecture(self.model_type)
 
   @property
   def embedding_width(self) -> int:

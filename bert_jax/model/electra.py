@@ -8,9 +8,13 @@ parameters are one tree, as in the official code and transformers' `ElectraForMa
   rtd_dense, rtd_prediction    the replaced-token-detection head: hidden -> hidden (`hidden_act`) -> one logit per
                                token (`ElectraDiscriminatorPredictions`).
   generator/...                the generator's `embeddings_project` (tables -> its hidden size), its layers
-                               (`layers.make_stack`), and its MLM head (`mlm_transform` to the tables' width, exact
+                               (`stack.make_stack`), and its MLM head (`mlm_transform` to the tables' width, exact
                                GELU, `mlm_layer_norm`, `mlm_output_bias`) whose decoder is tied to bert's word
                                embeddings (`ElectraGeneratorPredictions` + `generator_lm_head`).
+
+The heads are the composition's (`config.architecture.pretraining_head`, model/pretraining_heads.py): its
+`discriminator` head on the discriminator, its `generator` head on the generator (of the generator's config); a
+composition without them is refused.
 
 The generator's config comes from the discriminator's (`bert_config.generator_config`). Without one the module is
 the discriminator alone (transformers' `ElectraForPreTraining`, as a Hugging Face directory without its generator
@@ -26,12 +30,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.model import layers
+from bert_jax.model import parts, stack
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.encoder import BertModel, gather_positions
-from bert_jax.model.layers import HIDDEN, constrain, dense, layer_norm, zeros
+from bert_jax.model.encoder import BertModel
+from bert_jax.model.pretraining_heads import tied_decoder
 
 Array = jax.Array
+
+
+def _head(config: BertConfig, slot: str):
+  """The maker of the composition's `slot` head; raises ValueError if its pretraining head has none."""
+  maker = getattr(parts.resolve(config).pretraining_head, slot)
+  if maker is None:
+    raise ValueError(
+      f"model.model_type={config.model_type!r} composes pretraining_head={config.architecture.pretraining_head!r}, "
+      f"which has no {slot} head: ELECTRA's model needs one (model/pretraining_heads.py)."
+    )
+  return maker
 
 
 class Generator(nn.Module):
@@ -42,19 +57,14 @@ class Generator(nn.Module):
 
   def setup(self):
     config = self.config
-    self.stack = layers.make_stack(config)
-    self.mlm_transform = dense(config, config.embedding_width, ("embed", "embed_out"), name="mlm_transform")
-    self.mlm_layer_norm = layer_norm(config, "mlm_layer_norm")
-    self.mlm_output_bias = self.param("mlm_output_bias", zeros(("vocab",)), (config.vocab_size,), jnp.float32)
+    self.stack = stack.make_stack(config)
+    self.masked_lm = _head(config, "generator")(self, config)
 
   def __call__(
     self, embedded: Array, input_mask: Array, masked_lm_positions: Array, deterministic: bool
   ) -> tuple[Array, Array]:
     x = self.stack(self.stack.project(embedded), input_mask, deterministic)
-    hidden = constrain(gather_positions(x, masked_lm_positions), HIDDEN)
-    # transformers' ElectraGeneratorPredictions: exact GELU whatever `hidden_act` says.
-    hidden = self.mlm_layer_norm(layers.ACTIVATIONS["gelu"](self.mlm_transform(hidden)))
-    return hidden, self.mlm_output_bias
+    return self.masked_lm.hidden(x, masked_lm_positions), self.masked_lm.output_bias
 
 
 class ElectraForPretraining(nn.Module):
@@ -71,8 +81,7 @@ class ElectraForPretraining(nn.Module):
   def setup(self):
     config = self.config
     self.bert = BertModel(config)
-    self.rtd_dense = dense(config, config.hidden_size, ("embed", "embed_out"), name="rtd_dense")
-    self.rtd_prediction = dense(config, 1, ("embed", None), name="rtd_prediction")
+    self.replaced_token = _head(config, "discriminator")(self, config)
     if self.generator_config is not None:
       self.generator = Generator(self.generator_config)
 
@@ -87,7 +96,7 @@ class ElectraForPretraining(nn.Module):
   ) -> Array:
     embedded = self.bert.embeddings(input_ids, input_mask, segment_ids, deterministic, position_ids)
     hidden, bias = self.generator(embedded, input_mask, masked_lm_positions, deterministic)
-    return self.bert.embeddings.word_embeddings.attend(hidden).astype(jnp.float32) + bias
+    return tied_decoder(self.bert.embeddings, hidden, bias)
 
   def discriminate(
     self,
@@ -98,8 +107,7 @@ class ElectraForPretraining(nn.Module):
     position_ids: Array | None = None,
   ) -> dict[str, Array]:
     sequence_output, _ = self.bert(input_ids, input_mask, segment_ids, deterministic, position_ids)
-    hidden = layers.ACTIVATIONS[self.config.hidden_act](self.rtd_dense(sequence_output))
-    rtd_logits = self.rtd_prediction(hidden)[..., 0].astype(jnp.float32)
+    rtd_logits = self.replaced_token(sequence_output)
     return dict(rtd_logits=rtd_logits, sequence_output=sequence_output)
 
   def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array, masked_lm_positions: Array) -> dict:

@@ -1,80 +1,32 @@
-"""The BERT encoder and its pretraining heads, as published (Devlin et al. 2018), in Flax linen; with the
-architecture fields of `BertConfig`, also RoBERTa's and ALBERT's.
+"""The encoder and the masked-LM pretraining model, composed of the parts `config.architecture` names
+(model/architectures.py; the parts' tables are model/parts.py): BERT as published (Devlin et al. 2018), and RoBERTa,
+ALBERT and ELECTRA as other compositions and settings of the same parts.
 
-Post-LayerNorm transformer layers (model/layers.py), erf-GELU, truncated-normal(0.02) initialisation, a tanh
-pooler on [CLS], a masked-LM head whose decoder is tied to the word embeddings and that runs only at the gathered
-`masked_lm_positions`, and a 2-way sentence head (`nsp`: next sentence, or ALBERT's sentence order). Every
-parameter carries logical axis names (`vocab`, `embed`, `mlp`, `heads`, `kv`, and `layers` for scanned layers)
-and the main activations carry `act_*` names; the config's logical axis rules map both onto the device mesh
-(constraints are no-ops outside `activation_rules`).
+`BertModel` is the composition's embeddings (`bert/embeddings/...`), the stack of its layers (model/stack.py:
+`embeddings_project` when the tables are narrower than hidden_size, then `layer_{i}`, or `layers` scanned, or the
+shared modules of `layer_sharing`) and a tanh pooler on [CLS]. `BertForPretraining` puts the composition's masked-LM
+head (whose decoder is tied to the word embeddings and runs only at the gathered `masked_lm_positions`) and its
+2-way sentence head (`nsp`: next sentence, or ALBERT's sentence order) on it. Every parameter carries logical axis
+names (`vocab`, `embed`, `mlp`, `heads`, `kv`, and `layers` for scanned layers) and the main activations carry
+`act_*` names; the config's logical axis rules map both onto the device mesh (constraints are no-ops outside
+`activation_rules`).
 
 `BertConfig.scan_layers` runs the layers as one `nn.scan` over stacked parameters (`bert/layers/...`, leading
 axis `num_layers`) instead of `bert/layer_{i}/...`; `model/param_layout.py` converts between the two.
-`BertConfig.remat` rematerialises each layer in the backward pass. The families differ in `embedding_size`
-(ALBERT's factorised embeddings: `embedding_size`-wide tables, `bert/embeddings_project` to the hidden width, and
-an MLM transform back to `embedding_size`), `position_offset` (RoBERTa's positions start at 2), `hidden_act` and
-`layer_sharing` (see model/layers.py).
+`BertConfig.remat` rematerialises each layer in the backward pass.
 
 Parameters are float32; activations run in `config.dtype`; the attention softmax and the logits are float32."""
-
-import functools
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model import layers
+from bert_jax.model import parts, stack
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.layers import HIDDEN, constrain, dense, kernel_init, layer_norm, zeros
+from bert_jax.model.layers import HIDDEN, constrain, dense, gather_positions
+from bert_jax.model.pretraining_heads import tied_decoder
 
 Array = jax.Array
-
-
-class Embeddings(nn.Module):
-  """Word + position + token-type embeddings, then LayerNorm and dropout."""
-
-  config: BertConfig
-
-  def setup(self):
-    config = self.config
-    embed = functools.partial(
-      nn.Embed, features=config.embedding_width, dtype=config.compute_dtype, param_dtype=jnp.float32
-    )
-    self.word_embeddings = embed(config.vocab_size, embedding_init=kernel_init(config, ("vocab", "embed")))
-    self.position_embeddings = embed(
-      config.max_position_embeddings, embedding_init=kernel_init(config, (None, "embed"))
-    )
-    self.token_type_embeddings = embed(config.type_vocab_size, embedding_init=kernel_init(config, (None, "embed")))
-    self.layer_norm = layer_norm(config, "layer_norm")
-    self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-  def _lookup(self, embed: nn.Embed, table_axes: tuple, ids: Array) -> Array:
-    """[batch, seq] ids -> [batch, seq, hidden] rows of `embed`, looked up in the table gathered along hidden (as FSDP
-    gathers every parameter it uses; the vocabulary stays split as `table_axes` say), so that they come out split
-    by batch like the ids: a lookup in the table's hidden-split shards costs an all-to-all each way."""
-    table = constrain(embed.embedding, table_axes)
-    if embed.num_embeddings == 1:  # As nn.Embed: a one-row table answers every id.
-      rows = jnp.broadcast_to(table[0], (*ids.shape, table.shape[-1]))
-    else:
-      rows = jnp.take(table, ids, axis=0)
-    rows = rows.astype(self.config.compute_dtype)
-    return rows if ids.shape[0] == 1 else constrain(rows, HIDDEN)  # [1, seq]: positions shared by every row.
-
-  def __call__(
-    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool, position_ids=None
-  ) -> Array:
-    # input_ids, input_mask, segment_ids, position_ids: [batch, seq] -> [batch, seq, embedding_width]; positions
-    # 0, 1, ... by default.
-    positions = jnp.arange(input_ids.shape[-1])[None] if position_ids is None else position_ids
-    offset = self.config.position_offset
-    if offset:  # RoBERTa's positions: real tokens from `offset` on, padding at `offset - 1` (its padding index).
-      positions = jnp.where(input_mask > 0, positions + offset, offset - 1)
-    x = (
-      self._lookup(self.word_embeddings, ("vocab", None), input_ids)
-      + self._lookup(self.position_embeddings, (None, None), positions)
-      + self._lookup(self.token_type_embeddings, (None, None), segment_ids)
-    )
-    return constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), HIDDEN)
 
 
 def make_pooler(config: BertConfig, name: str | None = None) -> nn.Module:
@@ -100,8 +52,8 @@ class BertModel(nn.Module):
 
   def setup(self):
     config = self.config
-    self.embeddings = Embeddings(config)
-    self.stack = layers.make_stack(config)  # The embeddings' projection (if any) and the layers.
+    self.embeddings = parts.resolve(config).embeddings(config)
+    self.stack = stack.make_stack(config)  # The embeddings' projection (if any) and the layers.
     self.pooler = make_pooler(config, name="pooler")
 
   def __call__(
@@ -158,13 +110,8 @@ def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, 
   return dict(hidden_states=hidden) if probs is None else dict(hidden_states=hidden, attention_probs=probs)
 
 
-def gather_positions(sequence: Array, positions: Array) -> Array:
-  """[batch, seq, hidden], [batch, num_positions] -> [batch, num_positions, hidden]."""
-  return jnp.take_along_axis(sequence, positions[:, :, None], axis=1)
-
-
 class BertForPretraining(nn.Module):
-  """BERT with the masked-LM and next-sentence heads.
+  """The encoder with its composition's masked-LM and sentence heads (BERT's: MLM and next sentence).
 
   Returns a dict: `mlm_logits` [batch, max_predictions, vocab] (float32) at `masked_lm_positions` only,
   `nsp_logits` [batch, 2] (float32; [batch, instances, 2] for packed rows, see `BertModel`), and the encoder's
@@ -176,11 +123,9 @@ class BertForPretraining(nn.Module):
   def setup(self):
     config = self.config
     self.bert = BertModel(config)
-    # To the embeddings' width: the decoder is tied to the word embeddings.
-    self.mlm_transform = dense(config, config.embedding_width, ("embed", "embed_out"), name="mlm_transform")
-    self.mlm_layer_norm = layer_norm(config, "mlm_layer_norm")
-    self.mlm_output_bias = self.param("mlm_output_bias", zeros(("vocab",)), (config.vocab_size,), jnp.float32)
-    self.nsp = dense(config, 2, ("embed", None), name="nsp")
+    heads = parts.resolve(config).pretraining_head
+    self.masked_lm = heads.masked_lm(self, config)
+    self.sentence = heads.sentence(self, config)
 
   def __call__(
     self,
@@ -196,11 +141,9 @@ class BertForPretraining(nn.Module):
     sequence_output, pooled_output = self.bert(
       input_ids, input_mask, segment_ids, deterministic, position_ids, cls_positions, head_mask
     )
-    # Only the masked positions reach the vocabulary-sized decoder: ~6x fewer FLOPs there at seq 128.
-    hidden = constrain(gather_positions(sequence_output, masked_lm_positions), HIDDEN)
-    hidden = self.mlm_layer_norm(layers.ACTIVATIONS[self.config.hidden_act](self.mlm_transform(hidden)))
-    mlm_logits = self.bert.embeddings.word_embeddings.attend(hidden).astype(jnp.float32) + self.mlm_output_bias
-    nsp_logits = self.nsp(pooled_output).astype(jnp.float32)
+    hidden = self.masked_lm.hidden(sequence_output, masked_lm_positions)
+    mlm_logits = tied_decoder(self.bert.embeddings, hidden, self.masked_lm.output_bias)
+    nsp_logits = self.sentence(pooled_output)
     return dict(
       mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence_output, pooled_output=pooled_output
     )

@@ -1,0 +1,54 @@
+"""The table of architectures: each family (`BertConfig.model_type`) as a named composition of parts, one name per
+role; the parts themselves are in the tables of model/parts.py.
+
+  model_type  embeddings  layer      feed_forward  attention_pattern  pretraining_head
+  bert        absolute    post_norm  dense         global             bert
+  roberta     absolute    post_norm  dense         global             bert
+  albert      absolute    post_norm  dense         global             bert
+  electra     absolute    post_norm  dense         global             electra
+
+The families that share parts differ in numbers, which stay `BertConfig` fields because Hugging Face configs carry
+them: RoBERTa's `position_offset`, ALBERT's `embedding_size`, `hidden_act` and `layer_sharing`, ELECTRA's
+`embedding_size`. A module never asks which family it is in: it asks the composition for its part.
+
+Only names live here (nothing is imported from the package), so that `BertConfig` can check `model_type` against
+this table without an import cycle; an unknown part name is refused where the model is built (`parts.lookup`).
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """One family's parts, by role; each name is a key of that role's table in model/parts.py."""
+
+  # The token embeddings (parts.EMBEDDINGS): the module named `embeddings` under the encoder.
+  embeddings: str = "absolute"
+  # One encoder layer (parts.LAYERS): the order of attention, feed-forward, norms and residuals.
+  layer: str = "post_norm"
+  # The layer's feed-forward (parts.FEED_FORWARDS).
+  feed_forward: str = "dense"
+  # Which keys each layer's queries attend to (parts.ATTENTION_PATTERNS).
+  attention_pattern: str = "global"
+  # The heads of the pretraining models (parts.PRETRAINING_HEADS): BertForPretraining's masked-LM and sentence
+  # heads, and ELECTRA's generator and discriminator heads where the family has them.
+  pretraining_head: str = "bert"
+
+
+ARCHITECTURES = {
+  "bert": Architecture(),
+  # Post-LN BERT with positions from `position_offset` on (model/embeddings.py); trained without a sentence task,
+  # its pretraining model keeps BERT's heads (the Hugging Face file has no sentence head).
+  "roberta": Architecture(),
+  # BERT's parts; `embedding_size`-wide tables projected to the hidden width, `layer_sharing` (model/stack.py).
+  "albert": Architecture(),
+  # BERT's encoder; ELECTRA's model (model/electra.py) takes the generator's and the discriminator's heads.
+  "electra": Architecture(pretraining_head="electra"),
+}
+
+
+def architecture(model_type: str) -> Architecture:
+  """The composition of `model_type`; raises ValueError naming it and the families there are."""
+  if model_type not in ARCHITECTURES:
+    raise ValueError(f"model.model_type={model_type!r} is not supported; expected one of {tuple(ARCHITECTURES)}.")
+  return ARCHITECTURES[model_type]

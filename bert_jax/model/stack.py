@@ -1,0 +1,160 @@
+"""The encoder's stack of layers: the composition's layer part, its feed-forward and each layer's attention span
+(model/parts.py), rematerialisation, the two parameter layouts and the sharing of parameters across layers.
+
+`make_stack(config)` builds, inside a module's `setup`, the optional projection of the embeddings to the hidden
+width (`embeddings_project`, when `config.embedding_width` differs from `hidden_size`: ALBERT, ELECTRA) and the
+layers; the parameters land directly in the calling module's scope:
+
+  layer_sharing  unrolled                                      scanned (`scan_layers`)
+  "none"         `layer_{i}/...`                                `layers/...`, stacked on a leading layer axis
+  "all"          `shared_layer/...`, called num_layers times    `shared_layer/...`, broadcast to every step
+  "attention"    `shared_{name}` for each sub-module of the layer part's "attention" group (post_norm:
+                 `shared_attention`, `shared_attention_layer_norm`), the rest in `layer_{i}/`    refused (BertConfig)
+  "ffn"          the same for its "ffn" group (post_norm: `shared_intermediate`, `shared_output`,
+                 `shared_output_layer_norm`)                    refused (BertConfig)
+
+One layer module run for several layers (scanned, or `layer_sharing="all"`) takes one span: the attention pattern
+must give those layers the same. Shared parameters are never named `layers`: LAMB (train/optim.py) takes a trust
+ratio per slice of that key's leading axis.
+"""
+
+import dataclasses
+import functools
+
+import flax.linen as nn
+import jax
+
+from bert_jax.model import parts
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.layers import HIDDEN, constrain, dense
+
+Array = jax.Array
+
+_REMAT_POLICIES = {"full": None, "save_dots": jax.checkpoint_policies.checkpoint_dots}
+
+
+@functools.cache
+def _carry_form(layer_cls: type[nn.Module]) -> type[nn.Module]:
+  """`layer_cls` in `nn.scan`'s (carry, inputs) -> (carry, outputs) form."""
+
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask=None) -> tuple[Array, None]:
+    return layer_cls.__call__(self, x, input_mask, deterministic, head_mask), None
+
+  return type(f"Scanned{layer_cls.__name__}", (layer_cls,), {"__call__": __call__})
+
+
+def _layer_class(config: BertConfig, layer_cls: type[nn.Module]) -> type[nn.Module]:
+  if config.remat == "none":
+    return layer_cls
+  # `deterministic` (argument 3, counting self) switches dropout: static, not traced.
+  return nn.remat(
+    layer_cls, policy=_REMAT_POLICIES[config.remat], prevent_cse=not config.scan_layers, static_argnums=(3,)
+  )
+
+
+def _one_span(config: BertConfig, spans: tuple, why: str):
+  """The span every layer has, for one layer module run `num_layers` times; raises ValueError if they differ."""
+  if len(set(spans)) != 1:
+    raise ValueError(
+      f"model.model_type={config.model_type!r} attends with pattern {config.architecture.attention_pattern!r}, whose "
+      f"layers differ, and {why} runs one layer module for all of them: set model.scan_layers=False and "
+      "model.layer_sharing='none'."
+    )
+  return spans[0]
+
+
+def _scanned_layers(config: BertConfig, layer_cls: type[nn.Module], **attributes) -> nn.Module:
+  """All layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each."""
+  return nn.scan(
+    _layer_class(config, _carry_form(layer_cls)),
+    variable_axes={"params": 0, "intermediates": 0},
+    split_rngs={"params": True, "dropout": True},
+    in_axes=(nn.broadcast, nn.broadcast, 0),  # input_mask, deterministic, each layer's head mask.
+    length=config.num_layers,
+    metadata_params={nn.PARTITION_NAME: "layers"},
+  )(config, name="layers", **attributes)
+
+
+def _scanned_shared_layer(config: BertConfig, layer_cls: type[nn.Module], **attributes) -> nn.Module:
+  """One layer's parameters, broadcast to every step of the scan; one dropout key per step (else every layer
+  would drop the same units)."""
+  return nn.scan(
+    _layer_class(config, _carry_form(layer_cls)),
+    variable_broadcast="params",
+    variable_axes={"intermediates": 0},
+    split_rngs={"params": False, "dropout": True},
+    in_axes=(nn.broadcast, nn.broadcast, 0),  # input_mask, deterministic, each layer's head mask.
+    length=config.num_layers,
+  )(config, name="shared_layer", **attributes)
+
+
+def _shared_names(config: BertConfig, found: parts.Parts) -> tuple[str, ...]:
+  """The sub-modules that partial `layer_sharing` shares across layers (none for "none" and "all")."""
+  if config.layer_sharing in ("none", "all"):
+    return ()
+  groups = found.layer.sharing_groups(found.feed_forward)
+  if config.layer_sharing not in groups:
+    raise ValueError(
+      f"model.layer_sharing={config.layer_sharing!r}: the layer part {config.architecture.layer!r} of "
+      f"model.model_type={config.model_type!r} shares only {tuple(groups)}."
+    )
+  return groups[config.layer_sharing]
+
+
+def sublayer_path(config: BertConfig, layer: int, name: str) -> tuple[str, ...]:
+  """Where the sub-module `name` (of the layer part's `sublayers`) of layer `layer` lives below the encoder,
+  unrolled."""
+  if config.layer_sharing == "all":
+    return ("shared_layer", name)
+  if name in _shared_names(config, parts.resolve(config)):
+    return (f"shared_{name}",)
+  return (f"layer_{layer}", name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stack:
+  """The embeddings' projection (None when the tables are hidden_size wide) and the layers, as `make_stack` built
+  them in a module's `setup`: `stack(stack.project(embedded), input_mask, deterministic)` -> [batch, seq, hidden]."""
+
+  projection: nn.Module | None
+  layers: tuple[nn.Module, ...]  # Called in order; a shared layer appears num_layers times.
+  scanned: bool  # `layers` is one scanned module, in nn.scan's (carry, outputs) form.
+
+  def project(self, embedded: Array) -> Array:
+    """[batch, seq, embedding_width] -> [batch, seq, hidden]."""
+    return embedded if self.projection is None else constrain(self.projection(embedded), HIDDEN)
+
+  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None) -> Array:
+    """head_mask: [layers, heads], each head's output scaled by its value (0: the head is pruned), or None."""
+    if self.scanned:
+      return self.layers[0](x, input_mask, deterministic, head_mask)[0]
+    for i, layer in enumerate(self.layers):
+      x = layer(x, input_mask, deterministic, None if head_mask is None else head_mask[i])
+    return x
+
+
+def make_stack(config: BertConfig) -> Stack:
+  """The projection and the layers of `config`, created in the calling module's `setup` (their parameters are
+  its children; see the module docstring for the names)."""
+  found = parts.resolve(config)
+  spans = found.attention_pattern(config)
+  project = None
+  if config.embedding_width != config.hidden_size:
+    project = dense(config, config.hidden_size, ("embed_out", "embed"), name="embeddings_project")
+  sharing, count = config.layer_sharing, config.num_layers
+  if config.scan_layers:  # "none" or "all" (BertConfig refuses partial sharing with scan_layers).
+    attributes = dict(feed_forward=found.feed_forward, span=_one_span(config, spans, "model.scan_layers=True"))
+    make = _scanned_layers if sharing == "none" else _scanned_shared_layer
+    return Stack(project, (make(config, found.layer, **attributes),), scanned=True)
+  layer_cls = _layer_class(config, found.layer)
+  if sharing == "all":
+    span = _one_span(config, spans, "model.layer_sharing='all'")
+    shared_layer = layer_cls(config, feed_forward=found.feed_forward, span=span, name="shared_layer")
+    return Stack(project, (shared_layer,) * count, scanned=False)
+  sublayers = found.layer.sublayers(found.feed_forward)
+  shared = {name: sublayers[name](config, f"shared_{name}") for name in _shared_names(config, found)}
+  layers = tuple(
+    layer_cls(config, feed_forward=found.feed_forward, span=spans[i], shared=shared or None, name=f"layer_{i}")
+    for i in range(count)
+  )
+  return Stack(project, layers, scanned=False)
