@@ -32,13 +32,11 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.data.instances",
   "bert_jax.data.masking_names",
   "bert_jax.dry_run.tpu_topology",
+  "bert_jax.finetune.members",
   "bert_jax.model.bert_config",
-  "bert_jax.model.architectures",
   "bert_jax.train.guard",
   "bert_jax.train.optim",
   "bert_jax.train.objectives.registry",
-  "bert_jax.finetune.members",
-  "bert_jax.finetune.task_names",
 }
 
 

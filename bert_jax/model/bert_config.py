@@ -1,6 +1,7 @@
 """The model's own configuration: a frozen dataclass and the published size presets.
 
-The model never sees an ml_collections ConfigDict; `train/loop.py` turns `config.model` into a `BertConfig`.
+The model never sees an ml_collections ConfigDict; `config_checks.model_config` turns `config.model` into a `BertConfig`
+(a source's comes from its `bert_config.json`, `config.json` or saved config: `handoff/formats.py`).
 """
 
 import dataclasses
