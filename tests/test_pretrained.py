@@ -25,7 +25,7 @@ from bert_jax.handoff.hf_format import load_safetensors, params_from_hf, save_sa
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
-from bert_jax.train import pretraining, start_order
+from bert_jax.train import init_from, pretraining
 from bert_jax.workdir import checkpoints, verified
 from tests.test_encoder import _inputs, _reference, _reference_outputs
 from tests.test_tokenizer import train_bpe
@@ -402,9 +402,9 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
 
     return wrapper
 
-  monkeypatch.setattr(pretrained, "describe", counted("describe", formats.describe))
+  monkeypatch.setattr(formats, "describe", counted("describe", formats.describe))
   load = counted("load_tokenizer", tokenizer_lib.load_tokenizer)
-  for module in (start_order, corpus, pretrained, prepare, shards):
+  for module in (init_from, corpus, pretrained, prepare, shards):
     monkeypatch.setattr(module, "load_tokenizer", load)
   state = pretraining.pretrain(config, str(tmp_path / "run"))
   assert calls == {"describe": 1, "load_tokenizer": 1}
@@ -438,9 +438,7 @@ def test_a_flipped_bit_in_a_bundle_is_refused_by_every_read_naming_the_file(expo
   bundle = tmp_path / "bundle"
   shutil.copytree(exports["bundle"], bundle)
   hashed = []
-  monkeypatch.setattr(
-    pretrained, "file_sha256", lambda path: hashed.append(str(path)) or tokenizer_lib.file_sha256(path)
-  )
+  monkeypatch.setattr(formats, "file_sha256", lambda path: hashed.append(str(path)) or tokenizer_lib.file_sha256(path))
   pretrained.load(str(bundle))
   manifest = json.loads((bundle / "manifest.json").read_text())
   assert sorted(hashed) == sorted(str(bundle / name) for name in manifest["files"] if name != "vocab.txt")  # Once.

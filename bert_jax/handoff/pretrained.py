@@ -31,8 +31,7 @@ from etils import epath
 
 from bert_jax import sharding
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
-from bert_jax.handoff import google_format, hf_format
-from bert_jax.handoff.formats import GENERATOR, Source, describe, verify_bundle
+from bert_jax.handoff import formats, google_format, hf_format
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining, with_generator
@@ -51,14 +50,14 @@ class Pretrained:
   # it; or, fine-tuned, the task model's: `bert` and its head.
   params: dict
   tokenizer: Tokenizer
-  source: Source
+  source: formats.Source
 
   @property
   def task(self) -> TaskHead | None:
     return self.source.task
 
 
-def _load_tokenizer(source: Source) -> Tokenizer:
+def _load_tokenizer(source: formats.Source) -> Tokenizer:
   if source.tokenizer_file is None:
     raise ValueError(f"{source.path} was trained on synthetic data, without a tokenizer: nothing to encode text with.")
   if not epath.Path(source.tokenizer_file).exists():
@@ -119,7 +118,7 @@ def _place(numpy_params: dict, shardings: dict) -> dict:
   )
 
 
-def _read_params(source: Source, mesh, rules) -> dict:
+def _read_params(source: formats.Source, mesh, rules) -> dict:
   """The source's params in its own layer layout, placed in their shardings."""
   shardings = param_shardings(source.config, mesh, rules, source.task, source.generator)
   if source.format in ("workdir", "bundle"):
@@ -134,7 +133,9 @@ def _read_params(source: Source, mesh, rules) -> dict:
         return verified.restore_params(manager, source.step, abstract, shardings)
     import orbax.checkpoint as ocp
 
-    verify_bundle(source.path, source.info, "params")  # Hashed once, here: the tokenizer's was checked by its load.
+    formats.verify_bundle(
+      source.path, source.info, "params"
+    )  # Hashed once, here: the tokenizer's was checked by its load.
     try:
       with ocp.StandardCheckpointer() as checkpointer:
         params = checkpointer.restore(epath.Path(source.path) / "params", sharding.with_shardings(abstract, shardings))
@@ -156,8 +157,8 @@ def _read_params(source: Source, mesh, rules) -> dict:
   try:
     numpy_params = hf_format.params_from_hf(tensors, source.config)
     if source.generator is not None:
-      generator = hf_format.params_from_hf(hf_format.load_hf_directory(directory / GENERATOR), source.generator)
-      numpy_params = with_generator(numpy_params, generator, f"{GENERATOR}/")
+      generator = hf_format.params_from_hf(hf_format.load_hf_directory(directory / formats.GENERATOR), source.generator)
+      numpy_params = with_generator(numpy_params, generator, f"{formats.GENERATOR}/")
   except ValueError as error:
     raise ValueError(f"{source.path}: {error}") from None
   if "pooler" not in numpy_params["bert"]:  # transformers' token and span models, and RobertaForMaskedLM.
@@ -203,14 +204,14 @@ def load(
   `rules`, params are placed straight into their shardings on that mesh (any mesh, whatever the one that saved);
   without, on one device.
   """
-  source = describe(path, lower_case)
+  source = formats.describe(path, lower_case)
   tokenizer = _load_tokenizer(source)  # Checked before any parameter is read.
   config, params = read_weights(source, scan_layers=scan_layers, mesh=mesh, rules=rules)
   return Pretrained(config=config, params=params, tokenizer=tokenizer, source=source)
 
 
 def read_weights(
-  source: Source, *, scan_layers: bool = False, mesh: jax.sharding.Mesh | None = None, rules=None
+  source: formats.Source, *, scan_layers: bool = False, mesh: jax.sharding.Mesh | None = None, rules=None
 ) -> tuple[BertConfig, dict]:
   """(config, params) of a described `source`, as `load` returns them, without its tokenizer: for a run that has
   checked the source's tokenizer against its own."""
