@@ -199,13 +199,14 @@ def get_config() -> ml_collections.ConfigDict:
   # names phase 1's workdir here. The model sizes and optimizer must match; dtype, remat and layer layout may not.
   config.init_from = ""
 
-  # The pretraining objective (bert_jax/train/objectives.py): "bert" (masked LM, and the sentence task the data
+  # The pretraining objective (bert_jax/train/objectives/, by name): "bert" (masked LM, and the sentence task the data
   # gives), "distillation" (DistilBERT: this model, the student, trained on a teacher's predictions; distill.*) or
   # "electra" (replaced-token detection: this model, the discriminator, trained with a generator; electra.*).
   # A workdir's checkpoints resume only with the objective that wrote them.
   config.objective = "bert"
 
-  # Distillation (bert_jax/train/distillation.py, configs/distil.py): a teacher's predictions train this model.
+  # Distillation (bert_jax/train/objectives/distillation.py, configs/distil.py): a teacher's predictions train this
+  # model.
   config.distill = ml_collections.ConfigDict()
   # The teacher: any source bert_jax.handoff.pretrained.load reads (workdir, checkpoint step, bundle, Hugging Face or
   # Google BERT directory), local or gs://, with this run's tokenizer; never trained. Pretraining (objective=
@@ -228,9 +229,9 @@ def get_config() -> ml_collections.ConfigDict:
   # regression the squared error to its prediction) has 1 - alpha_hard.
   config.distill.alpha_hard = 0.5
 
-  # ELECTRA (objective="electra", bert_jax/train/electra.py, configs/electra_small.py): a generator masked LM, sized
-  # from the discriminator (config.model, whose model_type is "electra") as the official get_generator_config does,
-  # trained jointly with it.
+  # ELECTRA (objective="electra", bert_jax/train/objectives/electra.py, configs/electra_small.py): a generator masked
+  # LM, sized from the discriminator (config.model, whose model_type is "electra") as the official
+  # get_generator_config does, trained jointly with it.
   config.electra = ml_collections.ConfigDict()
   # The generator's hidden size: round(model.hidden_size x this), heads of 64 (at least one), feed-forward 4x.
   # ELECTRA-Small: 0.25 (64); Base: 1/3 (256).
