@@ -5,12 +5,8 @@ kind of CPU it was recorded on, since XLA compiles for the host CPU's instructio
 differ in the last bit on another (seen here: a CPU with AVX-512 FP16 and AMX against the first recording's, at
 most 8e-8 apart after the pretraining run and 4e-6 after the fine-tuning sweep's 4 epochs). `<name>.npz` is the
 first recording (2026-11-25, the CI machine of its day, whose CPU was not noted); `<name>.<cpu>.npz` one made on
-the CPU kind `cpu_kind()` names. The bits also depend on XLA's CPU flags (tests/conftest.py): finetuning.ec556b2faa
-was recorded again on 2026-11-26 when the tests turned XLA's MLIR fusion emitters off (every parameter moved, by at
-most 1.3e-6); pretraining's stayed bitwise. Both were recorded again on 2026-11-27 when the CPU train step came to
-choose between old and new parameters with a conditional rather than a select per leaf (bert_jax/train/step.py): XLA
-fuses the update differently, and parameters moved by at most 2.3e-10 (pretraining) and 3.1e-7 (fine-tuning); and
-again the same day when that conditional came to choose the guard's metrics and running loss too (1.2e-7 and 2.7e-6).
+the CPU kind `cpu_kind()` names. When they were recorded again, why, and by how much: docs/benchmarks.md
+("Golden re-recordings").
 
 - Bitwise equal to the recording of this CPU kind (or, without one, to any recording): passes.
 - A CPU kind with no recording of its own: bitwise is not defined there, so it passes within CPU_TOLERANCE of the

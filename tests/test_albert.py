@@ -48,6 +48,7 @@ def test_matches_hugging_face_albert_for_pretraining(albert_config, sharing, sca
   np.testing.assert_allclose(outputs["nsp_logits"], expected.sop_logits.numpy(), atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_albert_files_load_and_export_as_transformers_reads_them(albert_config, tmp_path):
   reference = _reference(albert_config, cls=transformers.AlbertForPreTraining)
   loaded = check_hf_round_trip(reference, albert_config, tmp_path / "pretraining")
@@ -71,6 +72,7 @@ def _unshared(params: dict, config, sharing: str) -> dict:
 
 
 @pytest.mark.parametrize("sharing, remat", [("attention", "none"), ("ffn", "full")])
+@pytest.mark.slow
 def test_partial_sharing_is_the_unshared_model_with_copies_and_sums_their_gradients(albert_config, sharing, remat):
   config = dataclasses.replace(albert_config, layer_sharing=sharing, remat=remat)
   unshared_config = dataclasses.replace(config, layer_sharing="none")

@@ -72,6 +72,7 @@ def _outputs(config: BertConfig, params, inputs):
 
 
 @pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.slow
 def test_splash_equals_xla_in_outputs_and_gradients(model_config, packed):
   batch = _packed_batch(model_config)
   if not packed:  # One instance per row, BERT's padding mask.
@@ -96,6 +97,7 @@ def test_splash_equals_xla_in_outputs_and_gradients(model_config, packed):
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-4)
 
 
+@pytest.mark.slow
 def test_splash_sharded_over_the_mesh_equals_xla_in_loss_and_gradients(small_config):
   """Under run.make_run's mesh of 8 devices (batch over data x fsdp, heads over tensor), as the train step traces
   it: the kernel runs per shard (shard_map), forward and backward."""

@@ -264,6 +264,7 @@ def test_head_importance_and_pruning_equal_transformers_gradients_and_accuracy(f
     heads.analyse(config, str(tmp_path / "workdir"))
 
 
+@pytest.mark.slow
 def test_the_scalar_mix_finds_the_layer_a_task_is_a_function_of(tmp_path):
   """A sentence task whose label is a linear function of layer 1's mean-pooled features only: the probe on layer 1
   scores best, and the learned mix puts most of its weight there. The model's feed-forward layers are scaled up, so

@@ -67,6 +67,7 @@ def _resume_over(config, tmp_path, original: str, damage, name: str = "damaged")
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked(
   small_config, tmp_path, tmp_path_factory, caplog
 ):
@@ -103,6 +104,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_without_its_checksums_item_is_never_read_unverified(
   small_config, tmp_path, tmp_path_factory, caplog
 ):
@@ -126,6 +128,7 @@ def test_a_corrupt_checkpoint_without_its_checksums_item_is_never_read_unverifie
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_with_a_garbage_history_item_falls_back_like_any_other_item(
   small_config, tmp_path, tmp_path_factory, caplog
 ):
@@ -139,6 +142,7 @@ def test_a_corrupt_checkpoint_with_a_garbage_history_item_falls_back_like_any_ot
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_whose_step_was_moved_aside_before_is_moved_under_a_fresh_name(
   small_config, tmp_path, tmp_path_factory
 ):
@@ -160,6 +164,7 @@ def test_a_corrupt_checkpoint_whose_step_was_moved_aside_before_is_moved_under_a
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
+@pytest.mark.slow
 def test_a_corrupt_checkpoint_with_a_truncated_file_is_logged_in_one_line_per_damaged_item(
   small_config, tmp_path, tmp_path_factory, caplog, capfd
 ):

@@ -61,6 +61,7 @@ def teacher_and_student(small_model_config):
   return teacher, _params(teacher, 1), student, _params(student, 2)
 
 
+@pytest.mark.slow
 def test_the_distillation_loss_equals_a_hand_computation(small_config, teacher_and_student):
   teacher, teacher_params, student, student_params = teacher_and_student
   # A teacher that prefers some words: its soft targets are far from the student's, and the KL term counts.
@@ -99,6 +100,7 @@ def test_the_distillation_loss_equals_a_hand_computation(small_config, teacher_a
   np.testing.assert_allclose(float(sum(halves)), float(got), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_the_student_starts_from_every_other_teacher_layer_copied(small_config, small_model_config):
   teacher_cfg = dataclasses.replace(small_model_config, num_layers=4)
   teacher = _params(BertForPretraining(teacher_cfg), 0)
@@ -137,6 +139,7 @@ def _distillation_run(config, devices, teacher, teacher_params):
   return run_lib.make_run(config, student, loss, make_optimizer(config), devices=devices, frozen=frozen).read_frozen()
 
 
+@pytest.mark.slow
 def test_one_step_with_the_teacher_sharded_fsdp_over_eight_devices_equals_one_device(small_config, teacher_and_student):
   teacher, teacher_params, _, _ = teacher_and_student
   small_config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)  # The step's loss: the plain one.
@@ -258,6 +261,7 @@ def test_a_sweep_shares_one_teacher_and_each_member_trains_as_it_would_alone(sma
   assert results[0]["loss"][0] != results[0]["loss"][1]  # The other member: its own rows and seed.
 
 
+@pytest.mark.slow
 def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refuses_another(wordpiece_run, tmp_path):
   teacher_dir, config, teacher_params = wordpiece_run
   config = config.copy_and_resolve_references()

@@ -40,6 +40,7 @@ def test_fsdp_needs_an_eighth_of_the_state_memory_of_data_parallel(small_config)
   assert specs["bert/layer_0/intermediate/kernel"] == "P('fsdp', 'tensor')"
 
 
+@pytest.mark.slow
 def test_main_dry_run_makes_as_many_cpu_devices_as_the_mesh_names(tmp_path):
   command = [
     sys.executable,

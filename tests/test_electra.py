@@ -139,6 +139,7 @@ def _split(grads: dict) -> tuple[dict, dict, dict]:
   return generator, discriminator, embeddings
 
 
+@pytest.mark.slow
 def test_no_gradient_flows_through_the_sampling(electra_model, electra_configs):
   """The RTD term trains the discriminator and the embeddings, never the generator; the MLM term the generator and
   the embeddings, never the discriminator."""
@@ -278,6 +279,7 @@ def electra_run(wordpiece_run, tmp_path_factory):
   return workdir, config, pretraining.pretrain(config, workdir)
 
 
+@pytest.mark.slow
 def test_an_electra_run_hands_its_discriminator_to_load_export_and_fine_tuning(electra_run, tmp_path):
   workdir, config, state = electra_run
   assert int(state.step) == 2

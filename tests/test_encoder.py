@@ -207,6 +207,7 @@ def test_scanned_layers_equal_unrolled_and_layouts_convert_both_ways(small_model
 
 # Scanned layers with save_dots on an FSDP x TP mesh: tests/test_parallelism.py.
 @pytest.mark.parametrize("scan_layers, remat", [(False, "full")])
+@pytest.mark.slow
 def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config, scan_layers, remat):
   inputs = _inputs(small_model_config)
   results = {}
@@ -227,6 +228,7 @@ def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config
   )
 
 
+@pytest.mark.slow
 def test_packed_instances_give_the_losses_and_gradients_they_give_alone(small_model_config):
   """Two instances, each alone in a row of 16 and packed into one row of 32 (instance numbers in `input_mask`,
   positions restarting, a [CLS] position each): the same per-instance MLM and NSP losses and the same gradients of
@@ -292,6 +294,7 @@ def test_packed_instances_give_the_losses_and_gradients_they_give_alone(small_mo
   "family, scan_layers, remat",
   [("bert", False, "none"), ("bert", True, "full"), ("albert", True, "none"), ("albert", False, "save_dots")],
 )
+@pytest.mark.slow
 def test_a_head_mask_equals_transformers_head_mask(small_model_config, family, scan_layers, remat):
   """[layers, heads] scaling each head's output, as `transformers`' head_mask scales its probabilities: in both
   layer layouts, under remat, and with ALBERT's one shared layer (each call still masks its own layer's heads)."""

@@ -22,6 +22,7 @@ def _compiled_train_step(small_config, small_model_config):
   return compiled.cost_analysis()["flops"], memory.temp_size_in_bytes, memory.output_size_in_bytes
 
 
+@pytest.mark.slow
 def test_collecting_hidden_states_costs_the_train_step_nothing(small_config, small_model_config, monkeypatch):
   with_sow = _compiled_train_step(small_config, small_model_config)
   monkeypatch.setattr(nn.Module, "sow", lambda self, *args, **kwargs: False)  # As if the model never collected.
@@ -36,6 +37,7 @@ def _encode_window(model_cfg, params, ids):
   return encoder_intermediates(state["intermediates"], model_cfg)["hidden_states"][:, 0], pooled[0]
 
 
+@pytest.mark.slow
 def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_windows(
   small_config, exports, tmp_path, monkeypatch
 ):

@@ -93,6 +93,7 @@ def sweep_run(finetune_config, tmp_path_factory):
   return workdir, summary, lines
 
 
+@pytest.mark.slow
 def test_a_sweep_trains_every_member_and_reports_each_learning_rate(sweep_run):
   workdir, summary, lines = sweep_run
   assert [(m["learning_rate"], m["seed"]) for m in summary["members"]] == [(r, s) for r in RATES for s in (0, 1)]
@@ -122,10 +123,12 @@ def test_a_sweep_trains_every_member_and_reports_each_learning_rate(sweep_run):
   assert lines.index(header) < lines.index(end)
 
 
+@pytest.mark.slow
 def test_the_fine_tuned_model_loads_and_exports_with_its_head(sweep_run, tmp_path):
   _check_exports(sweep_run[0], TaskHead("sst2", "classification", ("0", "1")), tmp_path)
 
 
+@pytest.mark.slow
 def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and_a_corrupt_checkpoint(
   sweep_run, finetune_config, tmp_path, monkeypatch
 ):
@@ -332,6 +335,7 @@ def hf_bert(wordpiece_run, tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize("name", list(_TASK_RUNS))
+@pytest.mark.slow
 def test_each_task_config_runs_end_to_end_and_trains_as_pytorch_does(name, hf_bert, tmp_path):
   """configs/glue.py (SST-2, STS-B), squad.py (v1.1 and v2.0), ner.py and swag.py, shrunk to 50 steps of a small
   BERT from a Hugging Face directory, dropout off: every step's loss and the final parameters equal those of the
@@ -488,6 +492,7 @@ def _check_exports(workdir: str, expected: TaskHead, tmp_path) -> None:
   np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_fine_tuning_gives_the_parameters_recorded_before_the_package_was_regrouped(sweep_run):
   """Bitwise: the sweep's final parameters (4 members, 4 epochs) against their recording. The members of seed 1 were
   recorded again when each member got its own training order (issue 23); those of seed 0 kept theirs, bitwise."""

@@ -18,6 +18,7 @@ def _host(tree):
   return jax.tree.map(np.asarray, jax.device_get(tree))
 
 
+@pytest.mark.slow
 def test_a_non_finite_step_changes_neither_parameters_nor_optimizer_and_the_next_step_applies(small_config):
   run, state = _setup(small_config, jax.devices()[:1])
   good, other = _batches(small_config, 2)
@@ -41,6 +42,7 @@ def test_a_non_finite_step_changes_neither_parameters_nor_optimizer_and_the_next
   assert int(state.opt_state[1][0].count) == 2  # Adam (and the schedule) counted the two applied steps only.
 
 
+@pytest.mark.slow
 def test_a_loss_spike_above_the_running_average_is_skipped_when_asked(small_config):
   small_config.guard.update(spike_factor=2.0, spike_window=10)
   run, state = _setup(small_config, jax.devices()[:1])
@@ -67,6 +69,7 @@ def _checkpoint_params(workdir):
 
 
 @pytest.mark.parametrize("policy", ["stop", "skip"])
+@pytest.mark.slow
 def test_a_diverging_run_stops_naming_the_step_and_keeps_only_finite_checkpoints(small_config, tmp_path, policy):
   # Healthy for 4 steps (checkpoints 2 and 4), then a learning rate that overflows the parameters.
   small_config.update(num_train_steps=4, checkpoint_every_steps=2, keep_checkpoints=2, eval_steps=0)

@@ -90,6 +90,7 @@ def _hf_loss_and_logits(model, head, batch):
 
 
 @pytest.mark.parametrize("head", sorted(NUM_LABELS))
+@pytest.mark.slow
 def test_head_logits_loss_and_gradients_equal_transformers(small_model_config, head):
   config = dataclasses.replace(small_model_config, hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
   hf = _hf_model(config, head)

@@ -179,6 +179,7 @@ def test_one_of_eight_concurrent_runs_wins(workdir, stale):
   winners[0].release()
 
 
+@pytest.mark.slow
 def test_one_of_four_concurrent_processes_wins(workdir):
   # Each process tries at the same moment; the winner holds the lease until its stdin closes.
   attempt = (

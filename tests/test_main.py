@@ -117,6 +117,7 @@ def runs(tmp_path_factory, gcs_bucket) -> dict:
   )
 
 
+@pytest.mark.slow
 def test_a_second_run_on_a_live_workdir_is_refused_naming_the_holder(runs):
   returncode, log, holder = runs["second"]
   assert returncode == 1, log[-3000:]
@@ -136,6 +137,7 @@ def _limit_file_size():
   resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
 
+@pytest.mark.slow
 def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(runs, tmp_path):
   moved = tmp_path / "moved"
   shutil.copytree(runs["whole"], moved)
@@ -163,6 +165,7 @@ def test_a_moved_workdir_resumes_and_a_failed_save_stops_the_run_with_one_line(r
   assert checkpoints_lib.committed_steps(moved / "checkpoints") == list(range(40, failed, 2))
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_and_the_same_command_resumes_exactly(runs):
   log = runs["log"]
   assert "step 40/40 | loss" in log and "tok/s" in log and "ETA" in log
@@ -193,6 +196,7 @@ def _block(log: str, title: str) -> str:
   return "\n".join(itertools.takewhile(lambda line: line.startswith("  "), after))
 
 
+@pytest.mark.slow
 def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_library_noise_out(runs):
   """The quick start's console as a user sees it: bert_jax's own lines (time, message), a header before the first
   step and a summary after the last, and none of the known start-up and per-checkpoint lines of TensorFlow, XLA,
@@ -231,6 +235,7 @@ def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_libr
   )
 
 
+@pytest.mark.slow
 def test_a_profile_of_the_asked_steps_lands_in_the_tensorboard_directory_on_gcs(runs):
   """--config.profile.start_step/num_steps: one jax.profiler trace (XSpace, what TensorBoard's Profile tab reads)
   under <workdir>/tensorboard/plugins/profile/, copied to gs:// from a local directory; it holds the train step's
@@ -246,6 +251,7 @@ def test_a_profile_of_the_asked_steps_lands_in_the_tensorboard_directory_on_gcs(
   assert "Profile of steps" not in runs["resumed"].stderr
 
 
+@pytest.mark.slow
 def test_a_run_on_gcs_exports_a_bundle_and_hugging_face_files_to_gcs_that_load_back(runs, gcs_bucket):
   bundle = f"{gcs_bucket}/bert-tiny-v1"
   result = subprocess.run(
@@ -274,6 +280,7 @@ def test_a_run_on_gcs_exports_a_bundle_and_hugging_face_files_to_gcs_that_load_b
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(pretrained.load(hugging_face).params), expected)
 
 
+@pytest.mark.slow
 def test_an_unknown_config_key_is_named_before_anything_runs(tmp_path):
   start = time.perf_counter()
   result = subprocess.run(
@@ -301,6 +308,7 @@ def test_importing_bert_jax_touches_no_device():
     ("finetune", "configs/tiny.py", "--mode=finetune needs finetune.task"),
   ],
 )
+@pytest.mark.slow
 def test_a_mode_the_config_contradicts_is_named_before_anything_runs(tmp_path, mode, config, message):
   command = [sys.executable, "-m", "bert_jax.main", f"--config={config}", f"--workdir={tmp_path}", f"--mode={mode}"]
   result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)

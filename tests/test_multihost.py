@@ -22,6 +22,8 @@ from bert_jax.workdir import checkpoints, verified
 from configs import tiny
 from tests.test_main import FAST_COMPILES, ROOT
 
+pytestmark = pytest.mark.slow  # Several hosts: processes joined by jax.distributed on localhost.
+
 HOSTS, WORDS_PER_SHARD = 2, 22
 
 

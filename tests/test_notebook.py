@@ -102,6 +102,7 @@ def test_the_notebook_is_shipped_clean_with_one_repository_cell():
   assert cells[0] is repository and 'BERT_JAX_REPO = ""' in repository.source  # Default: the clone it sits in.
 
 
+@pytest.mark.slow
 def test_the_notebook_as_shipped_installs_the_checkout_and_its_demo_beats_word_frequencies(executed):
   notebook, venv, workdir = executed["notebook"], executed["venv"], executed["workdir"]
   code = [cell for cell in notebook.cells if cell.cell_type == "code"]

@@ -59,6 +59,7 @@ def parallel_config(small_config):
 
 
 @pytest.mark.parametrize("name", sorted(MESHES))
+@pytest.mark.slow
 def test_one_step_on_eight_devices_equals_one_device(parallel_config, name):
   reference_params, reference_loss = _one_device_step(parallel_config)
   state, loss = _step(parallel_config, jax.devices(), MESHES[name])
@@ -87,6 +88,7 @@ def test_fsdp_splits_every_large_parameter_eight_ways(small_config):
   assert large >= 5  # Word embeddings and both feed-forward kernels of each layer.
 
 
+@pytest.mark.slow
 def test_scanned_rematerialised_layers_on_fsdp_and_tensor_axes_equal_one_device(parallel_config):
   config = parallel_config
   config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)  # Scan splits dropout keys.

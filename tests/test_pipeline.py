@@ -87,6 +87,7 @@ def _reference_labels(documents, max_seq_length, short_seq_prob, rng):
   return labels
 
 
+@pytest.mark.slow
 def test_next_sentence_labels_match_the_original_recipe(corpus, many):
   prepared, manifest, _ = corpus
   documents = [
@@ -102,6 +103,7 @@ def test_next_sentence_labels_match_the_original_recipe(corpus, many):
   assert 0.5 <= reference < 0.56
 
 
+@pytest.mark.slow
 def test_next_sentence_coin_flip_is_fair():
   # Long documents, no short targets: one-sentence chunks (always label 1) are negligible, the coin shows.
   lengths = tf.fill([1000], 10)
@@ -236,6 +238,7 @@ def _restores(monkeypatch) -> list:
   return calls
 
 
+@pytest.mark.slow
 def test_a_resume_on_another_host_count_continues_the_same_global_stream(corpus, data_config, tmp_path, monkeypatch):
   """A 2-host run (a reader each) saves its readers' states at batch 3; 1 host (both readers) and 4 hosts (each
   reader shared by two) restore them, without replaying, and continue with exactly the global batches of an
@@ -328,6 +331,7 @@ def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(corpus, data_conf
   assert repeats > 500 and changed == repeats
 
 
+@pytest.mark.slow
 def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time(corpus, data_config):
   """SOP: [CLS] A [SEP] B [SEP] with B the text that follows A in its document (label 0), or the two swapped (1)."""
   batches = _batches(_source(corpus, data_config, instances="sop"), 40)
@@ -355,6 +359,7 @@ def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_h
       assert in_one_document(second + first if label else first + second), (row, label)
 
 
+@pytest.mark.slow
 def test_full_sentences_rows_are_full_cross_documents_and_keep_every_sentence(corpus, data_config):
   """One epoch of one reader, in stream order: every row is [CLS] whole sentences [SEP], a [SEP] between two
   documents; together the rows hold the epoch's sentences exactly once, in order (but the last partly filled row,
@@ -419,6 +424,7 @@ def test_full_sentences_cut_a_sentence_longer_than_a_row_and_drop_nothing():
 
 
 @pytest.mark.parametrize("instances", ["nsp", "sop", "full_sentences"])
+@pytest.mark.slow
 def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, data_config, tmp_path, many, monkeypatch, instances):
   """FULL-SENTENCES carries a partly filled row from document to document: the saved state holds it, and the replay
   rebuilds it."""
@@ -601,6 +607,7 @@ def _instances(batch: dict) -> list[tuple]:
   return instances
 
 
+@pytest.mark.slow
 def test_packed_rows_hold_the_same_instances_within_limits_and_resume_exactly(corpus, data_config, many, tmp_path):
   """The packed stream is the unpacked stream's instances, group by group, each intact (own [CLS], positions from 0,
   its predictions and label), in rows within the token, prediction and instance limits; fuller rows; the same

@@ -7,6 +7,8 @@ from bert_jax.dry_run import ahead_of_time
 from configs import large, large_phase2
 from tests.test_tpu_compile import requires_libtpu
 
+pytestmark = pytest.mark.slow  # TPU compiles (libtpu): BERT-Large's steps for a v5p-128, about a minute each.
+
 
 @requires_libtpu
 @pytest.mark.parametrize("module", [large, large_phase2])

@@ -84,6 +84,7 @@ def test_a_byte_level_bpe_corpus_holds_each_document_s_running_text(tmp_path, da
   assert first == [len(tokenizer.encode(documents[0][0])), len(tokenizer.encode(" " + documents[0][1]))]
 
 
+@pytest.mark.slow
 def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(
   tmp_path, tokenizer_args, data_config, gcs_bucket
 ):
@@ -226,6 +227,7 @@ def _sentences_and_documents(directory) -> tuple[list, list]:
   return [s.tolist() for s in sentences], documents
 
 
+@pytest.mark.slow
 def test_one_large_file_is_split_by_bytes_into_units_losing_and_repeating_nothing(
   tmp_path, tokenizer_args, data_config, monkeypatch
 ):

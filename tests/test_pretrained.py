@@ -165,6 +165,7 @@ def test_the_bundle_is_complete_on_its_own_verified_and_never_overwritten_unaske
     pretrained.load(str(bundle))
 
 
+@pytest.mark.slow
 def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece_run, tmp_path):
   workdir, config, params = wordpiece_run
   legacy = tmp_path / "legacy"
@@ -364,6 +365,7 @@ def test_a_byte_level_bpe_model_travels_as_roberta_files_and_as_one_tokenizer_js
   assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("sentencepiece", "spiece.model")
 
 
+@pytest.mark.slow
 def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_refuses_what_does_not_fit(
   wordpiece_run, exports, tmp_path, monkeypatch
 ):

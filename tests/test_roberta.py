@@ -126,6 +126,7 @@ def check_fine_tunes(source: str, tmp_path) -> None:
   np.testing.assert_allclose(*jax.device_get(words), atol=1e-3)
 
 
+@pytest.mark.slow
 def test_roberta_files_load_and_export_as_transformers_reads_them(roberta_config, tmp_path):
   reference = _reference(roberta_config, cls=transformers.RobertaForMaskedLM)
   loaded = check_hf_round_trip(reference, roberta_config, tmp_path / "mlm")

@@ -57,6 +57,7 @@ def _tiny(topology: str, **mesh) -> object:
 
 
 @requires_libtpu
+@pytest.mark.slow
 def test_a_packed_fsdp_pretraining_step_fits_a_v5e_8_and_communicates_as_fsdp_does():
   config = _tiny("v5e-8", data=1, fsdp=8)
   config.data.pack_instances = True
@@ -88,6 +89,7 @@ def test_a_packed_fsdp_pretraining_step_fits_a_v5e_8_and_communicates_as_fsdp_do
 
 
 @requires_libtpu
+@pytest.mark.slow
 def test_a_fine_tuning_sweep_fits_a_v4_8():
   config = _tiny("v4-8", data=1, fsdp=4)
   config.finetune.update(task="sst2", max_seq_length=64, eval_batch_size=32)
@@ -101,6 +103,7 @@ def test_a_fine_tuning_sweep_fits_a_v4_8():
 
 
 @requires_libtpu
+@pytest.mark.slow
 def test_two_slices_put_the_data_axis_across_the_slices():
   config = _tiny("v5e-8", data=2, fsdp=8)
   config.dry_run.num_slices = 2
@@ -115,6 +118,7 @@ def test_two_slices_put_the_data_axis_across_the_slices():
 
 
 @requires_libtpu
+@pytest.mark.slow
 def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
   peaks = {}
   for kind in ("xla", "splash"):
@@ -132,6 +136,7 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
 
 
 @requires_libtpu
+@pytest.mark.slow
 def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help(tmp_path):
   command = [
     sys.executable,

@@ -47,6 +47,7 @@ def _params(state):
 SCHEDULE_END = 9
 
 
+@pytest.mark.slow
 def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path, monkeypatch):
   small_config.update(num_train_steps=7, checkpoint_every_steps=2, schedule_end_step=SCHEDULE_END)
   uninterrupted = _params(pretraining.pretrain(small_config, str(tmp_path / "a")))
@@ -60,6 +61,7 @@ def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
+@pytest.mark.slow
 def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_a_partial_one_is_never_read(
   small_config, tmp_path, monkeypatch
 ):
@@ -123,6 +125,7 @@ def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, ove
   assert not workdir.exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
   small_config.update(num_train_steps=3, eval_steps=0, schedule_end_step=SCHEDULE_END)
   unrolled = pretraining.pretrain(small_config, str(tmp_path))
@@ -137,6 +140,7 @@ def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
   assert int(pretraining.pretrain(small_config, str(tmp_path)).step) == 4
 
 
+@pytest.mark.slow
 def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_path):
   phase_1, phase_2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
   small_config.update(num_train_steps=4, schedule_end_step=6, warmup_steps=1, eval_steps=0)

@@ -42,6 +42,7 @@ def _run(config, devices, batches):
   return state, losses
 
 
+@pytest.mark.slow
 def test_eight_devices_data_parallel_equal_one_device(small_config):
   batches = _batches(small_config, 3)
   state_1, losses_1 = _run(small_config, jax.devices()[:1], batches)
@@ -70,6 +71,7 @@ def test_state_is_created_directly_into_its_shardings(small_config):
   assert adam_mu.sharding == kernel.sharding  # Optimizer moments follow their parameter.
 
 
+@pytest.mark.slow
 def test_training_fits_a_fixed_batch(small_config):
   small_config.update(learning_rate=3e-3, warmup_steps=0, num_train_steps=1000)  # ~constant lr
   small_config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
@@ -135,6 +137,7 @@ def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_
   assert progress.format_metrics(summary, ("mlm_loss", "nsp_accuracy")) == f" | mlm_loss {summary['mlm_loss']:.4f}"
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_equals_the_full_batch(small_config):
   small_config.batch_size = 16
   run, state = _setup(small_config, jax.devices()[:2])
