@@ -78,6 +78,7 @@ def test_electras_model_refuses_a_composition_without_its_heads(small_model_conf
     init_params(ElectraForPretraining(small_model_config), jax.random.key(0))
 
 
+@pytest.mark.slow
 def test_bert_under_a_new_name_is_bert(monkeypatch, small_model_config):
   """One entry in the architectures table: BERT's composition, here with ALBERT's activation, under a new name builds
   the same tree and computes the same numbers as the "bert" family with that activation; Hugging Face files, whose

@@ -341,6 +341,7 @@ def test_a_token_task_is_probed_per_token(hf_bert, tmp_path):
   assert sum(result["mix_weights"]) == pytest.approx(1.0) and np.isfinite(result["final_loss"])
 
 
+@pytest.mark.slow
 def test_the_feature_based_tagger_learns_tags_from_frozen_layers(hf_bert, tmp_path):
   """Tags that the word decides (w0-w9 a person, w10-w19 a place): a BiLSTM on the frozen layers learns them; the
   features are the chosen layers, concatenated or summed."""

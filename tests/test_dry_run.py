@@ -16,6 +16,7 @@ def _live_bytes() -> int:
   return sum(array.nbytes for array in jax.live_arrays())
 
 
+@pytest.mark.slow
 def test_fsdp_needs_an_eighth_of_the_state_memory_of_data_parallel(small_config):
   small_config.model.update(vocab_size=1024, hidden_size=128, num_heads=2, intermediate_size=512)
   reports = {}
