@@ -39,38 +39,38 @@ import pytest  # noqa: E402
 from bert_jax.model.bert_config import BertConfig  # noqa: E402
 from configs import default, tiny  # noqa: E402
 
-# Seconds each file takes in the suite on a 2-core machine (`pytest -q --durations=0`, summed per file, 2026-11-26).
-# With `--dist loadfile` and `--no-loadscope-reorder` (setup.cfg) the workers take files in the order collected,
-# which this makes heaviest first: a long file starts while there is work left for the other workers, not last with
-# the others idle. Files not named keep their usual order after these; a new test file of a minute or more belongs
-# here.
-FILE_SECONDS = {
-  "test_finetune.py": 145,
-  "test_main.py": 110,
-  "test_notebook.py": 110,
-  "test_tpu_compile.py": 95,
-  "test_planned_configs.py": 85,
-  "test_pipeline.py": 70,
-  "test_multihost.py": 60,
-  "test_parallelism.py": 55,
-  "test_train.py": 55,
-  "test_bertology.py": 50,
-  "test_distillation.py": 40,
-  "test_electra.py": 35,
-  "test_encoder.py": 35,
-  "test_dry_run.py": 30,
-  "test_guard.py": 30,
-  "test_pretrained.py": 25,
-  "test_attention.py": 25,
-  "test_prepare.py": 25,
-  "test_checkpoints.py": 25,
-  "test_train_step.py": 25,
-  "test_albert.py": 20,
-  "test_extract_features.py": 20,
-  "test_roberta.py": 15,
-  "test_heads.py": 10,
-  "test_lease.py": 10,
-  "test_masking.py": 10,
+# CPU-seconds each file's tests take on the 2-core machine in each tier (self and waited-for children, setup to
+# teardown, summed per file; the fast tier `-m "not slow"` and the slow tier `-m slow` each measured in its own run,
+# 2026-11-27, docs/testing.md#two-tiers). With `--dist loadfile` and `--no-loadscope-reorder` (setup.cfg) the workers
+# take files in the order collected, which this makes heaviest first among the tests selected: a long file starts
+# while there is work left for the other workers, not last with the others idle. Files not named keep their usual
+# order after these; a new test file of a minute or more belongs here.
+FILE_SECONDS = {  # file: (fast tier, slow tier)
+  "test_planned_configs.py": (0, 208),
+  "test_tpu_compile.py": (0, 178),
+  "test_finetune.py": (0, 163),
+  "test_notebook.py": (0, 147),
+  "test_main.py": (2, 140),
+  "test_multihost.py": (0, 103),
+  "test_pipeline.py": (28, 67),
+  "test_train.py": (18, 58),
+  "test_bertology.py": (50, 22),
+  "test_distillation.py": (7, 46),
+  "test_parallelism.py": (0, 46),
+  "test_electra.py": (12, 31),
+  "test_encoder.py": (17, 23),
+  "test_pretrained.py": (21, 17),
+  "test_prepare.py": (1, 36),
+  "test_guard.py": (0, 37),
+  "test_train_step.py": (13, 22),
+  "test_checkpoints.py": (2, 30),
+  "test_albert.py": (5, 26),
+  "test_dry_run.py": (13, 14),
+  "test_heads.py": (0, 25),
+  "test_attention.py": (1, 24),
+  "test_extract_features.py": (0, 21),
+  "test_roberta.py": (2, 16),
+  "test_masking.py": (12, 0),
 }
 
 
@@ -86,8 +86,17 @@ def pytest_xdist_auto_num_workers(config) -> int | None:
   return cores + 1
 
 
+@pytest.hookimpl(trylast=True)  # After `-m` and `-k` have deselected: the seconds of the tests that will run.
 def pytest_collection_modifyitems(items):
-  items.sort(key=lambda item: -FILE_SECONDS.get(item.path.name, 0))  # Stable: each file's tests keep their order.
+  tiers = {}  # file -> {True if it has slow tests selected, False if fast ones}
+  for item in items:
+    tiers.setdefault(item.path.name, set()).add(item.get_closest_marker("slow") is not None)
+
+  def seconds(name: str) -> int:
+    fast, slow = FILE_SECONDS.get(name, (0, 0))
+    return fast * (False in tiers[name]) + slow * (True in tiers[name])
+
+  items.sort(key=lambda item: -seconds(item.path.name))  # Stable: each file's tests keep their order.
 
 
 @pytest.fixture
