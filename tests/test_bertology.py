@@ -3,6 +3,8 @@
 import json
 import re
 
+import jax
+import jax.numpy as jnp
 import matplotlib.image
 import numpy as np
 import pytest
@@ -385,3 +387,18 @@ def test_the_feature_layers_benchmark_compares_the_papers_choices():
   tiny = feature_layers.choices(2)
   assert tiny[3] == ("sum of the last 3 (the embeddings included)", (-1, -2, -3), "sum")
   assert tiny[5] == ("sum of all 2 layers", (1, 2), "sum")
+
+
+def test_the_taggers_scores_of_real_tokens_never_read_the_padding():
+  """BiLstmTagger (the feature-based tagger's model): [batch, seq, features] -> [batch, seq, labels], and what lies
+  beyond a row's length changes none of its real tokens' scores, in either direction of either layer."""
+  tagger = feature_based.BiLstmTagger(lstm_size=8, lstm_layers=2, num_labels=3)
+  x = jax.random.normal(jax.random.key(0), (2, 6, 4))
+  lengths = jnp.array([4, 6])
+  params = tagger.init(jax.random.key(1), x, lengths)
+  scores = tagger.apply(params, x, lengths)
+  padded_differently = tagger.apply(params, x.at[0, 4:].set(100.0), lengths)
+  assert scores.shape == (2, 6, 3)
+  np.testing.assert_array_equal(scores[0, :4], padded_differently[0, :4])
+  np.testing.assert_array_equal(scores[1], padded_differently[1])
+  assert not np.allclose(scores[0, 4:], padded_differently[0, 4:])  # The padding itself was read, and changed.

@@ -93,3 +93,12 @@ def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_win
   config.features.update(layers=(-1, -4), output_dir="elsewhere")
   with pytest.raises(ValueError, match=r"features.layers has -4; this model has hidden states -3..2"):
     extract_features.extract(config, str(tmp_path / "unused"))
+
+
+def test_layers_are_counted_as_google_berts_extract_features_counts_them():
+  """-1 the last layer, -2 the one before, 0 the embeddings; outside the model's hidden states, an error naming the
+  key and the range."""
+  assert extract_features.layer_indices([-1, -2, -3, -4], 4) == [4, 3, 2, 1]
+  assert extract_features.layer_indices([0, 4, -5], 4) == [0, 4, 0]
+  with pytest.raises(ValueError, match=r"bertology.feature_layers has 5; this model has hidden states -5..4"):
+    extract_features.layer_indices([5], 4, key="bertology.feature_layers")
