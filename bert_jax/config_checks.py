@@ -21,7 +21,7 @@ from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_ki
 from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
-from bert_jax.model.bert_config import BertConfig, electra_generator
+from bert_jax.model.bert_config import REMAT_POLICIES, BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES
@@ -374,6 +374,11 @@ def check_dry_run(config) -> None:
     tpu_topology.parse(config.dry_run.topology, config.dry_run.num_slices)
   elif config.dry_run.num_slices != 1:
     raise ValueError(f"dry_run.num_slices={config.dry_run.num_slices} needs dry_run.topology (a TPU slice).")
+  unknown = [name for name in config.dry_run.plan_remat if name not in REMAT_POLICIES]
+  if unknown or not config.dry_run.plan_remat:
+    raise ValueError(
+      f"dry_run.plan_remat={tuple(config.dry_run.plan_remat)!r}: expected one or more of {REMAT_POLICIES}."
+    )
 
 
 def check(config, mode: str) -> Checked:

@@ -205,8 +205,8 @@ def _compile_ahead_of_time(config, mode: str) -> None:
 
   try:
     if mode == "plan":
-      if not any(row["per_chip_batch"] for row in planner.plan(config)):
-        sys.exit(f"No per-chip batch fits {config.dry_run.topology}: see the plan above.")
+      if planner.plan(config)["choice"] is None:
+        sys.exit(f"The job does not fit {config.dry_run.topology} at batch {config.batch_size}: see the plan above.")
       return
     report = ahead_of_time.dry_run(config)
   except (ValueError, tpu_topology.LibtpuMissing) as error:

@@ -37,8 +37,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.layer_norm_eps = 1e-12
   # Compute dtype: "float32" or "bfloat16" (parameters, softmax and loss stay float32).
   config.model.dtype = "float32"
-  # Rematerialisation of each layer in the backward pass: "none", "full" (recompute the layer; least memory)
-  # or "save_dots" (keep matmul outputs, recompute the rest).
+  # What each layer keeps for the backward pass, a policy of bert_jax/model/remat.py by name: "none" (every matmul
+  # output and dropout mask), "save_dots", "save_dense", "offload_dense", "save_qkv", "full" (only the layer's
+  # input: least memory, the forward pass computed twice). --mode=plan picks one for a TPU slice.
   config.model.remat = "none"
   # Scan one layer over stacked parameters (nn.scan): compile time independent of depth. Checkpoints convert
   # between the scanned and unrolled layouts on restore, so either loads into either.
@@ -405,8 +406,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.dry_run.topology = ""
   # Slices of that topology joined over the data-center network (multi-slice); the mesh's data axis spans them.
   config.dry_run.num_slices = 1
-  # --mode=plan: remat policies to search, and per-chip batches are multiples of this (a power of two: 1 for exact).
-  config.dry_run.plan_remat = ("none", "save_dots", "full")
+  # --mode=plan: the remat policies (model/remat.py) to try, in order of preference (the least recomputation first);
+  # the first that fits the config's batch is chosen. offload_dense is left out: XLA's compile-only memory analysis
+  # counts what it offloads to the host, so its HBM is not known ahead of time.
+  config.dry_run.plan_remat = ("none", "save_dots", "save_dense", "save_qkv", "full")
+  # --mode=plan: also the largest per-chip batch of each policy, multiples of plan_batch_step (a power of two: 1 for
+  # exact). Several compiles per policy.
+  config.dry_run.plan_largest = False
   config.dry_run.plan_batch_step = 8
   # --mode=plan: the largest per-chip batch tried.
   config.dry_run.plan_max_batch = 1024

@@ -8,13 +8,16 @@ schedule, which reaches zero at step 1M.
 
 The corpus is prepared once as shown in configs/base.py (the same prepared data serves every model size).
 Position embeddings are sized 512 throughout, so phase 2 loads phase 1's checkpoint as it is. Layers are scanned
-(one layer compiled instead of 24; checkpoints load into either layout); `--config.model.remat=save_dots` or `full`
-trades recomputation for activation memory; `--config.optimizer=lamb` with a larger batch follows You et al. (2019).
+(one layer compiled instead of 24; checkpoints load into either layout); computation is in bfloat16 (float32
+parameters, optimizer state, softmax and loss); `--config.model.remat` trades recomputation for activation memory
+(`--mode=plan` picks it for a slice); `--config.optimizer=lamb` with a larger batch follows You et al. (2019).
 
 Planned for a v5p-128 slice (64 chips, as the paper's 64 TPU chips), batch 256 (4 rows per chip, data parallel):
-compiled for it on any machine with libtpu, no TPU needed, the train step fits with a wide margin (docs/tpu.md):
+compiled for it on any machine with libtpu, no TPU needed, the train step fits with a wide margin (docs/tpu.md), and
+`--mode=plan` there chooses remat "none", the least recomputation (element-wise work only, model/remat.py):
 
     python -m bert_jax.main --config=configs/large.py --workdir=/tmp/plan --mode=dry_run
+    python -m bert_jax.main --config=configs/large.py --workdir=/tmp/plan --mode=plan
 """
 
 from bert_jax.model.bert_config import preset
@@ -36,6 +39,10 @@ def get_config():
   config.data.max_seq_length = 128
   config.data.max_predictions_per_seq = 20
   config.model.scan_layers = True
+  # On a TPU: bfloat16 activations and matmuls; float32 parameters, optimizer state, softmax and loss.
+  config.model.dtype = "bfloat16"
+  # What --mode=plan chose for the slice below: the least recomputation that fits (model/remat.py).
+  config.model.remat = "none"
   # The slice this config was planned for: --mode=dry_run compiles for it; tests/test_planned_configs.py checks it fits.
   config.dry_run.topology = "v5p-128"
   return config

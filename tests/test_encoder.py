@@ -14,7 +14,7 @@ import transformers
 
 from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
-from bert_jax.model import param_layout
+from bert_jax.model import bert_config, param_layout, remat
 from bert_jax.model.encoder import BertForPretraining
 from bert_jax.train.objectives import bert as bert_objective
 
@@ -206,12 +206,18 @@ def test_scanned_layers_equal_unrolled_and_layouts_convert_both_ways(small_model
 
 
 # Scanned layers with save_dots on an FSDP x TP mesh: tests/test_parallelism.py.
-@pytest.mark.parametrize("scan_layers, remat", [(False, "full")])
+@pytest.mark.parametrize("scan_layers", [False, True])
 @pytest.mark.slow
-def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config, scan_layers, remat):
+def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config, scan_layers, monkeypatch):
+  """Every named policy (model/remat.py) computes what a layer that keeps everything computes: the same loss and
+  gradients, with dropout on (a policy that draws the masks again must draw the same ones)."""
   inputs = _inputs(small_model_config)
+  policies = [name for name in remat.POLICY_NAMES if name != "offload_dense"]  # Host memory: TPU (test_tpu_compile).
+  keep_everything = {"reference": jax.checkpoint_policies.everything_saveable}
+  monkeypatch.setattr(remat, "policy", lambda name, policy=remat.policy: keep_everything.get(name) or policy(name))
+  monkeypatch.setattr(bert_config, "REMAT_POLICIES", (*remat.POLICY_NAMES, "reference"))
   results = {}
-  for policy in ("none", remat):
+  for policy in ("reference", *policies):
     model = BertForPretraining(_replace(small_model_config, remat=policy, scan_layers=scan_layers))
     params = nn.meta.unbox(model.init(jax.random.key(0), *inputs)["params"])
 
@@ -222,10 +228,13 @@ def test_remat_policies_leave_outputs_and_gradients_unchanged(small_model_config
       return jnp.sum(outputs["mlm_logits"] ** 2) + jnp.sum(outputs["nsp_logits"])
 
     results[policy] = jax.jit(jax.value_and_grad(loss))(params)
-  np.testing.assert_allclose(results[remat][0], results["none"][0], rtol=1e-6)
-  jax.tree.map(
-    lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4), results[remat][1], results["none"][1]
-  )
+  for policy in policies:
+    np.testing.assert_allclose(results[policy][0], results["reference"][0], rtol=1e-6, err_msg=policy)
+    jax.tree.map(
+      lambda a, b, policy=policy: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4, err_msg=policy),
+      results[policy][1],
+      results["reference"][1],
+    )
 
 
 @pytest.mark.slow

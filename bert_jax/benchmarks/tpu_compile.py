@@ -34,11 +34,17 @@ _REMAT = flags.DEFINE_list("remat", ["none", "save_dots", "full"], "Remat polici
 _REFERENCE_PRESETS = flags.DEFINE_list("reference_presets", ["base"], "Presets compiled as transformers' model too.")
 _REFERENCE_TOPOLOGIES = flags.DEFINE_list("reference_topologies", ["v5e-8"], "Where the reference is compiled.")
 _ALL_FLOPS = flags.DEFINE_bool("all_flops", True, "config: XLA's FLOPs of every layer (two more compiles a row).")
+_PER_CHIP = flags.DEFINE_integer("per_chip", 16, "layouts, policies, side_by_side: the per-chip batch compared.")
+_LAYOUT_REMAT = flags.DEFINE_list("layout_remat", ["none", "save_dots", "full"], "layouts: the policies compared.")
+_SIDE_REMAT = flags.DEFINE_list("side_remat", ["none", "full"], "side_by_side: none and/or full.")
 _SECTIONS = flags.DEFINE_list(
   "sections",
   ["config", "plan", "reference"],
   "config: every model, seq and topology at the configs' batch; plan: the planner on plan_topologies; splash: the "
-  "planner with xla and splash attention (attention dropout 0); reference: transformers' model beside bert_jax's.",
+  "planner with xla and splash attention (attention dropout 0); reference: transformers' model beside bert_jax's; "
+  "layouts: scanned against unrolled layers per remat policy at --per_chip rows; policies: every remat policy's "
+  "peak at --per_chip rows, XLA FLOPs (every layer counted) and largest per-chip batch; side_by_side: bert_jax and "
+  "transformers at --per_chip rows and their largest per-chip batches, remat none and full (and splash at 512).",
 )
 _BATCH = 256
 
@@ -53,7 +59,8 @@ def _config(preset_name: str, seq: int, topology: str):
 
 
 def _reference(config, devices) -> dict:
-  """transformers' FlaxBertForPreTraining, same sizes, dtype, optimizer and batch, data parallel on `devices`."""
+  """transformers' FlaxBertForPreTraining, same sizes, dtype, optimizer and batch, data parallel on `devices`;
+  `model.remat="full"` is its `gradient_checkpointing` (each layer recomputed), anything else none."""
   from transformers import BertConfig as HFBertConfig
   from transformers import FlaxBertForPreTraining
 
@@ -61,7 +68,12 @@ def _reference(config, devices) -> dict:
   from bert_jax.train.optim import make_optimizer
 
   model_cfg = BertConfig(**config.model.to_dict())
-  module = FlaxBertForPreTraining(HFBertConfig(**hf_config(model_cfg)), dtype=jnp.bfloat16, _do_init=False).module
+  module = FlaxBertForPreTraining(
+    HFBertConfig(**hf_config(model_cfg)),
+    dtype=jnp.bfloat16,
+    _do_init=False,
+    gradient_checkpointing=config.model.remat == "full",
+  ).module
   tx = make_optimizer(config)
   mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
   replicated, batch_sharding = sharding.replicated(mesh), sharding.batch_sharding(mesh)
@@ -158,6 +170,104 @@ def _plan_table(attention: tuple[str, ...] = ("xla",)) -> None:
           )
 
 
+def _per_chip_config(preset_name: str, seq: int, topology: str, per_chip: int, **model):
+  config = _config(preset_name, seq, topology)
+  devices, _ = ahead_of_time.target_devices(config)
+  config.batch_size = per_chip * sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
+  config.model.update(model)
+  return config, devices
+
+
+def _ours(preset_name, seq, topology, per_chip, **model) -> dict:
+  config, devices = _per_chip_config(preset_name, seq, topology, per_chip, **model)
+  job = ahead_of_time.make_job(config, devices)
+  return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))
+
+
+def _theirs(preset_name, seq, topology, per_chip, **model) -> dict:
+  config, devices = _per_chip_config(preset_name, seq, topology, per_chip, **model)
+  return _reference(config, devices)
+
+
+def _largest(compile_at) -> tuple[int, float]:
+  """(the largest per-chip batch, a multiple of 8 up to 1024, that fits; seconds the search took)."""
+  start = time.perf_counter()
+  batch, _, _ = planner.search(compile_at, 8, 1024)
+  return batch, time.perf_counter() - start
+
+
+def _layouts_table() -> None:
+  print(
+    f"\n| model | seq | topology | remat | scanned peak (GiB) | unrolled peak (GiB) | scanned / unrolled "
+    f"| scanned compile (s) | unrolled compile (s) |  ({_PER_CHIP.value} rows per chip)"
+  )
+  print("|---|---|---|---|---|---|---|---|---|")
+  for preset_name in _PRESETS.value:
+    for seq in map(int, _SEQS.value):
+      for topology in _REFERENCE_TOPOLOGIES.value:
+        for remat in _LAYOUT_REMAT.value:
+          steps = [
+            _ours(preset_name, seq, topology, _PER_CHIP.value, remat=remat, scan_layers=s) for s in (True, False)
+          ]
+          ratio = steps[0]["peak_bytes"] / steps[1]["peak_bytes"]
+          print(
+            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(steps[0]['peak_bytes'])} | "
+            f"{_gib(steps[1]['peak_bytes'])} | {ratio:.2f} | {steps[0]['compile_seconds']:.0f} | "
+            f"{steps[1]['compile_seconds']:.0f} |",
+            flush=True,
+          )
+
+
+def _policies_table() -> None:
+  print(
+    f"\n| model | seq | topology | remat | peak at {_PER_CHIP.value} rows/chip (GiB) | XLA TFLOP/step per chip "
+    "| largest per-chip batch | search (s) |"
+  )
+  print("|---|---|---|---|---|---|---|---|")
+  for preset_name in _PRESETS.value:
+    for seq in map(int, _SEQS.value):
+      for topology in _PLAN_TOPOLOGIES.value:
+        for remat in _REMAT.value:
+          config, devices = _per_chip_config(preset_name, seq, topology, _PER_CHIP.value, remat=remat)
+          step = _ours(preset_name, seq, topology, _PER_CHIP.value, remat=remat)
+          flops = ahead_of_time.xla_flops_per_device(config, devices, config.model.num_layers) / 1e12
+          batch, seconds = _largest(lambda b, p=preset_name, s=seq, t=topology, r=remat: _ours(p, s, t, b, remat=r))
+          print(
+            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(step['peak_bytes'])}"
+            f"{'' if step['fits'] else ' (does not fit)'} | {flops:.2f} | {batch} | {seconds:.0f} |",
+            flush=True,
+          )
+
+
+def _side_by_side_table() -> None:
+  print(
+    f"\n| model | seq | topology | remat | bert_jax peak at {_PER_CHIP.value} rows (GiB) | transformers peak (GiB) "
+    "| bert_jax largest batch | transformers largest batch | ratio | bert_jax splash largest batch |"
+  )
+  print("|---|---|---|---|---|---|---|---|---|---|")
+  for preset_name in _REFERENCE_PRESETS.value:
+    for seq in map(int, _SEQS.value):
+      for topology in _REFERENCE_TOPOLOGIES.value:
+        for remat in _SIDE_REMAT.value:
+          ours = _ours(preset_name, seq, topology, _PER_CHIP.value, remat=remat)
+          theirs = _theirs(preset_name, seq, topology, _PER_CHIP.value, remat=remat)
+          our_batch, _ = _largest(lambda b, p=preset_name, s=seq, t=topology, r=remat: _ours(p, s, t, b, remat=r))
+          their_batch, _ = _largest(lambda b, p=preset_name, s=seq, t=topology, r=remat: _theirs(p, s, t, b, remat=r))
+          splash = "-"
+          if seq >= 512:
+            splash, _ = _largest(
+              lambda b, p=preset_name, s=seq, t=topology, r=remat: _ours(
+                p, s, t, b, remat=r, attention="splash", attention_dropout_prob=0.0
+              )
+            )
+          print(
+            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(ours['peak_bytes'])} | "
+            f"{_gib(theirs['peak_bytes'])} | {our_batch} | {their_batch} | "
+            f"{our_batch / max(their_batch, 1):.2f} | {splash} |",
+            flush=True,
+          )
+
+
 def main(argv):
   del argv
   print(f"jax {jax.__version__}, libtpu compile-only devices; global batch {_BATCH}, bfloat16, scanned layers")
@@ -170,6 +280,12 @@ def main(argv):
       _plan_table()
     elif section == "splash":
       _plan_table(("xla", "splash"))
+    elif section == "layouts":
+      _layouts_table()
+    elif section == "policies":
+      _policies_table()
+    elif section == "side_by_side":
+      _side_by_side_table()
     else:
       raise app.UsageError(f"Unknown section {section!r}.")
 

@@ -254,8 +254,8 @@ def advice(config, mesh, step: dict, attention: str) -> list[str]:
   model = config.model
   if model.remat != "full":
     hints.append(
-      f"--config.model.remat={'save_dots or full' if model.remat == 'none' else 'full'}: recompute each layer's "
-      "activations in the backward pass instead of keeping them"
+      f"--config.model.remat (now {model.remat}; --mode=plan picks the least recomputation that fits): recompute "
+      "each layer's activations in the backward pass instead of keeping them"
     )
   if attention == "xla" and mesh.devices.flat[0].platform == "tpu":
     hints.append(

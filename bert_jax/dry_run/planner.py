@@ -1,14 +1,25 @@
-"""The largest per-chip batch that fits a TPU slice, for each remat policy: a search over ahead-of-time compiles (as
-MaxText's batch-size estimator does), since only XLA's TPU compiler knows the TPU's buffers.
+"""How to run the configured job on a TPU slice: the remat policy with the least recomputation that fits the config's
+batch, and (on request) the largest per-chip batch that fits for each policy. Searches over ahead-of-time compiles
+(as MaxText's batch-size estimator does), since only XLA's TPU compiler knows the TPU's buffers.
 
-    python -m bert_jax.main --config=configs/large.py --workdir=/tmp/plan --mode=plan \\
-        --config.dry_run.topology=v5e-8 --config.model.scan_layers=True
+    python -m bert_jax.main --config=configs/large_phase2.py --workdir=/tmp/plan --mode=plan \\
+        --config.dry_run.topology=v6e-16
 
-For each policy of `dry_run.plan_remat`, the per-chip batch doubles from `dry_run.plan_batch_step` while the train
-step fits (the compiler accepts it and its peak is under the usable HBM), then a bisection over multiples of
-`plan_batch_step` finds the largest that fits, up to `dry_run.plan_max_batch`. Everything else is the config's:
-mesh, sequence length, dtype, attention kernel, job (pretraining or fine-tuning). Scanned layers compile in a
-fraction of the time of unrolled ones and have the same activation memory.
+**The config's batch** (always): the policies of `dry_run.plan_remat`, in order of the recomputation they cost
+(model/remat.py: none, save_dots, save_dense, save_qkv, full by default), are compiled at the config's
+`batch_size` and `num_microbatches` until one fits (the compiler accepts it and its peak is under the usable HBM);
+that one is chosen. When none fits, the microbatches double (the same update from sequential slices of the batch)
+and the policies are tried again, while a microbatch still holds a row per chip. The answer is printed as the flags
+that give it.
+
+**The largest batch** (`dry_run.plan_largest=True`): for each policy, the per-chip batch doubles from
+`dry_run.plan_batch_step` while the train step fits, then a bisection over multiples of `plan_batch_step` finds the
+largest that fits, up to `dry_run.plan_max_batch`.
+
+Everything else is the config's: mesh, sequence length, dtype, attention kernel, layer layout, job (pretraining or
+fine-tuning). Every policy is applied to scanned and unrolled layers alike; a scan's stacked buffers still make its
+peak higher than the unrolled program's (1.35x for BERT-Base at 512 tokens, docs/tpu.md), so a plan made with
+scanned layers, which compile several times faster, holds for unrolled ones too.
 """
 
 import time
@@ -19,32 +30,73 @@ from bert_jax import console, sharding
 from bert_jax.dry_run import ahead_of_time
 
 
-def _fits(config, devices, per_chip: int, remat: str, usable: int | None, tries: list) -> bool:
+def _data_parallel(config, devices) -> int:
+  return sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
+
+
+def _compile(config, devices, per_chip: int, remat: str, usable: int | None, microbatches: int = 1) -> dict:
+  """The train step's report (ahead_of_time.compile_step) at `per_chip` rows per chip under `remat`."""
   trial = config.copy_and_resolve_references()
-  data_parallel = sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
-  trial.batch_size = per_chip * data_parallel
-  trial.num_microbatches = 1
+  trial.batch_size = per_chip * _data_parallel(config, devices)
+  trial.num_microbatches = microbatches
   trial.model.remat = remat
   job = ahead_of_time.make_job(trial, devices)
   step = ahead_of_time.compile_step(job.run.train_step, job.train_args, usable)
-  tries.append((per_chip, step))
   logging.info(
-    "  remat %-9s per-chip batch %5d: %s (peak %s; %.1f s)",
+    "  remat %-13s per-chip batch %5d, %d microbatch(es): %s (peak %s; %.1f s)",
     remat,
     per_chip,
+    microbatches,
     "fits" if step["fits"] else "does not fit",
     ahead_of_time.gib(step["peak_bytes"]),
     step["compile_seconds"],
   )
-  return step["fits"]
+  return step
+
+
+def choose(config, devices, usable: int | None) -> tuple[dict | None, list[dict]]:
+  """(the first try that fits the config's batch, or None; every try): policies in `dry_run.plan_remat`'s order at
+  the config's microbatches, then at twice as many, ... while each microbatch holds at least a row per chip. A try
+  is dict(remat, microbatches, per_chip_batch, step)."""
+  per_chip, remainder = divmod(config.batch_size, _data_parallel(config, devices))
+  if remainder or not per_chip:
+    raise ValueError(
+      f"batch_size={config.batch_size} must be a positive multiple of the mesh's data-parallel size "
+      f"{_data_parallel(config, devices)} on {config.dry_run.topology}."
+    )
+  tries = []
+  microbatches = config.num_microbatches
+  while per_chip % microbatches == 0:
+    for remat in config.dry_run.plan_remat:
+      step = _compile(config, devices, per_chip, remat, usable, microbatches)
+      tries.append(dict(remat=remat, microbatches=microbatches, per_chip_batch=per_chip, step=step))
+      if step["fits"]:
+        return tries[-1], tries
+    microbatches *= 2
+  return None, tries
 
 
 def largest_batch(config, devices, remat: str, usable: int | None, start: int = 0) -> tuple[int, dict | None, list]:
   """(largest per-chip batch that fits (0: none), its step report, every (batch, step) tried). The doubling
   starts at `start` when that fits (a policy that keeps less than one already planned fits at least its batch)."""
-  step, most = config.dry_run.plan_batch_step, config.dry_run.plan_max_batch
+
+  def compile_at(per_chip: int) -> dict:
+    return _compile(config, devices, per_chip, remat, usable)
+
+  return search(compile_at, config.dry_run.plan_batch_step, config.dry_run.plan_max_batch, start)
+
+
+def search(compile_at, step: int, most: int, start: int = 0) -> tuple[int, dict | None, list]:
+  """The largest multiple of `step` up to `most` at which `compile_at(batch)` (a step report with "fits") fits:
+  doubling from `step` (or from `start`, when that fits), then bisection. Returns (batch (0: none fits), its report,
+  every (batch, report) tried)."""
   tries = []
-  fits = lambda units: _fits(config, devices, units * step, remat, usable, tries)
+
+  def fits(units: int) -> bool:
+    report = compile_at(units * step)
+    tries.append((units * step, report))
+    return report["fits"]
+
   # In units of `step`: the largest known to fit and the smallest known not to (or one past the range).
   low, high, top = 0, None, most // step
   units = 1
@@ -68,9 +120,10 @@ def largest_batch(config, devices, remat: str, usable: int | None, start: int = 
   return low, best, tries
 
 
-def plan(config) -> list[dict]:
-  """One row per remat policy of `dry_run.plan_remat`: the largest per-chip batch, its tokens per step, peak
-  bytes per chip and the compiles it took."""
+def plan(config) -> dict:
+  """`--mode=plan`: dict(choice=the try `choose` settled on (None: nothing fits), tries=its tries, rows=one row per
+  remat policy of `dry_run.plan_remat` with the largest per-chip batch, its tokens per step, peak bytes per chip and
+  the compiles it took (empty unless `dry_run.plan_largest`))."""
   if not config.dry_run.topology:
     raise ValueError("--mode=plan needs --config.dry_run.topology (e.g. v5e-8): it compiles for a TPU slice.")
   step, most = config.dry_run.plan_batch_step, config.dry_run.plan_max_batch
@@ -83,11 +136,13 @@ def plan(config) -> list[dict]:
   seq = config.finetune.max_seq_length if config.finetune.task else config.data.max_seq_length
   data_parallel = sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
   logging.info("Planning for %s: usable HBM %s per chip.", target, ahead_of_time.gib(usable))
+  choice, tries = choose(config, devices, usable)
+  logging.info("%s", format_choice(choice, tries, target, config))
   rows = []
   batch = 0
-  for remat in config.dry_run.plan_remat:
+  for remat in config.dry_run.plan_remat if config.dry_run.plan_largest else ():
     start = time.perf_counter()
-    # Policies from keeping most to keeping least ("none", "save_dots", "full"): each fits what the one before did.
+    # Policies from keeping most to keeping least: each fits what the one before did.
     batch, report, tries = largest_batch(config, devices, remat, usable, start=batch)
     rows.append(
       dict(
@@ -102,8 +157,37 @@ def plan(config) -> list[dict]:
         capped=batch >= most // step * step,
       )
     )
-  logging.info("%s", format_plan(rows, target, config))
-  return rows
+  if rows:
+    logging.info("%s", format_plan(rows, target, config))
+  return dict(choice=choice, tries=tries, rows=rows)
+
+
+def format_choice(choice: dict | None, tries: list[dict], target: str, config) -> str:
+  """The tries at the config's batch and the flags of the one chosen."""
+  lines = [f"{'remat':14s}  {'microbatches':>12s}  {'peak':>10s}  {'fits':>4s}  {'XLA FLOPs/chip':>14s}  compile"]
+  for tried in tries:
+    step = tried["step"]
+    flops = step.get("xla_flops_per_device")
+    lines.append(
+      f"{tried['remat']:14s}  {tried['microbatches']:>12d}  {ahead_of_time.gib(step['peak_bytes']):>10s}  "
+      f"{'yes' if step['fits'] else 'no':>4s}  {'-' if flops is None else f'{flops:.3g}':>14s}  "
+      f"{step['compile_seconds']:.0f} s"
+    )
+  per_chip = tries[0]["per_chip_batch"] if tries else 0
+  if choice is None:
+    verdict = "nothing fits: a smaller batch per chip, FSDP (--config.mesh.fsdp) or a larger slice"
+  else:
+    flags = f"--config.model.remat={choice['remat']}"
+    if choice["microbatches"] != config.num_microbatches:
+      flags += f" --config.num_microbatches={choice['microbatches']}"
+    verdict = f"{flags} (the least recomputation that fits; peak {ahead_of_time.gib(choice['step']['peak_bytes'])})"
+  rows = [("", line) for line in lines] + [("chosen", verdict)]
+  scanned = " (scanned layers: XLA counts the layer once)" if config.model.scan_layers else ""
+  return console.block(
+    f"Plan for {target}: batch {config.batch_size} ({per_chip} rows per chip); remat policies in order of "
+    f"recomputation{scanned}",
+    rows,
+  )
 
 
 def format_plan(rows: list[dict], target: str, config) -> str:

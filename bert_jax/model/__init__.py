@@ -16,8 +16,9 @@ what it finds. No module asks which family it is in.
   pretraining_heads.py   pretraining heads: "bert" (masked LM, sentence), "electra" (and generator, discriminator)
   self_attention.py      the multi-head attention module every layer part attends with
   attention.py           attention kernels: XLA, Pallas splash (TPU), cuDNN (GPU), chosen per platform
-  layers.py              the building blocks of every part: dense, LayerNorm, activations, sharding constraints
-  stack.py               the layers stacked: remat, scanned or unrolled, cross-layer sharing (ALBERT)
+  layers.py              the building blocks of every part: dense, LayerNorm, dropout, activations, sharding constraints
+  remat.py               the remat policies by name: what each layer keeps for the backward pass
+  stack.py               the layers stacked: under a remat policy, scanned or unrolled, cross-layer sharing (ALBERT)
   encoder.py             `BertModel` (the encoder and pooler) and `BertForPretraining`
   electra.py             ELECTRA's generator and discriminator in one tree
   heads.py               fine-tuning heads, named as `transformers`' BertFor* task models

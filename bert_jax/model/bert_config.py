@@ -8,7 +8,7 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from bert_jax.model import architectures
+from bert_jax.model import architectures, remat
 
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # The sizes that must be positive integers.
@@ -31,9 +31,8 @@ ACTIVATIONS = ("gelu", "gelu_new")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
 # feed-forward sub-layer (with its LayerNorm) only.
 LAYER_SHARING = ("none", "all", "attention", "ffn")
-# What the backward pass keeps of each layer's activations: everything ("none": no rematerialisation), nothing
-# but the layer's input ("full": the layer is recomputed), or the matmul outputs ("save_dots").
-REMAT_POLICIES = ("none", "full", "save_dots")
+# What the backward pass keeps of each layer's activations: the policies of model/remat.py, by name.
+REMAT_POLICIES = remat.POLICY_NAMES
 # model.attention: the kernels of bert_jax/model/attention.py.
 ATTENTION_KINDS = ("xla", "splash", "cudnn", "auto")
 

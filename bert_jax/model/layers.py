@@ -15,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.model import remat
 from bert_jax.model.bert_config import BertConfig
 
 Array = jax.Array
@@ -59,6 +60,25 @@ def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
     bias_init=zeros(("embed",)),
     name=name,
   )
+
+
+class Dropout(nn.Dropout):
+  """flax's Dropout, the same draw from the same key (its name in a module is flax's, `Dropout_0`, ...), with its
+  mask named `remat.DROPOUT_MASK` for the remat policies that keep it (model/remat.py)."""
+
+  @nn.compact
+  def __call__(self, inputs, deterministic: bool | None = None, rng=None):
+    if self.broadcast_dims:
+      raise ValueError("bert_jax's Dropout draws one mask value per element: broadcast_dims is not supported.")
+    deterministic = nn.merge_param("deterministic", self.deterministic, deterministic)
+    if self.rate == 0.0 or deterministic:
+      return inputs
+    if self.rate == 1.0:  # As flax: no NaN gradients.
+      return jnp.zeros_like(inputs)
+    keep_prob = 1.0 - self.rate
+    mask = jax.random.bernoulli(self.make_rng(self.rng_collection) if rng is None else rng, keep_prob, inputs.shape)
+    mask = remat.tag(mask, remat.DROPOUT_MASK)
+    return jax.lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
 
 
 _ACTIVATION_RULES: contextvars.ContextVar[tuple] = contextvars.ContextVar("activation_rules", default=())

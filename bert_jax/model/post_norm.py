@@ -16,7 +16,7 @@ import jax
 from bert_jax.model.attention_patterns import Span
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.feed_forward import FeedForward
-from bert_jax.model.layers import HIDDEN, constrain, layer_norm
+from bert_jax.model.layers import HIDDEN, Dropout, constrain, layer_norm
 from bert_jax.model.self_attention import make_self_attention
 
 Array = jax.Array
@@ -53,7 +53,7 @@ class PostNormLayer(nn.Module):
       name: shared[name] if name in shared else make(config, name)
       for name, make in self.sublayers(self.feed_forward).items()
     }
-    dropout = nn.Dropout(config.hidden_dropout_prob)
+    dropout = Dropout(config.hidden_dropout_prob)
     attended = sub["attention"](x, input_mask, deterministic, head_mask, span=self.span)
     x = sub["attention_layer_norm"](x + dropout(attended, deterministic=deterministic))
     out = self.feed_forward.apply(config, sub, x)

@@ -6,9 +6,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model import attention
+from bert_jax.model import attention, remat
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.layers import constrain, current_activation_rules, dense
+from bert_jax.model.layers import Dropout, constrain, current_activation_rules, dense
 
 Array = jax.Array
 
@@ -29,8 +29,8 @@ class SelfAttention(nn.Module):
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
-      constrain(dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS)
-      for name in ("query", "key", "value")
+      remat.tag(constrain(dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS), tag)
+      for name, tag in (("query", remat.QUERY), ("key", remat.KEY), ("value", remat.VALUE))
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
     kind = attention.resolve(
@@ -54,7 +54,7 @@ class SelfAttention(nn.Module):
       probs = jax.nn.softmax(scores, axis=-1)
       self.sow("intermediates", "attention_probs", probs)  # Kept only when `intermediates` is mutable.
       probs = probs.astype(config.compute_dtype)
-      probs = nn.Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
+      probs = Dropout(config.attention_dropout_prob)(probs, deterministic=deterministic)
       context = jnp.einsum("bhqk,bkhd->bqhd", probs, value)
     if head_mask is not None:  # transformers' head_mask scales the probabilities; a head's context is linear in them.
       context = context * head_mask.astype(context.dtype)[:, None]

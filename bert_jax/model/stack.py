@@ -24,13 +24,11 @@ import functools
 import flax.linen as nn
 import jax
 
-from bert_jax.model import parts
+from bert_jax.model import parts, remat
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.layers import HIDDEN, constrain, dense
 
 Array = jax.Array
-
-_REMAT_POLICIES = {"full": None, "save_dots": jax.checkpoint_policies.checkpoint_dots}
 
 
 @functools.cache
@@ -44,12 +42,11 @@ def _carry_form(layer_cls: type[nn.Module]) -> type[nn.Module]:
 
 
 def _layer_class(config: BertConfig, layer_cls: type[nn.Module]) -> type[nn.Module]:
-  if config.remat == "none":
-    return layer_cls
+  """`layer_cls` under `config.remat`'s policy (model/remat.py), "none" included: what the backward pass keeps is
+  the policy's choice, not what tracing happens to leave (a scan would otherwise stack every intermediate of every
+  layer, float32 copies and all, for the backward pass)."""
   # `deterministic` (argument 3, counting self) switches dropout: static, not traced.
-  return nn.remat(
-    layer_cls, policy=_REMAT_POLICIES[config.remat], prevent_cse=not config.scan_layers, static_argnums=(3,)
-  )
+  return nn.remat(layer_cls, policy=remat.policy(config.remat), prevent_cse=not config.scan_layers, static_argnums=(3,))
 
 
 def _one_span(config: BertConfig, spans: tuple, why: str):
