@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from bert_jax import config_checks
 from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 from configs import tiny
 from tests.test_main import ROOT, _env
@@ -261,3 +262,11 @@ def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   limit[0], config.dry_run.plan_max_batch = 5000, 1001  # A range that is not a multiple of the step still ends.
   batch, _, tries = planner.largest_batch(config, [], "none", None)
   assert batch == 1000 and len(tries) < 20
+
+
+@pytest.mark.parametrize("names", [("none", "nope"), ()])
+def test_a_plan_of_unknown_remat_policies_is_refused_with_the_known_ones(names):
+  config = tiny.get_config()
+  config.dry_run.plan_remat = names
+  with pytest.raises(ValueError, match=r"dry_run.plan_remat=.*expected one or more of \('none', 'save_dots'"):
+    config_checks.check_dry_run(config)
