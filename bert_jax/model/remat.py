@@ -2,9 +2,10 @@
 and what the backward pass computes again. As MaxText offers them, for one layer (model/stack.py applies the policy
 to every layer, scanned or unrolled, so that the two layouts hold the same):
 
-  none           every matmul output and every dropout mask: only element-wise work (softmax, norms, GELU, applying
-                 a mask) is computed again, as XLA itself does in an unrolled program. No matmul, no random draw.
-  save_dots      every matmul output; dropout masks are drawn again (the same bits) from their keys.
+  none           every matmul output, the attention's context (a fused kernel's output too) and every dropout mask:
+                 only element-wise work (softmax, norms, GELU, applying a mask) is computed again, as XLA itself does
+                 in an unrolled program. No matmul, no kernel, no random draw.
+  save_dots      every matmul output and the context; dropout masks are drawn again (the same bits) from their keys.
   save_dense     the dense layers' outputs (q, k, v, the attention output, the feed-forward's); the attention's
                  [batch, heads, seq, seq] matmuls and softmax are computed again (MaxText's "minimal").
   save_qkv       the query, key and value projections only (MaxText's "save_qkv_proj").
@@ -27,8 +28,11 @@ _policies = jax.checkpoint_policies
 
 # Values tagged by name in the model, for the policies that save by name.
 QUERY, KEY, VALUE = "query_proj", "key_proj", "value_proj"
+# The attention's output per head, before the output projection: a matmul output on the XLA path, a kernel's output
+# (not a matmul, so a dots policy alone would run the kernel again) with splash or cuDNN.
+CONTEXT = "context"
 DROPOUT_MASK = "dropout_mask"
-NAMES = (QUERY, KEY, VALUE, DROPOUT_MASK)
+NAMES = (QUERY, KEY, VALUE, CONTEXT, DROPOUT_MASK)
 
 # In order of the recomputation they cost, the least first (the planner's order, `dry_run.plan_remat`).
 POLICY_NAMES = ("none", "save_dots", "save_dense", "offload_dense", "save_qkv", "full")
