@@ -142,7 +142,7 @@ def plan(config) -> dict:
   batch = 0
   for remat in config.dry_run.plan_remat if config.dry_run.plan_largest else ():
     start = time.perf_counter()
-    # Policies from keeping most to keeping least: each fits what the one before did.
+    # Each policy's search starts from the batch the one before fitted, once a compile confirms it fits here too.
     batch, report, tries = largest_batch(config, devices, remat, usable, start=batch)
     rows.append(
       dict(
