@@ -4,6 +4,7 @@ kernel compiles for the TPU and saves HBM, a config that cannot fit says so with
 the largest batch. (The shipped BERT-Large configs: test_planned_configs.py, a file of its own so that a second test
 worker takes those two long compiles.)"""
 
+import functools
 import os
 import re
 import subprocess
@@ -167,6 +168,7 @@ def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help(tmp_path):
   assert not (tmp_path / "plan").exists()
 
 
+@functools.cache  # The file runs in one worker (--dist loadfile): the "none" step is compiled once for two tests.
 def _activation_bound(remat: str, scan_layers: bool = True, per_chip: int = 16):
   """A tiny model whose step is mostly activations in HBM (smaller ones live in the chip's VMEM, which the peak does
   not count): 4 layers at 512 tokens, 16 rows per chip, dropout on, data parallel on v5e-8."""
@@ -191,7 +193,8 @@ def _activation_bound(remat: str, scan_layers: bool = True, per_chip: int = 16):
 def test_scanned_layers_hold_about_what_unrolled_ones_hold_at_equal_remat():
   """A scan hands the backward pass what the remat policy keeps, stacked per layer, and no more. Before the policies
   applied to every layer it held every intermediate, float32 copies included: twice the unrolled peak here. What is
-  left is the scan's stacked buffers being allocated whole (docs/tpu.md, "Where the memory goes"): 1.24x here."""
+  left is that a scan frees its stacked buffers whole, when its backward loop ends (docs/tpu.md, "Where the memory
+  goes"): 1.24x here."""
   scanned, unrolled = _activation_bound("none", True), _activation_bound("none", False)
   assert scanned["fits"] and unrolled["fits"]
   assert scanned["peak_bytes"] <= 1.3 * unrolled["peak_bytes"], (scanned["peak_bytes"], unrolled["peak_bytes"])

@@ -1,7 +1,7 @@
 """Rematerialisation policies by name (`model.remat`): what each layer's forward pass keeps for the backward pass,
 and what the backward pass computes again. As MaxText offers them, for one layer (model/stack.py applies the policy
 to every layer, scanned or unrolled, so that both layouts keep the same values; a scan still peaks higher, its
-stacked buffers being allocated whole: docs/tpu.md, "Where the memory goes"):
+stacked buffers freed whole when its backward loop ends: docs/tpu.md, "Where the memory goes"):
 
   none           every matmul output, the attention's context (a fused kernel's output too) and every dropout mask:
                  only element-wise work (softmax, norms, GELU, applying a mask) is computed again, as XLA itself does
