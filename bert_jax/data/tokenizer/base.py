@@ -1,22 +1,15 @@
 """The interface every tokenizer has (`Tokenizer`), BERT's special tokens, and the SHA-256 of a tokenizer's file;
 each kind (`__init__.py`: WordPiece, SentencePiece; `bpe.py`: byte-level BPE) subclasses it."""
 
-import hashlib
 import itertools
 
 import numpy as np
 from etils import epath
 
+from bert_jax.paths import file_sha256
+
 # BERT's special tokens, in the order of `Tokenizer.special_ids`: padding, unknown, [CLS], [SEP], [MASK].
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-
-def file_sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with epath.Path(path).open("rb") as f:
-    while chunk := f.read(1 << 20):
-      digest.update(chunk)
-  return digest.hexdigest()
 
 
 class Tokenizer:
