@@ -166,7 +166,10 @@ def main(argv):
 
 def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
   if mode == "prepare":
-    prepare.prepare_for_run(config, _WORKDIR.value)
+    try:
+      prepare.prepare_for_run(config, _WORKDIR.value)
+    except (FileNotFoundError, ValueError) as error:  # Bad input, or a corpus there from other input: named, unwritten.
+      sys.exit(f"--mode=prepare: {error}")
   elif mode in ("dry_run", "plan"):
     _compile_ahead_of_time(config, mode)
   elif mode == "export":

@@ -107,6 +107,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.eval_fraction = 0.01
   # ... and at least this many (the documents with the lowest hashes), but never more than a tenth of the corpus.
   config.data.eval_min_documents = 16
+  # --mode=prepare into data.prepared_dir holding a corpus prepared from another input, settings or tokenizer (or by
+  # an older bert_jax, which recorded no input): False refuses, naming each difference; True replaces it (the old
+  # corpus stays readable until the new manifest is written; then its shards are removed).
+  config.data.prepare_overwrite = False
   # Fraction of tokens selected for masked-LM prediction; at most max_predictions_per_seq of a sequence (the run's
   # header gives the rate a full-length sequence gets, with a warning when the cap binds).
   config.data.masked_lm_prob = 0.15

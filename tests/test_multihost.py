@@ -106,11 +106,11 @@ _FAILING_MAIN = """
 import runpy, sys
 from bert_jax.data import prepare
 from bert_jax.train import pretraining
-write_shards = prepare.prepare
+write_shards = prepare.write
 def noted(*args, **kwargs):
   print("process 1 ran the preparer", file=sys.stderr, flush=True)
   return write_shards(*args, **kwargs)
-prepare.prepare = noted
+prepare.write = noted
 batch = pretraining.PretrainingJob.batch
 def failing(self, step):
   if step == 3:

@@ -3,6 +3,7 @@ bad input, a damaged corpus."""
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data import prepare, shards
-from bert_jax.data.manifest import count_records, read_manifest
+from bert_jax.data.manifest import check_shards, count_records, read_manifest
 from bert_jax.data.text import split_sentences
 from bert_jax.data.tokenizer import load_tokenizer, train_sentencepiece
 from tests.test_tokenizer import train_bpe
@@ -103,28 +104,32 @@ def test_preparation_is_deterministic_and_a_rerun_skips_finished_shards(
   manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 1)
   assert shard.stat().st_mtime == 1  # Not rewritten.
   assert manifest["documents"] == 3
-  config.max_document_bytes = 2048  # Another cut: the same shard names, other shards; none is kept.
-  prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 1)
-  assert shard.stat().st_mtime != 1
+  # Another cut, on purpose: a new corpus beside the old one, which is removed once the new manifest commits.
+  config.update(max_document_bytes=2048, prepare_overwrite=True)
+  manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "one"), 1)
+  assert not shard.exists() and manifest["shards"][1]["file"].startswith("corpus-")
+  assert (tmp_path / "one" / manifest["shards"][1]["file"]).read_bytes() == (two / shard.name).read_bytes()
 
 
 def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args, data_config):
   (tmp_path / "book.txt").write_text(ONE_DOCUMENT, encoding="utf-8")
   (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
+  (tmp_path / "note.txt").write_text("A note.", encoding="utf-8")
   config = data_config(input_pattern=str(tmp_path / "*.txt"), input_format="document")
   manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
-  assert manifest["documents"] == 1 and manifest["empty_documents"] == 1
+  assert manifest["documents"] == 2 and manifest["empty_documents"] == 1
   assert split_sentences("A whole book. It has sentences! Does it?\nYes.") == [
     "A whole book.",
     "It has sentences!",
     "Does it?",
     "Yes.",
   ]
-  assert manifest["sentences"] == 5
+  assert manifest["sentences"] == 5 + 1
 
 
 def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, data_config, monkeypatch):
-  """A TFDS source is built once, before the workers, which only read (download=False)."""
+  """A TFDS source is built once, before the workers, which only read (download=False); the manifest records its
+  full name, version and split, and the settings that change what is written."""
   config = data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text", num_shards=3)
   built, loads = [], []
   with tfds.testing.mock_data(num_examples=9):
@@ -132,8 +137,12 @@ def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, d
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, **kw: built.append(self.name))
     monkeypatch.setattr(tfds, "load", lambda *args, **kwargs: loads.append(kwargs["download"]) or load(*args, **kwargs))
     manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
-  assert built == ["imdb_reviews"] and loads == [False, False, False]
+  # Read only: 3 slices by the shard writer, and 2 by the check that the input is large enough (18 training documents).
+  assert built == ["imdb_reviews"] and loads == [False] * (3 + 2)
   assert len(manifest["shards"]) == 3
+  assert manifest["input"]["tfds"] == dict(name="imdb_reviews/plain_text/1.0.0", version="1.0.0", split="train")
+  settings = dict(tfds_feature="text", num_shards=3, eval_fraction=0.01, eval_min_documents=16)
+  assert manifest["input"]["settings"] == settings
   # The mock serves num_examples to every load, whatever the slice: 3 slices, 9 documents each.
   assert manifest["documents"] + manifest["eval_documents"] + manifest["empty_documents"] == 3 * 9
 
@@ -141,11 +150,10 @@ def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, d
 def test_bad_inputs_are_named(tmp_path, tokenizer_args, data_config):
   with pytest.raises(ValueError, match=r"data.input_pattern='/nowhere/\*.txt' matches no file"):
     prepare.prepare(data_config(input_pattern="/nowhere/*.txt"), tokenizer_args, str(tmp_path / "out"), 1)
+  inputs = _inputs(tmp_path)
   with pytest.raises(ValueError, match=r"data.input_format='csv'"):
-    prepare.prepare(
-      data_config(input_pattern=_inputs(tmp_path), input_format="csv"), tokenizer_args, str(tmp_path / "out"), 1
-    )
-  prepare.prepare(data_config(input_pattern=str(tmp_path / "in" / "b.txt")), tokenizer_args, str(tmp_path / "ok"), 1)
+    prepare.prepare(data_config(input_pattern=inputs, input_format="csv"), tokenizer_args, str(tmp_path / "out"), 1)
+  prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(tmp_path / "ok"), 1)
   other = tmp_path / "other.txt"
   other.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"was prepared with tokenizer .*sentencepiece.* but the config's tokenizer"):
@@ -153,6 +161,109 @@ def test_bad_inputs_are_named(tmp_path, tokenizer_args, data_config):
   with pytest.raises(FileNotFoundError, match="No manifest.json in"):
     read_manifest(str(tmp_path / "nothing"))
   assert np.isfinite(read_manifest(str(tmp_path / "ok"))["tokens"])
+
+
+def _files(directory) -> dict:
+  return {path.relative_to(directory): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def test_a_rerun_into_a_corpus_prepared_from_something_else_is_refused_naming_each_difference(
+  tmp_path, tokenizer_args, data_config, monkeypatch
+):
+  """The manifest records the input files (name, size, SHA-256), the settings that change the output and the
+  tokenizer. The same preparation again keeps the corpus (a run's settings, data.max_seq_length among them, are not
+  preparation's: one corpus serves them all); another input, setting or tokenizer is refused before anything is
+  written, naming each difference; data.prepare_overwrite replaces the corpus, the old one readable until the new
+  manifest commits. A manifest from before inputs were recorded still reads, and a re-run into it is refused."""
+  out, inputs = tmp_path / "out", _inputs(tmp_path)
+  first = prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(out), 1)
+  b = first["input"]["files"][1]
+  assert b == dict(path=str(tmp_path / "in" / "b.txt"), **paths.fingerprint(tmp_path / "in" / "b.txt"))
+  assert first["input"]["settings"]["max_document_bytes"] == 4 << 20
+  before = _files(out)
+  assert prepare.prepare(data_config(input_pattern=inputs, max_seq_length=512), tokenizer_args, str(out), 1) == first
+  assert _files(out) == before
+  shard, kept = (out / entry["file"] for entry in first["shards"])
+  os.utime(kept, (1, 1))
+  shard.unlink()  # As if lost: the same preparation writes it again, and only it.
+  assert prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(out), 1) == first
+  assert _files(out) == before and kept.stat().st_mtime == 1
+
+  (tmp_path / "in" / "b.txt").write_text("Only one document.\nWith two lines, changed.\n", encoding="utf-8")
+  now = paths.fingerprint(tmp_path / "in" / "b.txt")
+  changed = (
+    rf"{out} holds a corpus prepared from something else: input {tmp_path}/in/b.txt changed: {b['bytes']} bytes "
+    rf"sha256 {b['sha256'][:12]}\.\. when prepared, {now['bytes']} bytes sha256 {now['sha256'][:12]}\.\. now"
+  )
+  with pytest.raises(ValueError, match=changed + r"; data.max_document_bytes 4194304 when prepared, 2048 now\. "):
+    prepare.prepare(data_config(input_pattern=inputs, max_document_bytes=2048), tokenizer_args, str(out), 1)
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nword\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"tokenizer kind sentencepiece, sha256 \w+\.\. when prepared, kind wordpiece"):
+    prepare.prepare(data_config(input_pattern=inputs), dict(kind="wordpiece", path=str(vocab)), str(out), 1)
+  assert _files(out) == before
+
+  # Replaced on purpose; a crash before the new manifest commits leaves the old corpus whole and readable.
+  config = data_config(input_pattern=inputs, prepare_overwrite=True)
+  with monkeypatch.context() as patch:
+    patch.setattr(prepare, "write_manifest", lambda *args: sys.exit("killed before the commit"))
+    with pytest.raises(SystemExit):
+      prepare.prepare(config, tokenizer_args, str(out), 1)
+  check_shards(str(out), read_manifest(str(out)), verify_hashes=True)
+  assert read_manifest(str(out)) == first
+  replaced = prepare.prepare(config, tokenizer_args, str(out), 1)
+  assert replaced["input"]["files"][1]["sha256"] == now["sha256"] and replaced["sentences"] == first["sentences"]
+  assert {path.parts[0] for path in _files(out)} == {"manifest.json", replaced["shards"][0]["file"].split("/")[0]}
+  check_shards(str(out), replaced, verify_hashes=True)
+  assert prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(out), 1) == replaced
+
+  older = {key: value for key, value in replaced.items() if key != "input"}  # As an older bert_jax wrote it.
+  (out / "manifest.json").write_text(json.dumps(older))
+  assert read_manifest(str(out))["documents"] == 3
+  with pytest.raises(ValueError, match="its manifest records no input .* set data.prepare_overwrite=True to replace"):
+    prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(out), 1)
+
+
+@pytest.mark.parametrize(
+  "text, counts",
+  [
+    ("", r"0 document\(s\), 0 sentence\(s\), 0 token\(s\)"),
+    ("\n  \n\n", r"0 document\(s\), 0 sentence\(s\), 0 token\(s\)"),
+    ("Only one sentence.\n", r"1 document\(s\), 1 sentence\(s\), \d+ token\(s\)"),
+    ("One document.\nOf two sentences.\n", r"1 document\(s\), 2 sentence\(s\), \d+ token\(s\)"),
+  ],
+  ids=["0 bytes", "blank lines", "one sentence", "one document"],
+)
+def test_too_little_text_is_refused_with_its_counts_before_anything_is_written(
+  tmp_path, tokenizer_args, data_config, text, counts
+):
+  (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+  config = data_config(input_pattern=str(tmp_path / "corpus.txt"))
+  expected = rf"corpus.txt' holds too little text to pretrain on: {counts} .* needs at least 2 documents"
+  with pytest.raises(ValueError, match=expected):
+    prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
+  assert not (tmp_path / "out").exists()
+
+
+def test_a_corpus_too_small_to_pretrain_on_is_refused_before_the_run_starts(
+  tmp_path, tokenizer_args, data_config, monkeypatch
+):
+  """One prepared by an older bert_jax (which wrote one document): refused when the corpus is opened, which
+  pretraining does before it takes the workdir's lease or writes anything."""
+  from bert_jax.data.corpus import Corpus
+  from bert_jax.model.bert_config import BertConfig
+  from configs import tiny
+
+  (tmp_path / "corpus.txt").write_text("One document.\nOf two sentences.\n", encoding="utf-8")
+  monkeypatch.setattr(shards, "check_enough_documents", lambda *args: None)
+  prepare.prepare(data_config(input_pattern=str(tmp_path / "corpus.txt")), tokenizer_args, str(tmp_path / "out"), 1)
+  config = tiny.get_config()
+  config.data.update(embedded_corpus="", prepared_dir=str(tmp_path / "out"))
+  config.tokenizer.update(kind="sentencepiece", path=tokenizer_args["path"])
+  model = BertConfig(vocab_size=64, hidden_size=8, num_layers=1, num_heads=1, intermediate_size=8)
+  with pytest.raises(ValueError, match=r"out holds 1 training document\(s\); pretraining needs at least 2"):
+    Corpus(config, str(tmp_path / "run"), model)
+  assert not (tmp_path / "run").exists()
 
 
 def test_a_damaged_corpus_is_named_before_training(tmp_path, tokenizer_args, data_config):

@@ -7,7 +7,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax.data import sources
-from bert_jax.data.manifest import check_shards, paths_for_run, read_manifest
+from bert_jax.data.manifest import check_documents, check_shards, paths_for_run, read_manifest
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 from bert_jax.model.bert_config import BertConfig
@@ -57,6 +57,7 @@ class Corpus:
       )
       self._eval = self._train
     for corpus in (self._train, self._eval) if self._eval is not self._train else (self._train,):
+      check_documents(corpus["prepared_dir"], corpus["manifest"])  # Here, before the run's lease and writers.
       check_shards(corpus["prepared_dir"], corpus["manifest"], config.data.verify_shard_hashes)
 
   def describe(self) -> str:

@@ -1,10 +1,12 @@
 """The manifest of a prepared corpus: what a run reads. Where a run's tokenizer and prepared corpus are
 (`paths_for_run`), the manifest written beside the shards and read back (its tokenizer checked against the run's),
-and each shard checked against what it records (size; with `verify_hashes` records and SHA-256).
+each shard checked against what it records (size; with `verify_hashes` records and SHA-256), and the corpus against
+the least a run needs (`MIN_DOCUMENTS`).
 
-A shard's entry (`SHARD_KEYS`) names its file and counts its documents, sentences and tokens, with the bytes,
-records and SHA-256 to check it by. The run-time path reads prepared data through this module alone, never through
-the preparation that wrote it.
+A shard's entry (`SHARD_KEYS`) names its file (relative to the prepared directory) and counts its documents,
+sentences and tokens, with the bytes, records and SHA-256 to check it by. The manifest also records what the
+corpus was made from (`input`, see `input_record`), which preparation compares on a re-run. The run-time path reads
+prepared data through this module alone, never through the preparation that wrote it.
 """
 
 import hashlib
@@ -19,6 +21,9 @@ from bert_jax import paths
 
 MANIFEST = "manifest.json"
 SHARD_KEYS = ("file", "documents", "sentences", "tokens", "bytes", "records", "sha256")
+# The training documents a corpus needs: a random next sentence (and every row's partner stream) comes from another
+# document. Preparation refuses input with fewer (`shards.check_enough_documents`), a run a corpus with fewer.
+MIN_DOCUMENTS = 2
 
 
 def paths_for_run(config, workdir: str) -> tuple[str, str]:
@@ -91,6 +96,16 @@ def read_manifest(prepared_dir: str, tokenizer=None) -> dict:
       f"{tokenizer.identity()}; prepare the corpus again with this tokenizer."
     )
   return manifest
+
+
+def check_documents(prepared_dir: str, manifest: dict) -> None:
+  """The corpus holds at least `MIN_DOCUMENTS` training documents; raises naming the directory and the count."""
+  documents = sum(shard["documents"] for shard in manifest["shards"])
+  if documents < MIN_DOCUMENTS:
+    raise ValueError(
+      f"{prepared_dir} holds {documents} training document(s); pretraining needs at least {MIN_DOCUMENTS} (a random "
+      "next sentence comes from another document). Prepare a larger corpus."
+    )
 
 
 def check_shards(prepared_dir: str, manifest: dict, verify_hashes: bool = False) -> None:

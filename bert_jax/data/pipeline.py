@@ -25,6 +25,7 @@ import os
 
 from bert_jax.data import full_sentences, packing
 from bert_jax.data.instances import instance_kind
+from bert_jax.data.manifest import check_documents
 from bert_jax.data.masking import Masking, mask_tokens
 from bert_jax.data.readers import reader_units
 from bert_jax.tensorflow_cpu import tf
@@ -305,8 +306,7 @@ def reader_dataset(
   if batch_size % num_readers:
     raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
   shards = manifest["shards"]
-  if sum(s["documents"] for s in shards) < 2:
-    raise ValueError(f"{prepared_dir} holds fewer than 2 documents: next-sentence pairs need random documents.")
+  check_documents(prepared_dir, manifest)
   units = reader_units(manifest, reader, num_readers)
   if not sum(len(range(stripe, shards[shard]["documents"], stripes)) for shard, stripe, stripes in units):
     raise ValueError(

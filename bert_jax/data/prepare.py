@@ -7,12 +7,17 @@ between documents) or one document per file (paragraphs split on blank lines, se
 TFDS text dataset (name, split, feature; one example per document). Work is split by bytes: each file is cut into
 units of `data.prepare_unit_bytes` (`work_units`), so one large file is prepared by every core; each unit (or each
 of `num_shards` slices of a TFDS split) becomes one shard, written by a worker process. The output depends only on
-the input and the two sizes `data.prepare_unit_bytes` and `data.max_document_bytes`. Undecodable bytes are replaced
-and counted; empty documents are dropped and counted; the counts are in `manifest.json` with the tokenizer's
-identity.
+the input, the tokenizer and the settings `input_record.SETTINGS` names. Undecodable bytes are replaced and counted;
+empty documents are dropped and counted; the counts are in `manifest.json` with the tokenizer's identity and the
+input's record.
+
+Nothing is written before `plan_preparation` has compared the input with the corpus already in the directory (kept
+when the same, refused when another unless `data.prepare_overwrite`) and checked that it holds enough documents.
 """
 
 import dataclasses
+import hashlib
+import json
 import multiprocessing
 import os
 import time
@@ -23,80 +28,183 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import shards, text
-from bert_jax.data.manifest import MANIFEST, SHARD_KEYS, paths_for_run, write_manifest
-from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.data import input_record, shards, text
+from bert_jax.data.manifest import MANIFEST, SHARD_KEYS, check_shards, paths_for_run, read_manifest, write_manifest
+from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 
 _LOG_EVERY_SECONDS = 10.0
 # Text per worker process when the count is not given (each imports TensorFlow: seconds before its first shard).
 WORKER_BYTES = 32 << 20
 
 
-def prepare_tfds(name: str, data_dir: str) -> None:
+def prepare_tfds(name: str, data_dir: str):
   """Downloads and builds a TFDS dataset once, in this process, before the workers read their slices of it (each
-  would otherwise download and build it at the same time). Nothing is done when `data_dir` already holds it: a
-  directory on gs:// built elsewhere is read where it is."""
+  would otherwise download and build it at the same time); returns its builder. Nothing is done when `data_dir`
+  already holds it: a directory on gs:// built elsewhere is read where it is."""
   import tensorflow_datasets as tfds
 
   builder = tfds.builder(name, data_dir=data_dir or None)
   logging.info("TFDS %s in %s: downloading and building it if needed (once).", name, builder.data_dir)
   builder.download_and_prepare()
+  return builder
 
 
-def work_units(data_config, output_dir: str) -> list[dict]:
-  """The shards to write: each input file cut into units of `data.prepare_unit_bytes` (at document or paragraph
-  boundaries, found by each unit's worker), or `num_shards` even slices of a TFDS split."""
+def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
+  """The shards to write, and the record of what they are made from (`input_record`: the input and the settings,
+  which preparation reads through it alone). Each input file is cut into units of `data.prepare_unit_bytes` (at
+  document or paragraph boundaries, found by each unit's worker), or a TFDS split into `data.num_shards` even slices;
+  `place` names each one's shard. Reads every input byte (the files' SHA-256); builds a TFDS dataset if needed."""
+  chosen = input_record.settings(data_config)
   if data_config.tfds_name:
     import tensorflow_datasets as tfds
 
-    splits = tfds.even_splits(data_config.tfds_split, n=data_config.num_shards)
+    builder = prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir)
+    record = dict(tfds=input_record.tfds_record(builder, data_config.tfds_split), settings=chosen)
+    splits = tfds.even_splits(data_config.tfds_split, n=chosen["num_shards"])
     units = [
       dict(
         source="tfds",
         name=data_config.tfds_name,
         split=s,
-        feature=data_config.tfds_feature,
+        feature=chosen["tfds_feature"],
         data_dir=data_config.tfds_data_dir,
       )
       for s in splits
     ]
   else:
-    if data_config.input_format not in text.INPUT_FORMATS:
-      raise ValueError(f"data.input_format={data_config.input_format!r}; expected one of {text.INPUT_FORMATS}.")
+    if chosen["input_format"] not in text.INPUT_FORMATS:
+      raise ValueError(f"data.input_format={chosen['input_format']!r}; expected one of {text.INPUT_FORMATS}.")
     inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
     if not inputs:
       raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
-    unit_bytes = data_config.prepare_unit_bytes
+    record = dict(files=input_record.files_record(inputs), settings=chosen)
+    unit_bytes = chosen["prepare_unit_bytes"]
     units = []
-    for path in inputs:
-      size = epath.Path(path).stat().length
-      count = max(1, -(-size // unit_bytes))
+    for entry in record["files"]:
+      count = max(1, -(-entry["bytes"] // unit_bytes))
       units += [
         dict(
           source="files",
-          path=path,
-          file_bytes=size,
-          input_format=data_config.input_format,
+          path=entry["path"],
+          file_bytes=entry["bytes"],
+          file_sha256=entry["sha256"],
+          input_format=chosen["input_format"],
           index=index,
           units_of_file=count,
           unit_bytes=unit_bytes,
-          max_document_bytes=data_config.max_document_bytes,
+          max_document_bytes=chosen["max_document_bytes"],
         )
         for index in range(count)
       ]
+  for unit in units:
+    unit.update(
+      eval_fraction=chosen["eval_fraction"],
+      eval_min_documents=chosen["eval_min_documents"],
+      tokenizer_sha256=tokenizer_sha256,
+    )
+  return units, record
+
+
+def place(units: list[dict], output_dir: str, shard_dir: str = "") -> None:
+  """Names each unit's shard: `documents-NNNNN-of-NNNNN.tfrecord` in `shard_dir` (relative to `output_dir`)."""
   for index, unit in enumerate(units):
-    unit.update(eval_fraction=data_config.eval_fraction, eval_min_documents=data_config.eval_min_documents)
-    unit["output"] = os.path.join(output_dir, f"documents-{index:05d}-of-{len(units):05d}.tfrecord")
-  return units
+    unit["file"] = os.path.join(shard_dir, f"documents-{index:05d}-of-{len(units):05d}.tfrecord")
+    unit["output"] = os.path.join(output_dir, unit["file"])
+
+
+@dataclasses.dataclass
+class Plan:
+  """What preparation into a directory will do, decided before anything is written there: `kept`, the manifest of a
+  corpus already prepared from this input (nothing to write); else `units` to write (each placed), and `replaced`,
+  the manifest of the corpus the new one replaces (its files removed once the new manifest is written)."""
+
+  tokenizer: Tokenizer
+  units: list[dict]
+  record: dict
+  kept: dict | None = None
+  replaced: dict | None = None
+
+
+def _found_manifest(output_dir: str) -> tuple[dict | None, str]:
+  """The manifest already in `output_dir` (None if none, or if it cannot be read), and why it cannot be read."""
+  if not epath.Path(output_dir, MANIFEST).exists():
+    return None, ""
+  try:
+    return read_manifest(output_dir), ""
+  except ValueError as error:
+    return None, f"its manifest cannot be read ({error})"
+
+
+def _whole(output_dir: str, manifest: dict) -> bool:
+  """Whether every shard `manifest` lists, training and evaluation, is there with its recorded size."""
+  try:
+    check_shards(output_dir, dict(manifest, shards=manifest["shards"] + manifest.get("eval_shards", [])))
+  except (FileNotFoundError, ValueError) as error:
+    logging.warning("%s: %s Writing what is missing.", output_dir, error)
+    return False
+  return True
+
+
+def plan_preparation(data_config, tokenizer_args: dict, output_dir: str) -> Plan:
+  """Reads the input (its SHA-256) and compares it, the settings and the tokenizer with what a corpus already in
+  `output_dir` was prepared from. The same: that corpus is kept (its missing shards written). Another, or a corpus
+  prepared before inputs were recorded: refused naming each difference, unless `data.prepare_overwrite`, which
+  writes a new corpus beside it (in a directory named by the new record) and removes the old one after the new
+  manifest commits; or, for the embedded corpus (its input is the workdir's own copy), an unrecorded one is kept
+  with a warning. Then refuses input too small to pretrain on (`shards.check_enough_documents`)."""
+  tokenizer = load_tokenizer(**tokenizer_args)
+  identity = tokenizer.identity()
+  units, record = work_units(data_config, identity["sha256"])
+  planned = Plan(tokenizer, units, record)
+  (found, unreadable), shard_dir = _found_manifest(output_dir), ""
+  if found is not None or unreadable:
+    if unreadable:
+      differences = [unreadable]
+    elif "input" in found:
+      differences = input_record.differences(found, record, identity)
+    elif data_config.embedded_corpus and not data_config.prepare_overwrite:
+      logging.warning(
+        "%s was prepared before inputs were recorded: kept as it is (the embedded corpus's input is the workdir's own "
+        "copy). data.prepare_overwrite=True rebuilds it with its record.",
+        output_dir,
+      )
+      return dataclasses.replace(planned, kept=found)
+    else:
+      differences = ["its manifest records no input (prepared by an older bert_jax), so it cannot be compared"]
+    if not differences and _whole(output_dir, found):
+      logging.info("%s is already prepared from this input, with these settings and this tokenizer.", output_dir)
+      return dataclasses.replace(planned, kept=found)
+    if not differences:
+      shard_dir = os.path.dirname(found["shards"][0]["file"])  # Resumes where the corpus is.
+    elif not data_config.prepare_overwrite:
+      raise ValueError(
+        f"{output_dir} holds a corpus prepared from something else: {'; '.join(differences)}. Nothing was written. "
+        "Prepare into a new data.prepared_dir, or set data.prepare_overwrite=True to replace it (it stays readable "
+        "until the new corpus is complete)."
+      )
+    else:
+      logging.warning("Replacing the corpus in %s: %s.", output_dir, "; ".join(differences))
+      name = json.dumps(dict(input=record, tokenizer={k: v for k, v in identity.items() if k != "path"}))
+      shard_dir = "corpus-" + hashlib.sha256(name.encode()).hexdigest()[:12]
+      planned.replaced = found
+  place(units, output_dir, shard_dir)
+  named = f"data.tfds_name={data_config.tfds_name!r}" if data_config.tfds_name else ""
+  shards.check_enough_documents(units, tokenizer, named or f"data.input_pattern={data_config.input_pattern!r}")
+  return planned
 
 
 def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int | None = None) -> dict:
-  """Writes every shard (in parallel over processes) and then the manifest; returns the manifest."""
-  tokenizer = load_tokenizer(**tokenizer_args)
-  units = work_units(data_config, output_dir)
-  epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
-  if data_config.tfds_name:
-    prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir)
+  """Prepares `output_dir` as `plan_preparation` decides; returns its manifest (the one kept, or the one written)."""
+  planned = plan_preparation(data_config, tokenizer_args, output_dir)
+  return planned.kept if planned.kept is not None else write(planned, tokenizer_args, output_dir, num_workers)
+
+
+def write(plan: Plan, tokenizer_args: dict, output_dir: str, num_workers: int | None = None) -> dict:
+  """Carries out `plan` (with nothing kept): every shard not already written (in parallel over processes), then the
+  manifest (the commit), then the removal of the corpus it replaces. Returns the manifest."""
+  units, tokenizer = plan.units, plan.tokenizer
+  settings = plan.record["settings"]
+  epath.Path(units[0]["output"]).parent.mkdir(parents=True, exist_ok=True)
   if not num_workers:  # A core each, but no more than one per WORKER_BYTES of text: a worker takes seconds to start.
     text_bytes = sum(unit["file_bytes"] for unit in units if unit.get("index") == 0)  # 0 for TFDS.
     num_workers = min(os.cpu_count() or 1, max(1, round(text_bytes / WORKER_BYTES)) if text_bytes else len(units))
@@ -131,7 +239,7 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
   if num_workers > 1:
     pool.close()
     pool.join()
-  shards.hold_out_minimum(results, output_dir, data_config.eval_min_documents)
+  shards.hold_out_minimum(results, output_dir, settings["eval_min_documents"])
   totals = {key: sum(r[key] for r in results) for key in dataclasses.asdict(shards.ShardStats())}
   held_out = [r["eval"] for r in results if r["eval"]["documents"]]
   train_counts, eval_counts = (
@@ -143,15 +251,17 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
     **totals,
     shards=[{k: r[k] for k in SHARD_KEYS} for r in results],
     # The evaluation split: documents no training shard holds (see `shards.document_place`); empty shards not listed.
-    eval_fraction=data_config.eval_fraction,
-    eval_min_documents=data_config.eval_min_documents,
+    eval_fraction=settings["eval_fraction"],
+    eval_min_documents=settings["eval_min_documents"],
     eval_documents=sum(part["documents"] for part in held_out),
     eval_tokens=sum(part["tokens"] for part in held_out),
     eval_shards=[{k: part[k] for k in SHARD_KEYS} for part in held_out],
     # The score of plain token frequencies on the evaluation split (none without one).
     unigram=shards.unigram_baseline(train_counts, eval_counts) if held_out else None,
+    # What the corpus was made from (`input_record`), compared by a re-run; the tokenizer above.
+    input=plan.record,
   )
-  write_manifest(output_dir, manifest)
+  write_manifest(output_dir, manifest)  # The commit: readers now read the new corpus.
   logging.info(
     "Prepared %d documents, %d sentences, %d tokens and %d held-out documents (%d tokens) for evaluation in %.1f s "
     "(%d empty documents dropped, %d bytes replaced).",
@@ -164,7 +274,22 @@ def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int
     totals["empty_documents"],
     totals["replaced_bytes"],
   )
+  if plan.replaced:
+    _remove(output_dir, plan.replaced)
   return manifest
+
+
+def _remove(output_dir: str, manifest: dict) -> None:
+  """Removes a replaced corpus's files: the shards its manifest lists, their evaluation shards and statistics, and
+  their directory when it is one of its own and left empty. Nothing else in `output_dir` is touched."""
+  for shard in manifest["shards"]:
+    for name in (shard["file"], shard["file"] + ".stats.json", shards.eval_file(shard["file"])):
+      if epath.Path(output_dir, name).exists():
+        epath.Path(output_dir, name).unlink()
+  directory = epath.Path(output_dir, os.path.dirname(manifest["shards"][0]["file"]))
+  if paths.is_local(directory) and directory != epath.Path(output_dir) and not any(directory.iterdir()):
+    directory.rmdir()
+  logging.info("Removed the replaced corpus's %d shard(s) from %s.", len(manifest["shards"]), output_dir)
 
 
 def prepare_for_run(config, workdir: str) -> tuple[str, str]:
@@ -206,6 +331,7 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
     )
     assert trained == tokenizer_path, (trained, tokenizer_path)
   tokenizer_args = dict(kind=config.tokenizer.kind, path=tokenizer_path, lower_case=config.tokenizer.lower_case)
-  if not epath.Path(prepared_dir, MANIFEST).exists():
-    prepare(data, tokenizer_args, prepared_dir)
+  planned = plan_preparation(data, tokenizer_args, prepared_dir)
+  if planned.kept is None:
+    write(planned, tokenizer_args, prepared_dir)
   return tokenizer_path, prepared_dir

@@ -1,12 +1,12 @@
 """The shard workers of corpus preparation: one work unit's documents tokenized into a training shard and an
 evaluation shard (the documents whose place, `document_place`, is below `data.eval_fraction`), with their
-statistics; the hold-out minimum (`data.eval_min_documents`) across shards; the unigram baseline the evaluation
-split is scored against.
+statistics; the hold-out minimum (`data.eval_min_documents`) across shards; the check, before any shard is written,
+that the training split will hold enough documents; the unigram baseline the evaluation split is scored against.
 
 A worker tokenizes about a megabyte of sentences per call (`Tokenizer.encode_documents`: WordPiece compiled, through
 TensorFlow Text; a byte-level BPE as each document's running text), so memory stays bounded whatever the file size.
-A shard is written to a temporary name and renamed when whole, with its statistics and input beside it, so a re-run
-skips finished shards. Each record is a
+A shard is written to a temporary name and renamed when whole, with its statistics and input (the file's content
+hash and the tokenizer's among them) beside it, so a re-run skips finished shards. Each record is a
 `tf.train.Example` with `token_ids` (the document's tokens, flattened) and `sentence_lengths` (tokens per
 sentence), serialized deterministically: a shard's bytes depend only on its input.
 """
@@ -16,6 +16,7 @@ import hashlib
 import heapq
 import json
 import os
+from collections.abc import Iterator
 
 import numpy as np
 from absl import logging
@@ -23,12 +24,14 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data import text
-from bert_jax.data.manifest import file_integrity
+from bert_jax.data.manifest import MIN_DOCUMENTS, file_integrity
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.tensorflow_cpu import tf
 
 # Text tokenized per tokenizer call: large enough to amortise the call, small enough to bound a worker's memory.
 TOKENIZER_BATCH_BYTES = 1 << 20
+# Tokens a split keeps before it counts them for the unigram baseline (one bincount for many documents).
+_COUNT_EVERY_TOKENS = 1 << 18
 
 
 @dataclasses.dataclass
@@ -67,7 +70,23 @@ def init_worker(tokenizer_args: dict, pooled: bool = False) -> None:
 
 def _unit_input(unit: dict) -> dict:
   """What a shard was made from (recorded beside it): a re-run keeps the shard only if this is unchanged."""
-  return json.loads(json.dumps({key: value for key, value in unit.items() if key != "output"}, default=str))
+  return json.loads(json.dumps({k: v for k, v in unit.items() if k not in ("output", "file")}, default=str))
+
+
+def tokenized_documents(unit: dict, stats: ShardStats, tokenizer) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+  """One work unit's documents, each as (token ids [tokens], sentence lengths [sentences]), tokenized about
+  `TOKENIZER_BATCH_BYTES` of text per call; sentences without tokens are left out, and a document without any is
+  counted in `stats.empty_documents` instead."""
+  for documents in text.groups(text.unit_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
+    ids, lengths = tokenizer.encode_documents(documents)
+    sentence_ends = np.cumsum([len(document) for document in documents])
+    token_ends = np.concatenate([[0], np.cumsum(lengths)])
+    for end, count in zip(sentence_ends, map(len, documents), strict=True):
+      document_lengths = lengths[end - count : end]
+      if not document_lengths.any():
+        stats.empty_documents += 1
+        continue
+      yield ids[token_ends[end - count] : token_ends[end]], document_lengths[document_lengths > 0]
 
 
 def document_place(token_ids: np.ndarray) -> float:
@@ -84,7 +103,7 @@ class _Split:
   def __init__(self, writer, vocab_size: int, candidates: int = 0):
     self.writer, self.documents, self.sentences, self.tokens = writer, 0, 0, 0
     self.token_counts = np.zeros(vocab_size, np.int64)  # For the unigram baseline.
-    self._uncounted = []  # Documents written since the last `count` (counted a batch at a time).
+    self._uncounted, self._uncounted_tokens = [], 0  # Documents written since the last `count` (counted in batches).
     self._candidates, self._lowest = candidates, []  # A max-heap (negated) of the lowest places.
 
   def write(self, token_ids: np.ndarray, sentence_lengths: np.ndarray, place: float) -> None:
@@ -93,6 +112,9 @@ class _Split:
     self.sentences += len(sentence_lengths)
     self.tokens += len(token_ids)
     self._uncounted.append(token_ids)
+    self._uncounted_tokens += len(token_ids)
+    if self._uncounted_tokens >= _COUNT_EVERY_TOKENS:
+      self.count()
     if self._candidates:
       heapq.heappush(self._lowest, -place)
       if len(self._lowest) > self._candidates:
@@ -101,7 +123,7 @@ class _Split:
   def count(self) -> None:
     if self._uncounted:
       self.token_counts += np.bincount(np.concatenate(self._uncounted), minlength=len(self.token_counts))
-      self._uncounted = []
+      self._uncounted, self._uncounted_tokens = [], 0
 
   def counts(self) -> dict:
     self.count()
@@ -116,8 +138,9 @@ class _Split:
     return sorted(-place for place in self._lowest)
 
 
-def _eval_output(unit: dict) -> str:
-  directory, name = os.path.split(unit["output"])
+def eval_file(file: str) -> str:
+  """The evaluation shard beside training shard `file` (a path or a name relative to the prepared directory)."""
+  directory, name = os.path.split(file)
   return os.path.join(directory, "eval-" + name)
 
 
@@ -125,7 +148,7 @@ def write_shard(unit: dict) -> dict:
   """Tokenizes one work unit into its training shard and its evaluation shard (the documents whose place is below
   `eval_fraction`); returns their statistics. Skips shards already written from the same input (file, unit, sizes
   and fraction; or TFDS slice)."""
-  final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", _eval_output(unit)
+  final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", eval_file(unit["output"])
   if all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
     stats = json.loads(epath.Path(stats_path).read_text())
     if stats.get("input") == _unit_input(unit):
@@ -139,24 +162,12 @@ def write_shard(unit: dict) -> dict:
   ):
     vocab_size = _tokenizer.vocab_size
     train, held_out = _Split(writer, vocab_size, unit["eval_min_documents"]), _Split(eval_writer, vocab_size)
-    for documents in text.groups(text.unit_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
-      ids, lengths = _tokenizer.encode_documents(documents)
-      sentence_ends = np.cumsum([len(document) for document in documents])
-      token_ends = np.concatenate([[0], np.cumsum(lengths)])
-      for end, count in zip(sentence_ends, map(len, documents), strict=True):
-        document_lengths = lengths[end - count : end]
-        if not document_lengths.any():
-          stats.empty_documents += 1
-          continue
-        token_ids = ids[token_ends[end - count] : token_ends[end]]
-        place = document_place(token_ids)
-        split = held_out if place < unit["eval_fraction"] else train
-        split.write(token_ids, document_lengths[document_lengths > 0], place)
-      train.count()
-      held_out.count()
-  result = dataclasses.asdict(stats) | train.counts() | {"file": os.path.basename(final), "input": _unit_input(unit)}
+    for token_ids, sentence_lengths in tokenized_documents(unit, stats, _tokenizer):
+      place = document_place(token_ids)
+      (held_out if place < unit["eval_fraction"] else train).write(token_ids, sentence_lengths, place)
+  result = dataclasses.asdict(stats) | train.counts() | {"file": unit["file"], "input": _unit_input(unit)}
   result |= file_integrity(final) | {"lowest_places": train.lowest()}
-  result["eval"] = held_out.counts() | {"file": os.path.basename(eval_final)} | file_integrity(eval_final)
+  result["eval"] = held_out.counts() | {"file": eval_file(unit["file"])} | file_integrity(eval_final)
   paths.write_text(stats_path, json.dumps(result))
   return result
 
@@ -205,12 +216,19 @@ def unigram_baseline(train_counts: np.ndarray, eval_counts: np.ndarray) -> dict:
   return dict(mlm_loss=float(-(share * np.log(probabilities)).sum()), mlm_accuracy=float(share[train_counts.argmax()]))
 
 
+def held_out(documents: int, below_fraction: int, minimum: int) -> int:
+  """The documents of a corpus of `documents` that its evaluation split holds: those whose place is below
+  `data.eval_fraction` (`below_fraction`), and at least `minimum` (`data.eval_min_documents`), but never more than
+  a tenth of the corpus for that minimum."""
+  return max(below_fraction, min(minimum, documents // 10))
+
+
 def hold_out_minimum(results: list[dict], output_dir: str, minimum: int) -> None:
-  """The evaluation split holds at least `minimum` documents but never more than a tenth of the corpus: when the
-  places below the fraction gave fewer, the training documents with the lowest places join it."""
+  """The evaluation split holds `held_out` documents: when the places below the fraction gave fewer, the training
+  documents with the lowest places join it."""
   held = sum(r["eval"]["documents"] for r in results)
   total = held + sum(r["documents"] for r in results)
-  need = min(minimum, total // 10) - held
+  need = held_out(total, held, minimum) - held
   if need <= 0:
     return
   threshold = sorted(place for r in results for place in r["lowest_places"])[need - 1]
@@ -218,3 +236,26 @@ def hold_out_minimum(results: list[dict], output_dir: str, minimum: int) -> None
   for result in results:
     if result["lowest_places"] and result["lowest_places"][0] <= threshold:
       _move_to_eval(result, output_dir, threshold)
+
+
+def check_enough_documents(units: list[dict], tokenizer, source: str) -> None:
+  """Refuses, before any shard is written, input whose training split would hold fewer than `MIN_DOCUMENTS`
+  documents, naming `source` and the counts found. Reads the units' documents in order (in this process) until it is
+  sure: `MIN_DOCUMENTS` + `data.eval_min_documents` documents whose place keeps them in training (the hold-out
+  minimum moves at most that minimum of them), or the end of the input, which a corpus this small reaches at once."""
+  stats, documents, sentences, tokens, below = ShardStats(), 0, 0, 0, 0
+  fraction, minimum = units[0]["eval_fraction"], units[0]["eval_min_documents"]
+  for unit in units:
+    for token_ids, sentence_lengths in tokenized_documents(unit, stats, tokenizer):
+      documents, sentences, tokens = documents + 1, sentences + len(sentence_lengths), tokens + len(token_ids)
+      below += document_place(token_ids) < fraction
+      if documents - below >= MIN_DOCUMENTS + minimum:
+        return
+  evaluation = held_out(documents, below, minimum)
+  if documents - evaluation < MIN_DOCUMENTS:
+    raise ValueError(
+      f"{source} holds too little text to pretrain on: {documents} document(s), {sentences} sentence(s), {tokens} "
+      f"token(s) ({stats.empty_documents} empty document(s) dropped), {evaluation} of the documents held out for "
+      f"evaluation (data.eval_fraction={fraction}, data.eval_min_documents={minimum}); the training split needs at "
+      f"least {MIN_DOCUMENTS} documents (a random next sentence comes from another document). Nothing was written."
+    )

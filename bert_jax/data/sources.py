@@ -191,6 +191,7 @@ _NOT_THE_STREAM = (
   "eval_prepared_dir",
   "prepare_unit_bytes",
   "max_document_bytes",
+  "prepare_overwrite",
   "eval_fraction",
   "eval_min_documents",
   "input_pattern",
