@@ -185,9 +185,10 @@ def test_a_rerun_into_a_corpus_prepared_from_something_else_is_refused_naming_ea
   assert _files(out) == before
   shard, kept = (out / entry["file"] for entry in first["shards"])
   os.utime(kept, (1, 1))
-  shard.unlink()  # As if lost: the same preparation writes it again, and only it.
-  assert prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(out), 1) == first
-  assert _files(out) == before and kept.stat().st_mtime == 1
+  for damage in (shard.unlink, lambda: shard.write_bytes(shard.read_bytes()[:-1])):  # The same preparation writes
+    damage()  # a lost or cut shard again, and only that one.
+    assert prepare.prepare(data_config(input_pattern=inputs), tokenizer_args, str(out), 1) == first
+    assert _files(out) == before and kept.stat().st_mtime == 1
 
   (tmp_path / "in" / "b.txt").write_text("Only one document.\nWith two lines, changed.\n", encoding="utf-8")
   now = paths.fingerprint(tmp_path / "in" / "b.txt")

@@ -146,12 +146,16 @@ def eval_file(file: str) -> str:
 
 def write_shard(unit: dict) -> dict:
   """Tokenizes one work unit into its training shard and its evaluation shard (the documents whose place is below
-  `eval_fraction`); returns their statistics. Skips shards already written from the same input (file, unit, sizes
-  and fraction; or TFDS slice)."""
+  `eval_fraction`); returns their statistics. Skips shards already written from the same input (file and its
+  content, unit, sizes, fraction and tokenizer; or TFDS slice) that still have the sizes their statistics record."""
   final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", eval_file(unit["output"])
   if all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
     stats = json.loads(epath.Path(stats_path).read_text())
-    if stats.get("input") == _unit_input(unit):
+    sizes = [
+      (epath.Path(path).stat().length, part.get("bytes"))
+      for path, part in ((final, stats), (eval_final, stats["eval"]))
+    ]
+    if stats.get("input") == _unit_input(unit) and all(found == recorded for found, recorded in sizes):
       return stats | {"skipped": True}
   stats = ShardStats()
   with (
