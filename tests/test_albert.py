@@ -125,7 +125,14 @@ def test_albert_files_load_and_export_as_transformers_reads_them(albert_config, 
   encoder = _reference(dataclasses.replace(albert_config, layer_sharing="none"), cls=transformers.AlbertModel)
   loaded = check_hf_round_trip(encoder, dataclasses.replace(albert_config, layer_sharing="none"), tmp_path / "bare")
   assert set(loaded.params) == {"bert"}
-  check_fine_tunes(str(tmp_path / "pretraining" / "exported"), tmp_path)  # Shared layers, factorised embeddings.
+  # Shared layers, factorised embeddings, and ALBERT's spiece.model, whose preprocessing the fine-tuned run records.
+  exported = tmp_path / "pretraining" / "exported"
+  for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    (exported / name).unlink()
+  shutil.copy(train_mixed_case_sentencepiece(tmp_path / "albert", albert_names=True), exported / "spiece.model")
+  check_fine_tunes(str(exported), tmp_path)
+  recorded = pretrained.load(str(tmp_path / "sst2")).tokenizer.identity()["albert_preprocessing"]
+  assert recorded == {"do_lower_case": True, "remove_space": True, "keep_accents": False}
   two_groups = dict(hf_configs.hf_config(albert_config), num_hidden_groups=2)
   with pytest.raises(ValueError, match=r"num_hidden_groups=2 and inner_group_num=1 for num_hidden_layers=3"):
     hf_configs.config_from_hf(two_groups, "config.json")

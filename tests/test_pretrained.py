@@ -549,19 +549,25 @@ def _partials(target: pathlib.Path) -> list[pathlib.Path]:
   return sorted(target.parent.glob(f".{target.name}.partial-*"))
 
 
-def test_a_full_disk_during_a_hugging_face_export_is_one_line_naming_the_file_and_leaves_nothing(
-  exports, tmp_path, monkeypatch
-):
+def _fill_the_disk_at(monkeypatch, name: str) -> None:
+  """Writing a file `name` (local or gs://) writes half of it, then fails as a full disk fails a write to an open
+  file: ENOSPC, no file named."""
   real_write = epath.Path.write_bytes
 
   def full_disk(path, data):
-    if path.name != "model.safetensors":
+    if path.name != name:
       return real_write(path, data)
-    with open(path, "wb") as f:
+    with path.open("wb") as f:
       f.write(data[: len(data) // 2])
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # As a write to an open file raises it: no file named.
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
   monkeypatch.setattr(epath.Path, "write_bytes", full_disk)
+
+
+def test_a_full_disk_during_a_hugging_face_export_is_one_line_naming_the_file_and_leaves_nothing(
+  exports, tmp_path, monkeypatch
+):
+  _fill_the_disk_at(monkeypatch, "model.safetensors")
   partial = rf"{tmp_path}/\.hf\.partial-[0-9a-f]{{8}}"
   target = tmp_path / "hf"
   with pytest.raises(export.ExportError) as raised:
@@ -601,10 +607,13 @@ app.run(main.main)
 
 
 @pytest.mark.slow
-def test_an_export_killed_stopped_or_refused_a_write_says_so_in_one_line_and_leaves_no_partial_files(exports, tmp_path):
+def test_an_export_killed_stopped_or_refused_a_write_says_so_in_one_line_and_leaves_no_partial_files(
+  exports, tmp_path, gcs_bucket, monkeypatch
+):
   """SIGKILL leaves a partial directory, which the next export to the target removes (its process is gone); SIGTERM
   and a refused write end `--mode=export` with one line (exit 143, 1) and remove their own. An old partial directory
-  nobody has touched for an hour goes; a live export's (its lease's heartbeat is fresh) stays."""
+  nobody has touched for an hour goes; a live export's (its lease's heartbeat is fresh) stays. On gs://, written in
+  place, a failed write removes what it wrote."""
   target = tmp_path / "hf"
   flags = ["--config=configs/tiny.py", f"--workdir={tmp_path / 'unused'}", "--mode=export"]
   flags += [f"--config.export.source={exports['bundle']}", f"--config.export.dir={target}"]
@@ -655,13 +664,11 @@ def test_an_export_killed_stopped_or_refused_a_write_says_so_in_one_line_and_lea
   assert "Traceback" not in log and f"Removed {dead}" in log and f"Removed {old}" in log, log[-3000:]
   assert _partials(target) == [live] and not target.exists()
 
-  def small_files():
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))  # The weights' file is 90 kB.
-
-  command = [sys.executable, "-m", "bert_jax.main", *flags]
-  refused = subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True, preexec_fn=small_files)
+  # The weights' file is 90 kB; the disk refuses files over 40 kB (EFBIG, as a full disk refuses with ENOSPC).
+  small_files = "import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000)); "
+  small_files += "os.execv(sys.executable, [sys.executable, '-m', 'bert_jax.main', *sys.argv[1:]])"
+  command = [sys.executable, "-c", small_files, *flags]
+  refused = subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True)
   assert refused.returncode == 1, refused.stderr[-3000:]
   assert re.fullmatch(
     rf"Export to {target} failed writing {tmp_path}/\.hf\.partial-[0-9a-f]{{8}}/export/model\.safetensors: File too "
@@ -673,3 +680,13 @@ def test_an_export_killed_stopped_or_refused_a_write_says_so_in_one_line_and_lea
 
   export.export(exports["bundle"], str(target), "huggingface")
   assert _partials(target) == [live] and pretrained.load(str(target)).source.format == "huggingface"
+
+  on_gcs = f"{gcs_bucket}/hf"
+  _fill_the_disk_at(monkeypatch, "model.safetensors")
+  with pytest.raises(export.ExportError) as raised:
+    export.export(exports["bundle"], on_gcs, "huggingface")
+  assert str(raised.value) == (
+    f"Export to {on_gcs} failed writing {on_gcs}/model.safetensors: No space left on device (ENOSPC); it holds no "
+    f"export (the partial files in {on_gcs} are removed)."
+  )
+  assert not epath.Path(on_gcs).exists()

@@ -22,9 +22,9 @@ Read: a SentencePiece model gets ALBERT's preprocessing (data/tokenizer/albert.p
 `tokenizer_config.json` names AlbertTokenizer, or names no class in an ALBERT directory (flags it leaves out take
 AlbertTokenizer's defaults), and when an ALBERT directory has ALBERT's `spiece.model` and no tokenizer_config.json
 (transformers then builds AlbertTokenizer with its defaults: lower case, no accents). It is read raw when the file
-names DebertaV2Tokenizer without lower-casing or punctuation splitting, names no class outside ALBERT, or is absent
-beside bert_jax's `tokenizer.model` (Hugging Face exports wrote no tokenizer_config.json for it before). Any other
-class, or DebertaV2Tokenizer's other flags, would encode otherwise and is refused, naming the file.
+names DebertaV2Tokenizer without lower-casing or punctuation splitting, or names no class outside ALBERT, and when
+there is none beside any other model file (bert_jax's `tokenizer.model`: its Hugging Face exports wrote none before).
+Any other class, or DebertaV2Tokenizer's other flags, would encode otherwise and is refused, naming the file.
 """
 
 import json
