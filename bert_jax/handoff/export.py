@@ -33,10 +33,11 @@ An export that cannot finish leaves nothing behind and says so in one line:
 
 * a write that fails (a full disk: ENOSPC) raises `ExportError` naming the target, the path being written and the
   cause; SIGTERM raises `ExportStopped` (a BaseException, as KeyboardInterrupt is, so that no `except Exception` on
-  the way swallows it). Either way the partial directory (on gs://, the target's partial files) is removed first, and
-  the message says so. `--mode=export` prints the line and exits 1 (`ExportError`) or 143 (`ExportStopped`: 128 +
-  SIGTERM's number, what a shell reports for a process that SIGTERM ended, so a scheduler still sees a stop and not
-  a failure of the export). A SIGTERM while the finished export is being renamed into place waits for the rename.
+  the way swallows it). Either way the partial directory (on gs://, the target's partial files) is removed before
+  the error is raised, and the message says so. `--mode=export` prints the line and exits 1 (`ExportError`) or 143
+  (`ExportStopped`: 128 + SIGTERM's number, what a shell reports for a process that SIGTERM ended, so a scheduler
+  still sees a stop and not a failure of the export). A SIGTERM waits for a bundle's Orbax save to end (its threads
+  would write on into a directory being removed), and for the rename of a finished export into place.
 * A partial directory outlives only an export killed outright (SIGKILL, an out-of-memory kill, a lost machine). Its
   `LEASE` (workdir/lease.py: host, process, heartbeat every 30 s) says whose it is: the next export to the same
   target removes it when it can take that lease over, that is when its writer ran on this machine and its process is
