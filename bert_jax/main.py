@@ -173,9 +173,13 @@ def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
   elif mode in ("dry_run", "plan"):
     _compile_ahead_of_time(config, mode)
   elif mode == "export":
-    export.export(
-      config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
-    )
+    try:
+      export.export(
+        config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
+      )
+    except (export.ExportError, export.ExportStopped) as error:  # One line: what failed, and that nothing is left.
+      print(error, file=sys.stderr, flush=True)
+      sys.exit(error.exit_code)
   elif mode == "features":
     extract_features.extract(config, _WORKDIR.value, checked)
   elif mode in ("attention", "heads", "probe", "feature_based"):

@@ -1,8 +1,13 @@
 """ALBERT (`model_type="albert"`: factorised embeddings, `gelu_new`, shared layers) against transformers' PyTorch
-`AlbertForPreTraining`, random weights, no download; and the partial sharing modes, which have no reference, by
-construction."""
+`AlbertForPreTraining`, random weights, no download; the partial sharing modes, which have no reference, by
+construction; and ALBERT's SentencePiece preprocessing against transformers' `AlbertTokenizer`, with the helpers
+that check a SentencePiece export against `AutoTokenizer` (test_pretrained.py and test_electra.py use them too)."""
 
 import dataclasses
+import json
+import os
+import random
+import shutil
 
 import flax.linen as nn
 import jax
@@ -12,11 +17,75 @@ import pytest
 import transformers
 
 from bert_jax import flops
-from bert_jax.handoff import hf_configs
+from bert_jax.data.tokenizer import load_tokenizer, train_sentencepiece
+from bert_jax.handoff import export, formats, hf_configs, pretrained
 from bert_jax.handoff.hf_format import params_from_hf
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
 from tests.test_encoder import _inputs, _reference, _reference_outputs
 from tests.test_roberta import check_fine_tunes, check_hf_round_trip
+
+_WORDS = (
+  "the quick brown fox jumps over lazy dog Paris London café naïve résumé Zürich São Paulo Ångström year "
+  "1,000 2024 3.14 don't isn't hello world"
+).split()
+# Punctuation, ALBERT's rewritten quotes, pieces that end in a digit and a comma, characters a small vocabulary lacks.
+_MARKS = [*",.;:!?()-\"'", "''", "``", "9,", "12,5", "東京", "😀"]
+
+
+def mixed_case_lines(count: int, seed: int) -> list[str]:
+  """`count` lines of words in lower, upper and title case, accented ones, digits, punctuation, and spaces: runs of
+  them, tabs, no-break spaces, leading and trailing ones."""
+  rng = random.Random(seed)
+  lines = []
+  for _ in range(count):
+    words = []
+    for _ in range(rng.randint(3, 14)):
+      word = rng.choice(_WORDS)
+      words.append(rng.choice((word, word.upper(), word.capitalize())))
+      if rng.random() < 0.25:
+        words.append(rng.choice(_MARKS))
+    text = "".join(word + rng.choice((" ", " ", "  ", "\t", " \u00a0")) for word in words).rstrip()
+    lines.append(rng.choice(("", " ")) + text + rng.choice(("", "", "  ")))
+  return lines
+
+
+def train_mixed_case_sentencepiece(directory, vocab_size: int = 100, albert_names: bool = False) -> str:
+  """A SentencePiece model trained on mixed-case lines by bert_jax (BERT's special names), or as ALBERT's
+  `spiece.model` names them (`<pad>`, `<unk>`, then [CLS], [SEP], [MASK]); returns its path."""
+  os.makedirs(directory, exist_ok=True)
+  corpus = os.path.join(directory, "mixed_case.txt")
+  with open(corpus, "w") as f:
+    f.write("\n".join(mixed_case_lines(2000, seed=1)) + "\n")
+  if not albert_names:
+    return train_sentencepiece([corpus], os.path.join(directory, "mixed_case"), vocab_size)
+  import sentencepiece as spm
+
+  prefix = os.path.join(directory, "spiece")
+  spm.SentencePieceTrainer.train(
+    input=corpus,
+    model_prefix=prefix,
+    vocab_size=vocab_size,
+    pad_id=0,
+    pad_piece="<pad>",
+    unk_id=1,
+    unk_piece="<unk>",
+    bos_id=-1,
+    eos_id=-1,
+    control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+    minloglevel=2,
+  )
+  return prefix + ".model"
+
+
+def check_transformers_encodes_as_bert_jax(directory, tokenizer, lines: list[str]) -> None:
+  """transformers' `AutoTokenizer` of `directory`, fast and slow, gives [CLS] + `tokenizer`'s ids + [SEP] for every
+  line."""
+  expected = [[tokenizer.cls_id, *tokenizer.encode(line), tokenizer.sep_id] for line in lines]
+  for use_fast in (True, False):
+    reference = transformers.AutoTokenizer.from_pretrained(directory, use_fast=use_fast)
+    actual = reference(lines)["input_ids"]
+    wrong = [(line, ids, want) for line, ids, want in zip(lines, actual, expected, strict=True) if ids != want]
+    assert not wrong, (type(reference).__name__, len(wrong), wrong[0])
 
 
 @pytest.fixture
@@ -56,10 +125,78 @@ def test_albert_files_load_and_export_as_transformers_reads_them(albert_config, 
   encoder = _reference(dataclasses.replace(albert_config, layer_sharing="none"), cls=transformers.AlbertModel)
   loaded = check_hf_round_trip(encoder, dataclasses.replace(albert_config, layer_sharing="none"), tmp_path / "bare")
   assert set(loaded.params) == {"bert"}
-  check_fine_tunes(str(tmp_path / "pretraining" / "exported"), tmp_path)  # Shared layers, factorised embeddings.
+  # Shared layers, factorised embeddings, and ALBERT's spiece.model, whose preprocessing the fine-tuned run records.
+  exported = tmp_path / "pretraining" / "exported"
+  for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    (exported / name).unlink()
+  shutil.copy(train_mixed_case_sentencepiece(tmp_path / "albert", albert_names=True), exported / "spiece.model")
+  check_fine_tunes(str(exported), tmp_path)
+  recorded = pretrained.load(str(tmp_path / "sst2")).tokenizer.identity()["albert_preprocessing"]
+  assert recorded == {"do_lower_case": True, "remove_space": True, "keep_accents": False}
   two_groups = dict(hf_configs.hf_config(albert_config), num_hidden_groups=2)
   with pytest.raises(ValueError, match=r"num_hidden_groups=2 and inner_group_num=1 for num_hidden_layers=3"):
     hf_configs.config_from_hf(two_groups, "config.json")
+
+
+@pytest.mark.slow
+def test_albert_s_text_preprocessing_is_read_applied_and_exported_as_transformers_applies_it(albert_config, tmp_path):
+  """A raw SentencePiece model (bert_jax's) in an ALBERT exports as a tokenizer that transformers' AutoTokenizer
+  encodes with as bert_jax does (it lower-cased before: "The" was id 7, not 48); a hub ALBERT's preprocessing flags
+  (its tokenizer_config.json, or AlbertTokenizer's defaults without one) are applied as AlbertTokenizer applies them,
+  and travel with a bundle and a Hugging Face export."""
+  lines = mixed_case_lines(300, seed=2)
+  ours = tmp_path / "ours"
+  _reference(albert_config, cls=transformers.AlbertForPreTraining).save_pretrained(ours)
+  shutil.copy(train_mixed_case_sentencepiece(tmp_path / "raw"), ours / "tokenizer.model")
+  tokenizer = load_tokenizer("sentencepiece", str(ours / "tokenizer.model"))
+  assert tokenizer.encode("The") != tokenizer.encode("the")  # A cased model: lower-casing changes the ids.
+  assert formats.describe(str(ours)).albert_preprocessing is None  # No tokenizer_config.json beside our file: raw.
+  exported = tmp_path / "ours_hf"
+  export.export(str(ours), str(exported), "huggingface")
+  assert json.loads((exported / "tokenizer_config.json").read_text())["tokenizer_class"] == "DebertaV2Tokenizer"
+  check_transformers_encodes_as_bert_jax(exported, tokenizer, lines)
+  read_back = formats.describe(str(exported))
+  assert (read_back.tokenizer_file, read_back.albert_preprocessing) == (str(exported / "spm.model"), None)
+
+  # A hub ALBERT: ALBERT's spiece.model, no tokenizer_config.json (AlbertTokenizer's defaults), then one.
+  hub = tmp_path / "hub"
+  shutil.copytree(ours, hub)
+  (hub / "tokenizer.model").unlink()
+  spiece = str(hub / "spiece.model")
+  shutil.copy(train_mixed_case_sentencepiece(tmp_path / "albert", albert_names=True), spiece)
+
+  def check_encodes_as_albert_tokenizer(tokenizer, flags):
+    assert tokenizer.identity()["albert_preprocessing"] == flags
+    reference = transformers.AlbertTokenizer(spiece, **flags)
+    assert [tokenizer.encode(line) for line in lines] == [
+      reference.encode(line, add_special_tokens=False) for line in lines
+    ]
+
+  defaults = {"do_lower_case": True, "remove_space": True, "keep_accents": False}
+  tokenizer = pretrained.load(str(hub)).tokenizer
+  check_encodes_as_albert_tokenizer(tokenizer, defaults)
+  # The flags travel: a bundle records them; a Hugging Face export names them for AlbertTokenizer.
+  bundle = pretrained.load(export.export(str(hub), str(tmp_path / "bundle")))
+  assert bundle.tokenizer.identity() == dict(tokenizer.identity(), path=bundle.tokenizer.path)
+  again = tmp_path / "hub_hf"
+  export.export(bundle.source.path, str(again), "huggingface")
+  special = dict(pad_token="<pad>", unk_token="<unk>", cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
+  settings = json.loads((again / "tokenizer_config.json").read_text())
+  assert settings == {"tokenizer_class": "AlbertTokenizer", **defaults, **special}
+  slow = transformers.AutoTokenizer.from_pretrained(again, use_fast=False)  # The fast one is not ALBERT's own.
+  assert [slow.encode(line) for line in lines] == [[2, *tokenizer.encode(line), 3] for line in lines]
+  assert formats.describe(str(again)).albert_preprocessing == defaults
+
+  flags = {"do_lower_case": False, "remove_space": True, "keep_accents": True}
+  (hub / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "AlbertTokenizer", **flags}))
+  check_encodes_as_albert_tokenizer(pretrained.load(str(hub)).tokenizer, flags)
+  # A run whose config names the same file, raw, is not the source's tokenizer.
+  with pytest.raises(ValueError, match=r"cannot ask for ALBERT's preprocessing; fine-tuning from the source takes"):
+    formats.check_tokenizer(formats.describe(str(hub)), load_tokenizer("sentencepiece", spiece).identity(), "init_from")
+  # A class that encodes otherwise is refused, naming the file.
+  (hub / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
+  with pytest.raises(ValueError, match=rf"{hub / 'tokenizer_config.json'}: tokenizer_class 'T5Tokenizer' encodes"):
+    formats.describe(str(hub))
 
 
 def _unshared(params: dict, config, sharing: str) -> dict:

@@ -4,6 +4,7 @@ a tiny run end to end: pretraining, `pretrained.load`, the Hugging Face export, 
 
 import copy
 import dataclasses
+import shutil
 
 import flax.linen as nn
 import jax
@@ -23,6 +24,7 @@ from bert_jax.model.encoder import init_params
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import electra
 from configs import electra_small, glue
+from tests.test_albert import check_transformers_encodes_as_bert_jax, mixed_case_lines, train_mixed_case_sentencepiece
 from tests.test_encoder import _inputs, _reference
 from tests.test_finetune import _write_sst2
 from tests.test_roberta import check_hf_round_trip, write_hf_directory
@@ -225,6 +227,8 @@ def test_electra_files_load_and_export_as_transformers_reads_them(electra_config
   source, exported = tmp_path / "pair", tmp_path / "exported"
   write_hf_directory(hf_discriminator, source, discriminator.vocab_size)
   write_hf_directory(hf_generator, source / "generator", discriminator.vocab_size)
+  (source / "vocab.txt").unlink()  # A SentencePiece model instead, trained on mixed-case text.
+  shutil.copy(train_mixed_case_sentencepiece(tmp_path / "sentencepiece"), source / "tokenizer.model")
   loaded = pretrained.load(str(source))
   assert (loaded.config, loaded.source.generator) == (discriminator, generator)
   expected = _electra_params(hf_discriminator, hf_generator, discriminator, generator)
@@ -235,6 +239,7 @@ def test_electra_files_load_and_export_as_transformers_reads_them(electra_config
     assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
     for name, value in reference.state_dict().items():
       np.testing.assert_array_equal(again.state_dict()[name].numpy(), value.numpy(), err_msg=name)
+    check_transformers_encodes_as_bert_jax(directory, loaded.tokenizer, mixed_case_lines(300, seed=4))
   assert "generator_lm_head.weight" not in load_safetensors(str(exported / "generator" / "model.safetensors"))
 
   with torch.no_grad():

@@ -276,7 +276,7 @@ def test_a_run_on_gcs_exports_a_bundle_and_hugging_face_files_to_gcs_that_load_b
     export.export(bundle, hugging_face, "huggingface")
   export.export(runs["interrupted"], hugging_face, "huggingface", overwrite=True)
   names = sorted(p.name for p in epath.Path(hugging_face).iterdir())
-  assert names == ["config.json", "model.safetensors", "tokenizer.model"]
+  assert names == ["config.json", "model.safetensors", "special_tokens_map.json", "spm.model", "tokenizer_config.json"]
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(pretrained.load(hugging_face).params), expected)
 
 

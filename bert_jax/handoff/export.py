@@ -8,9 +8,10 @@ workdir) and writes one of:
   `tokenizer.json`), and
   `manifest.json`: provenance (source, step, examples and tokens seen, final train/eval metrics), versions,
   parameter count, and the SHA-256 of every file (`verify_bundle` checks them).
-* `huggingface`: `model.safetensors`, `config.json`, `vocab.txt` + `tokenizer_config.json` (or the SentencePiece
-  `tokenizer.model`; or a byte-level BPE's `vocab.json` + `merges.txt` + `tokenizer_config.json`, RobertaTokenizer),
-  which `transformers`' `BertForPreTraining` / `AutoModel.from_pretrained` load; a RoBERTa is a `RobertaForMaskedLM`
+* `huggingface`: `model.safetensors`, `config.json`, and the tokenizer as hf_tokenizer.py writes it (`vocab.txt`,
+  a SentencePiece `spm.model` or `spiece.model`, or a byte-level BPE's `vocab.json` + `merges.txt`, with
+  `tokenizer_config.json` and `special_tokens_map.json`: `AutoTokenizer` gives bert_jax's ids), which `transformers`'
+  `BertForPreTraining` / `AutoModel.from_pretrained` load; a RoBERTa is a `RobertaForMaskedLM`
   (no pooler, no sentence head), an ALBERT an `AlbertForPreTraining` (hf_names.py), and an encoder without heads the
   family's bare model (`BertModel`, ...). An ELECTRA run's discriminator is an `ElectraForPreTraining`, and its
   generator an `ElectraForMaskedLM` directory of its own in `generator/` (as google/electra-*-{discriminator,
@@ -23,16 +24,39 @@ records its `task`, and the Hugging Face directory is transformers' task model (
 `finetuning_task`, `problem_type` in config.json; no pooler for token and span heads, as transformers has none).
 The google format has no place for a head and refuses it.
 
-Writes are atomic for readers. Locally, everything is written to a sibling staging directory that is renamed
-into place. On `gs://`, which has no directory rename, the file that makes the directory a model to every
-reader (`manifest.json`, `config.json`, `bert_config.json`) is written last and removed first when an export is
-replaced. An existing export is never replaced unless `overwrite` is set.
+Writes are atomic for readers. Locally, everything is written into `export/` of a partial directory beside the
+target, `.<name>.partial-<8 hex digits>/`, then renamed into place. On `gs://`, which has no directory rename, the
+file that makes the directory a model to every reader (`manifest.json`, `config.json`, `bert_config.json`) is written
+last and removed first when an export is replaced. An existing export is never replaced unless `overwrite` is set.
+
+An export that cannot finish leaves nothing behind and says so in one line:
+
+* a write that fails (a full disk: ENOSPC) raises `ExportError` naming the target, the path being written and the
+  cause; SIGTERM raises `ExportStopped` (a BaseException, as KeyboardInterrupt is, so that no `except Exception` on
+  the way swallows it). Either way the partial directory (on gs://, the target's partial files) is removed before
+  the error is raised, and the message says so. `--mode=export` prints the line and exits 1 (`ExportError`) or 143
+  (`ExportStopped`: 128 + SIGTERM's number, what a shell reports for a process that SIGTERM ended, so a scheduler
+  still sees a stop and not a failure of the export). A SIGTERM waits for a bundle's Orbax save to end (its threads
+  would write on into a directory being removed), and for the rename of a finished export into place.
+* A partial directory outlives only an export killed outright (SIGKILL, an out-of-memory kill, a lost machine). Its
+  `LEASE` (workdir/lease.py: host, process, heartbeat every 30 s) says whose it is: the next export to the same
+  target removes it when it can take that lease over, that is when its writer ran on this machine and its process is
+  gone, or its heartbeat is older than `PARTIAL_TIMEOUT_SECONDS` (a writer on another machine sharing the storage,
+  or a hung one). A partial directory without a LEASE (from an export older than this rule, or one created this
+  instant) is removed only when nothing in it has changed for as long. Another export's live partial directory is
+  never touched.
 """
 
+import contextlib
 import datetime
+import errno
 import importlib.metadata
 import json
 import os
+import re
+import signal
+import threading
+import time
 import uuid
 
 import jax
@@ -43,21 +67,21 @@ from etils import epath
 
 from bert_jax import config_checks, paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
-from bert_jax.handoff import formats, google_format, hf_configs, hf_format, pretrained
+from bert_jax.handoff import formats, google_format, hf_configs, hf_format, hf_tokenizer, pretrained
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, lease, verified
 
 FORMATS = config_checks.EXPORT_FORMATS
 # The file whose presence makes a directory a model of each format (written last).
 _COMMIT_FILE = {"bundle": formats.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model", "bpe": bpe.TOKENIZER_JSON}
-# A byte-level BPE in a Hugging Face or Google directory: RoBERTa's two files, which RobertaTokenizer reads.
+# A byte-level BPE in a Google directory: RoBERTa's two files, which RobertaTokenizer reads.
 _BPE_FILES = (bpe.VOCAB, bpe.MERGES)
-# What each format's writer writes (a bundle: the files its manifest lists, and the manifest): all that
-# `export.overwrite` may replace.
-_HF_FILES = {hf_format.SAFETENSORS, "config.json", "tokenizer_config.json", *_TOKENIZER_FILENAME.values(), *_BPE_FILES}
+# What each format's writer writes, or wrote in earlier versions (a bundle: the files its manifest lists, and the
+# manifest): all that `export.overwrite` may replace.
+_HF_FILES = {hf_format.SAFETENSORS, "config.json", *hf_tokenizer.FILES, *_TOKENIZER_FILENAME.values()}
 _WRITTEN = {
   "huggingface": {*_HF_FILES, *(f"{formats.GENERATOR}/{name}" for name in _HF_FILES)},
   "google": {
@@ -67,8 +91,93 @@ _WRITTEN = {
     *_BPE_FILES,
   },
 }
-# tokenizer_config.json of a Hugging Face export: the transformers tokenizer that reads the files written.
-_HF_TOKENIZER_CLASS = {"wordpiece": "BertTokenizer", "bpe": "RobertaTokenizer"}
+# How long a partial directory's writer may stay silent before another export to its target takes it for dead.
+PARTIAL_TIMEOUT_SECONDS = 300.0
+_STAGED = "export"  # The folder of a partial directory that becomes the target.
+
+
+class ExportError(RuntimeError):
+  """A write failed (a full disk, a refused write); the message is one line: the target, the path being written, the
+  cause, and what is left. `--mode=export` exits with `exit_code`."""
+
+  exit_code = 1
+
+
+class ExportStopped(BaseException):
+  """SIGTERM stopped the export; the message is one line saying what is left. `--mode=export` exits with
+  `exit_code` (128 + SIGTERM)."""
+
+  exit_code = 128 + signal.SIGTERM
+
+
+class _Sigterm(BaseException):
+  """Raised in the main thread by SIGTERM during an export."""
+
+
+class _StopOnSigterm:
+  """While entered in the main thread (Python runs signal handlers there only; entered elsewhere it does nothing),
+  SIGTERM raises `_Sigterm` in the main thread, once: another one while the first unwinds is ignored. Within
+  `deferred()` it is raised at the block's end; after `hold()`, a SIGTERM only sets `received`."""
+
+  active: "_StopOnSigterm | None" = None  # The one entered, for writers to defer it.
+
+  def __enter__(self) -> "_StopOnSigterm":
+    self.received, self._held, self._deferring = False, False, False
+    self._installed = threading.current_thread() is threading.main_thread()
+    if self._installed:
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+      _StopOnSigterm.active = self
+    return self
+
+  def _handle(self, signum, frame) -> None:
+    first, self.received = not self.received, True
+    if first and not self._held and not self._deferring:
+      raise _Sigterm()
+
+  def hold(self) -> None:
+    self._held = True
+
+  @contextlib.contextmanager
+  def deferred(self):
+    self._deferring = True
+    try:
+      yield
+    finally:
+      self._deferring = False
+    if self.received and not self._held:
+      raise _Sigterm()
+
+  def __exit__(self, *exc_info) -> None:
+    if self._installed:
+      signal.signal(signal.SIGTERM, self._previous)
+      _StopOnSigterm.active = None
+
+
+def _sigterm_deferred():
+  """A block that SIGTERM does not interrupt, but stops at its end (Orbax's background threads write until the
+  checkpointer closes: cut short, they would write into a partial directory being removed)."""
+  guard = _StopOnSigterm.active
+  return guard.deferred() if guard is not None else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _writing(path):
+  """Names `path` in an OSError raised while it is written, if the error names no file (a full disk's ENOSPC, raised
+  by a write to an open file, does not)."""
+  try:
+    yield
+  except OSError as error:
+    if error.filename is None:
+      error.filename = str(path)
+    raise
+
+
+def _write(path: epath.Path, content: bytes | str) -> None:
+  with _writing(path):
+    if isinstance(content, str):
+      path.write_text(content)
+    else:
+      path.write_bytes(content)
 
 
 def _file_hashes(directory: epath.Path) -> dict[str, str]:
@@ -83,21 +192,17 @@ def _versions() -> dict:
 
 
 def _write_tokenizer(tokenizer: Tokenizer, directory: epath.Path, format: str) -> list[str]:
-  """Writes the tokenizer into `directory` as `format` keeps it; returns the names of the tokenizer files. A bundle
-  holds its one file (`vocab.txt`, `tokenizer.model`, a byte-level BPE's `tokenizer.json`); a Hugging Face or Google
-  directory a BPE's `vocab.json` + `merges.txt` instead, and a Hugging Face one `tokenizer_config.json` too, naming
-  the transformers tokenizer that reads them."""
-  if format != "bundle" and tokenizer.kind == "bpe":
+  """Writes the tokenizer into `directory` as `format` keeps it; returns the names of the files. A bundle holds its
+  one file (`vocab.txt`, `tokenizer.model`, a byte-level BPE's `tokenizer.json`); a Google directory a BPE's
+  `vocab.json` + `merges.txt` instead; a Hugging Face one what hf_tokenizer.py writes for transformers."""
+  if format == "huggingface":
+    files = hf_tokenizer.files(tokenizer)
+  elif format == "google" and tokenizer.kind == "bpe":
     files = tokenizer.vocab_merges_files()
   else:
     files = {_TOKENIZER_FILENAME[tokenizer.kind]: tokenizer.file_content()}
   for name, content in files.items():
-    (directory / name).write_bytes(content)
-  if format == "huggingface" and tokenizer.kind in _HF_TOKENIZER_CLASS:
-    tokenizer_config = {"tokenizer_class": _HF_TOKENIZER_CLASS[tokenizer.kind]}
-    if tokenizer.kind == "wordpiece":
-      tokenizer_config["do_lower_case"] = tokenizer.lower_case
-    (directory / "tokenizer_config.json").write_text(json.dumps(tokenizer_config, indent=2))
+    _write(directory / name, content)
   return list(files)
 
 
@@ -113,9 +218,9 @@ def _history(source: formats.Source) -> dict:
 
 def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   params = jax.device_get(loaded.params)
-  with ocp.StandardCheckpointer() as checkpointer:
+  with _sigterm_deferred(), _writing(directory / "params"), ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(directory / "params", params)
-  (directory / google_format.CONFIG).write_text(json.dumps(to_bert_json(loaded.config), indent=2))
+  _write(directory / google_format.CONFIG, json.dumps(to_bert_json(loaded.config), indent=2))
   (filename,) = _write_tokenizer(loaded.tokenizer, directory, "bundle")
   source = loaded.source
   manifest = {
@@ -133,7 +238,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
     "files": _file_hashes(directory),
   }
   manifest["tokenizer"].pop("path")
-  (directory / formats.BUNDLE_MANIFEST).write_text(json.dumps(manifest, indent=2))
+  _write(directory / formats.BUNDLE_MANIFEST, json.dumps(manifest, indent=2))
 
 
 def _hf_task_config(task: TaskHead) -> dict:
@@ -165,19 +270,21 @@ def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, dire
   task = loaded.task
   if task is not None and task.head in ("span", "token"):  # transformers' models of these heads have no pooler.
     tensors = {name: value for name, value in tensors.items() if not name.startswith("bert.pooler.")}
-  hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
+  with _writing(directory / hf_format.SAFETENSORS):
+    hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
   config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg))
   if task is not None:
     config.update(_hf_task_config(task))
-  (directory / "config.json").write_text(json.dumps(dict(config, torch_dtype="float32"), indent=2))
+  _write(directory / "config.json", json.dumps(dict(config, torch_dtype="float32"), indent=2))
 
 
 def _write_google(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   tensors = hf_format.hf_from_params(jax.device_get(loaded.params), loaded.config)
-  google_format.write_checkpoint(tensors, directory)
+  with _writing(directory / google_format.CHECKPOINT):
+    google_format.write_checkpoint(tensors, directory)
   _write_tokenizer(loaded.tokenizer, directory, "google")
-  (directory / google_format.CONFIG).write_text(json.dumps(to_bert_json(loaded.config), indent=2))
+  _write(directory / google_format.CONFIG, json.dumps(to_bert_json(loaded.config), indent=2))
 
 
 _WRITERS = {"bundle": _write_bundle, "huggingface": _write_huggingface, "google": _write_google}
@@ -216,7 +323,8 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
   """Writes `source` (any `pretrained.load` source) to `directory` in `format`; returns the directory.
 
   An existing export in `directory` is replaced only with `overwrite`; anything else there (a workdir, other
-  files), or a `directory` that is, contains or lies inside the source, is refused before anything is written.
+  files), or a `directory` that is, contains or lies inside the source, is refused before anything is written. A
+  failed write raises `ExportError`, SIGTERM `ExportStopped`, each with nothing left behind (the module docstring).
   """
   if format not in FORMATS:
     raise ValueError(f"export.format={format!r}; expected one of {FORMATS}.")
@@ -225,9 +333,26 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
   target = paths.absolute(directory)
   if paths.is_local(target):  # Through a symlink: the directory it names is checked, replaced and written.
     target = epath.Path(os.path.realpath(target))
-  replaced_format = _check_target(source, source, target, overwrite)
-  loaded = pretrained.load(source)  # Checks the source before anything is written.
-  _check_target(source, loaded.source.path, target, overwrite)
+  with _StopOnSigterm() as sigterm:
+    try:
+      replaced_format = _check_target(source, source, target, overwrite)
+      loaded = pretrained.load(source)  # Checks the source before anything is written.
+      _check_target(source, loaded.source.path, target, overwrite)
+      _check_format(source, loaded, format)
+      if paths.is_local(target):
+        _export_locally(loaded, target, format, sigterm)
+      else:
+        _export_to_gcs(loaded, target, format, replaced_format)
+    except _Sigterm:  # Before writing began (while writing, the writers name what they leave).
+      raise ExportStopped(f"Export to {target} stopped by SIGTERM before it began writing.") from None
+    if sigterm.received:
+      logging.warning("SIGTERM arrived while the export was renamed into place; %s is complete.", target)
+  logging.info("Exported %s (%s) to %s as %s.", source, loaded.source.format, target, format)
+  return str(target)
+
+
+def _check_format(source: str, loaded: pretrained.Pretrained, format: str) -> None:
+  """Refuses a model that `format` has no place for."""
   if format == "google" and loaded.config.model_type != "bert":
     raise ValueError(
       f"{source} is a {loaded.config.model_type} model; the google format is BERT's. Export it as bundle or "
@@ -238,26 +363,45 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
       f"{source} is fine-tuned ({loaded.task.head} head for {loaded.task.task or 'a task'}); the google format has "
       "no place for its head. Export it as bundle or huggingface."
     )
-  if paths.is_local(target):  # Written beside the target, then renamed into place: all or nothing.
-    staging = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
-    try:
-      _WRITERS[format](loaded, staging)
-      if target.exists():
-        replaced = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
-        target.rename(replaced)
-        try:
-          staging.rename(target)
-        except BaseException:
-          replaced.rename(target)  # The old export back in place.
-          raise
-        replaced.rmtree()
-      else:
-        staging.rename(target)
-    finally:
-      if staging.exists():
-        staging.rmtree()
-  else:  # No rename on GCS: the commit file goes first when replacing and last when writing.
+
+
+def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, format: str, sigterm: _StopOnSigterm) -> None:
+  """Writes into a partial directory beside `target`, then renames it into place: all or nothing."""
+  _remove_dead_partials(target)
+  partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+  partial.mkdir(parents=True)
+  held = lease.WorkdirLease(partial, PARTIAL_TIMEOUT_SECONDS)
+  kept = "it still holds the export it held" if target.exists() else "nothing was written there"
+  try:
+    held.acquire()
+    (partial / _STAGED).mkdir()
+    _WRITERS[format](loaded, partial / _STAGED)
+    sigterm.hold()  # The rename into place, once begun, finishes.
+    if target.exists():
+      replaced = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
+      target.rename(replaced)
+      try:
+        (partial / _STAGED).rename(target)
+      except BaseException:
+        replaced.rename(target)  # The old export back in place.
+        raise
+      replaced.rmtree()
+    else:
+      (partial / _STAGED).rename(target)
+  except (_Sigterm, OSError) as error:
+    sigterm.hold()  # Cleaning up, not to be cut short.
+    held.release()
+    raise _one_line(error, target, f"{kept}; {_removed(partial)}") from None
+  finally:
+    sigterm.hold()
+    held.release()
+    if partial.exists():
+      partial.rmtree()
+
+
+def _export_to_gcs(loaded: pretrained.Pretrained, target: epath.Path, format: str, replaced_format: str | None) -> None:
+  """No rename on GCS: the commit file goes first when replacing and last when writing."""
+  try:
     if replaced_format is not None:
       commit = target / _COMMIT_FILE[replaced_format]
       if commit.exists():
@@ -266,8 +410,67 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
       target.rmtree()
     target.mkdir(parents=True, exist_ok=True)
     _WRITERS[format](loaded, target)
-  logging.info("Exported %s (%s) to %s as %s.", source, loaded.source.format, target, format)
-  return str(target)
+  except (_Sigterm, OSError) as error:
+    raise _one_line(error, target, f"it holds no export ({_removed(target)})") from None
+
+
+def _removed(directory: epath.Path) -> str:
+  """Removes `directory`; says so, or why it could not."""
+  try:
+    if directory.exists():
+      directory.rmtree()
+    return f"the partial files in {directory} are removed"
+  except OSError as error:
+    return f"the partial files in {directory} could not be removed ({_cause(error)}): delete them"
+
+
+def _cause(error: OSError) -> str:
+  name = errno.errorcode.get(error.errno)
+  return f"{error.strerror} ({name})" if error.strerror and name else str(error)
+
+
+def _one_line(error: BaseException, target: epath.Path, left: str) -> BaseException:
+  """The error `export` raises for a SIGTERM or a failed write: one line with the target, the path, the cause and
+  `left` (what is left)."""
+  if isinstance(error, _Sigterm):
+    return ExportStopped(f"Export to {target} stopped by SIGTERM; {left}.")
+  return ExportError(f"Export to {target} failed writing {error.filename or target}: {_cause(error)}; {left}.")
+
+
+def _remove_dead_partials(target: epath.Path) -> None:
+  """Removes the partial directories of earlier exports to `target` that are provably dead (the module docstring)."""
+  if not target.parent.exists():
+    return
+  pattern = re.compile(rf"\.{re.escape(target.name)}\.partial-[0-9a-f]{{8}}")
+  for partial in target.parent.iterdir():
+    if not pattern.fullmatch(partial.name) or not partial.is_dir():
+      continue
+    try:
+      if (partial / lease.LEASE_NAME).exists():
+        held = lease.WorkdirLease(partial, PARTIAL_TIMEOUT_SECONDS)
+        try:
+          held.acquire()  # Taken only from a writer that is dead, or silent past the timeout.
+        except lease.LeaseHeldError:
+          logging.info("Leaving %s alone: a live export is writing it.", partial)
+          continue
+        held.release()
+      elif time.time() - _last_change(partial) < PARTIAL_TIMEOUT_SECONDS:
+        continue
+      partial.rmtree()
+    except OSError as error:  # Not this export's to fail for.
+      logging.warning("Could not remove %s, left by an earlier export: %s", partial, _cause(error))
+      continue
+    logging.warning("Removed %s, left by an export to %s that was killed before it finished.", partial, target)
+
+
+def _last_change(directory: epath.Path) -> float:
+  """The newest modification time of `directory` and anything in it (local)."""
+  newest = os.stat(directory).st_mtime
+  for root, names, files in os.walk(directory):
+    for name in names + files:
+      with contextlib.suppress(FileNotFoundError):
+        newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+  return newest
 
 
 def verify_bundle(directory: str) -> dict:

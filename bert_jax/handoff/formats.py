@@ -24,7 +24,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax import paths
 from bert_jax.data.tokenizer import file_sha256, tokenizer_sha256
-from bert_jax.handoff import google_format, hf_configs, hf_format
+from bert_jax.handoff import google_format, hf_configs, hf_format, hf_tokenizer
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, electra_generator, from_bert_json
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints, verified
@@ -55,6 +55,9 @@ class Source:
   # What the model was trained on, as the step (or the bundle's manifest) recorded it: examples and token positions
   # seen over every phase, the latest metrics (`train/pretraining_start.history`).
   history: dict = dataclasses.field(default_factory=dict)
+  # ALBERT's text preprocessing flags for a SentencePiece tokenizer that asks for them (data/tokenizer/albert.py), as
+  # the source records them (bert_jax sources) or its tokenizer_config.json sets them (hf_tokenizer.py).
+  albert_preprocessing: dict | None = None
 
 
 def _committed_step(path: epath.Path) -> tuple[epath.Path, int] | None:
@@ -139,6 +142,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
     task=task,
     generator=generator,
     history=history,
+    albert_preprocessing=recorded.get("albert_preprocessing"),
   )
 
 
@@ -206,6 +210,7 @@ def _bundle_source(path: epath.Path) -> Source:
       task=TaskHead.from_json(manifest["task"]) if manifest.get("task") else None,
       generator=from_bert_json(manifest["generator"], str(manifest_file)) if manifest.get("generator") else None,
       history=manifest.get("history", {}),
+      albert_preprocessing=tokenizer.get("albert_preprocessing"),
     ),
   )
 
@@ -216,9 +221,10 @@ def _vocab_is_uncased(vocab_file: epath.Path) -> bool:
   return not any(p != p.lower() for p in pieces if not (p.startswith("[") and p.endswith("]")))
 
 
-def _tokenizer_files(path: epath.Path, lower_case: bool | None) -> tuple[str, str, bool]:
-  """(file, kind, lower_case) of the tokenizer in a Hugging Face or Google directory: BERT's `vocab.txt`,
-  SentencePiece's `tokenizer.model` (ALBERT's `spiece.model`), RoBERTa's `vocab.json` + `merges.txt`."""
+def _tokenizer_files(path: epath.Path, lower_case: bool | None, model_type: str) -> tuple[str, str, bool, dict | None]:
+  """(file, kind, lower_case, albert_preprocessing) of the tokenizer in a Hugging Face or Google directory of a
+  `model_type` model: BERT's `vocab.txt`, SentencePiece's `tokenizer.model` (ALBERT's `spiece.model`, DeBERTa's
+  `spm.model`: hf_tokenizer.py), RoBERTa's `vocab.json` + `merges.txt`."""
   if (path / "vocab.txt").exists():
     if lower_case is None:
       tokenizer_config = path / "tokenizer_config.json"
@@ -226,15 +232,15 @@ def _tokenizer_files(path: epath.Path, lower_case: bool | None) -> tuple[str, st
         lower_case = bool(json.loads(tokenizer_config.read_text())["do_lower_case"])
       else:
         lower_case = _vocab_is_uncased(path / "vocab.txt")
-    return str(path / "vocab.txt"), "wordpiece", lower_case
-  for name in ("tokenizer.model", "spiece.model"):
+    return str(path / "vocab.txt"), "wordpiece", lower_case, None
+  for name in ("tokenizer.model", "spiece.model", "spm.model"):
     if (path / name).exists():
-      return str(path / name), "sentencepiece", False
+      return str(path / name), "sentencepiece", False, hf_tokenizer.sentencepiece_preprocessing(path / name, model_type)
   if (path / "vocab.json").exists() and (path / "merges.txt").exists():
-    return str(path / "vocab.json"), "bpe", False
+    return str(path / "vocab.json"), "bpe", False, None
   raise FileNotFoundError(
-    f"{path} has no tokenizer: expected vocab.txt (WordPiece), tokenizer.model or spiece.model (SentencePiece), "
-    "or vocab.json and merges.txt (byte-level BPE)."
+    f"{path} has no tokenizer: expected vocab.txt (WordPiece), tokenizer.model, spiece.model or spm.model "
+    "(SentencePiece), or vocab.json and merges.txt (byte-level BPE)."
   )
 
 
@@ -243,12 +249,23 @@ def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Sour
   config = _read_config(config_file)
   if fmt == "google":
     google_format.checkpoint_prefix(path)  # Exactly one TF1 checkpoint.
-  file, kind, lower_case = _tokenizer_files(path, lower_case)
+  file, kind, lower_case, albert_preprocessing = _tokenizer_files(path, lower_case, config.model_type)
   task = _named(config_file, lambda: _hf_task(read_json(config_file))) if fmt == "huggingface" else None
   generator = None
   if config.model_type == "electra" and (path / GENERATOR / "config.json").exists():  # As hf_export writes it.
     generator = _read_config(path / GENERATOR / "config.json")
-  return Source(fmt, str(path), config, file, kind, lower_case, None, task=task, generator=generator)
+  return Source(
+    fmt,
+    str(path),
+    config,
+    file,
+    kind,
+    lower_case,
+    None,
+    task=task,
+    generator=generator,
+    albert_preprocessing=albert_preprocessing,
+  )
 
 
 def _hf_task(config: dict) -> TaskHead | None:
@@ -313,7 +330,8 @@ def check_fits(source: Source, config: BertConfig, where: str) -> None:
 
 
 def check_tokenizer(source: Source, identity: dict, where: str) -> None:
-  """Raises ValueError if the tokenizer `identity` (kind, sha256, lower_case) is not the source's tokenizer."""
+  """Raises ValueError if the tokenizer `identity` (kind, sha256, lower_case, albert_preprocessing) is not the
+  source's tokenizer."""
   if source.tokenizer_file is None:
     raise ValueError(f"{where} ({source.path}) was trained on synthetic data; this run's data has a tokenizer.")
   sha256 = source.recorded_sha256 or tokenizer_sha256(source.tokenizer_kind, source.tokenizer_file)
@@ -321,8 +339,17 @@ def check_tokenizer(source: Source, identity: dict, where: str) -> None:
   actual = dict(kind=identity["kind"], sha256=identity["sha256"])
   if source.tokenizer_kind == "wordpiece":
     expected["lower_case"], actual["lower_case"] = source.lower_case, identity.get("lower_case", True)
+  if source.albert_preprocessing is not None or identity.get("albert_preprocessing") is not None:
+    expected["albert_preprocessing"] = source.albert_preprocessing
+    actual["albert_preprocessing"] = identity.get("albert_preprocessing")
   if expected != actual:
+    fix = "Use the source's tokenizer file."
+    if expected.get("albert_preprocessing") != actual.get("albert_preprocessing"):
+      fix = (
+        "A config's tokenizer (tokenizer.*) encodes raw text and cannot ask for ALBERT's preprocessing; fine-tuning "
+        "from the source takes its tokenizer whole."
+      )
     raise ValueError(
       f"{where} ({source.path}) was trained with tokenizer {expected} ({source.tokenizer_file}); the config's is "
-      f"{actual} ({identity.get('path')}). Use the source's tokenizer file."
+      f"{actual} ({identity.get('path')}). {fix}"
     )

@@ -62,7 +62,9 @@ def _load_tokenizer(source: formats.Source) -> Tokenizer:
     raise ValueError(f"{source.path} was trained on synthetic data, without a tokenizer: nothing to encode text with.")
   if not epath.Path(source.tokenizer_file).exists():
     raise FileNotFoundError(f"{source.path}: its tokenizer file {source.tokenizer_file} does not exist.")
-  tokenizer = load_tokenizer(source.tokenizer_kind, source.tokenizer_file, source.lower_case)
+  tokenizer = load_tokenizer(
+    source.tokenizer_kind, source.tokenizer_file, source.lower_case, source.albert_preprocessing
+  )
   sha256 = tokenizer.identity()["sha256"]
   if source.recorded_sha256 and sha256 != source.recorded_sha256:
     raise ValueError(

@@ -5,7 +5,8 @@ A tokenizer is part of a run's identity: `identity()` (kind, file, SHA-256 of th
 tokenizer file, or a byte-level BPE's canonical `tokenizer.json`) is recorded with prepared data and with every
 checkpoint, and a mismatch is refused. Every tokenizer exposes the ids of BERT's special tokens (padding, unknown,
 [CLS], [SEP], [MASK], under each kind's names: RoBERTa's `<pad> <unk> <s> </s> <mask>`, ALBERT's SentencePiece
-`<pad> <unk>`) and which ids begin a word (for whole-word masking).
+`<pad> <unk>`) and which ids begin a word (for whole-word masking). A SentencePiece model read from a Hugging Face
+ALBERT directory may ask for ALBERT's text preprocessing (`albert.py`); its flags are part of the identity.
 """
 
 import itertools
@@ -13,7 +14,7 @@ import itertools
 import numpy as np
 from etils import epath
 
-from bert_jax.data.tokenizer import wordpiece
+from bert_jax.data.tokenizer import albert, wordpiece
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS, Tokenizer, file_sha256  # noqa: F401 (the interface)
 
 _TRAINING_THREADS = 16
@@ -81,23 +82,36 @@ class SentencePieceTokenizer(Tokenizer):
   # bert_jax trains with BERT's names; ALBERT's models (`spiece.model`) name padding and unknown `<pad>`, `<unk>`.
   special_names = (("[PAD]", "<pad>"), ("[UNK]", "<unk>"), ("[CLS]",), ("[SEP]",), ("[MASK]",))
 
-  def __init__(self, model_path: str):
+  def __init__(self, model_path: str, albert_preprocessing: dict | None = None):
+    """`albert_preprocessing`: ALBERT's flags (albert.py), for a model trained on text so preprocessed; None (bert_jax's
+    own models): the text is encoded as it is."""
     import sentencepiece as spm
 
     self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
     pieces = [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())]
     word_start = np.array([is_start_piece(piece) for piece in pieces])
     super().__init__(model_path, pieces, word_start)
+    self.albert_preprocessing = None if albert_preprocessing is None else albert.flags(albert_preprocessing, model_path)
 
   def encode(self, text: str) -> list[int]:
+    if self.albert_preprocessing is not None:
+      return albert.encode(self._processor, text, self.albert_preprocessing)
     return self._processor.encode(text)
 
   def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    if self.albert_preprocessing is not None:
+      return super().encode_batch(texts)  # Text by text: ALBERT's preprocessing is Python's.
     encoded = self._processor.encode(texts)  # One call into C++.
     return np.fromiter(itertools.chain.from_iterable(encoded), np.int64), np.array([len(e) for e in encoded], np.int64)
 
   def decode(self, ids) -> str:
     return self._processor.decode([int(i) for i in ids])
+
+  def identity(self) -> dict:
+    identity = super().identity()
+    if self.albert_preprocessing is None:  # bert_jax's own models: the identity they always had.
+      return identity
+    return dict(identity, albert_preprocessing=self.albert_preprocessing)
 
 
 def train_sentencepiece(
@@ -137,13 +151,15 @@ def train_sentencepiece(
 KINDS = ("wordpiece", "sentencepiece", "bpe")
 
 
-def load_tokenizer(kind: str, path: str, lower_case: bool = True) -> Tokenizer:
+def load_tokenizer(
+  kind: str, path: str, lower_case: bool = True, albert_preprocessing: dict | None = None
+) -> Tokenizer:
   """`path`: a `vocab.txt` (wordpiece), a `.model` (sentencepiece), or (bpe) a `tokenizer.json` or a `vocab.json`
-  with `merges.txt` beside it. `lower_case`: WordPiece only."""
+  with `merges.txt` beside it. `lower_case`: WordPiece only. `albert_preprocessing`: SentencePiece only (albert.py)."""
   if kind == "wordpiece":
     return WordPieceTokenizer(path, lower_case)
   if kind == "sentencepiece":
-    return SentencePieceTokenizer(path)
+    return SentencePieceTokenizer(path, albert_preprocessing)
   if kind == "bpe":
     from bert_jax.data.tokenizer.bpe import BytePairTokenizer
 
