@@ -235,11 +235,11 @@ def _save_error(
   """The error a failed save stops the run with: the loss of the lease if the run (`held`) no longer holds the
   workdir, whatever failed (a refused commit, a save woken into a directory the new holder had removed); else a
   `SaveError` naming the step, the path and the cause."""
-  try:
-    if held is not None:
+  if held is not None:
+    try:
       held.check()
-  except lease.LeaseLostError as lost:
-    return lost
+    except lease.LeaseLostError as lost:
+      return lost
   cause = _cause(error)
   where = epath.Path(manager.directory) / str(step) if step is not None else manager.directory
   kept = manager.latest_step()
@@ -274,7 +274,8 @@ def check_saves(manager: ocp.CheckpointManager, step: int | None, held: lease.Ho
 def finish(manager: ocp.CheckpointManager, step: int | None, held: lease.Holder, raise_errors: bool = True) -> None:
   """Waits for the save in flight (never exit with a checkpoint half-written) and closes the manager. A failed save
   raises as in `check_saves`, or, with `raise_errors=False` (the run is already failing with another error), is
-  logged; a lost lease is not (the run stops with that error, from its own check, and main says it once)."""
+  logged if it is a `SaveError`; a lost lease is not (when the run's own check raised it, it is the error on its way
+  out, which main shows once)."""
   try:
     manager.wait_until_finished()
   except Exception as error:  # noqa: BLE001
