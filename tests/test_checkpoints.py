@@ -2,6 +2,7 @@
 file, with the previous step restored instead when `restore_fallback` is set; and the format of today's checkpoints
 still restoring bitwise (a committed golden checkpoint)."""
 
+import json
 import logging
 import os
 import re
@@ -15,7 +16,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.train import pretraining
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, lease, verified
 from configs import default
 
 
@@ -292,3 +293,29 @@ def test_small_arrays_hash_on_the_host_to_what_the_device_program_gives_and_ever
   others, _ = checksums.arrays(dict(flipped=flipped, swapped=swapped, large=large), "tree")
   assert len({hashes["tree/float32"], others["tree/flipped"], others["tree/swapped"]}) == 3
   assert others["tree/large"] == int(checksums._hash_on_host(large)[0])
+
+
+def test_a_save_whose_run_was_taken_over_before_its_commit_is_never_committed(tmp_path):
+  """A run stopped past the lease's timeout after its check before a save and taken over: its save, woken, reaches
+  its commit, which checks the lease and is refused (no step, nothing rotated out); the save fails with the lease's
+  one line, and what the save wrote lies in a temporary directory named for this run, never in the new holder's."""
+  workdir = tmp_path / "run"
+  item = {"kernel": np.arange(6, dtype=np.float32)}
+  with lease.claim(str(workdir), timeout_seconds=60) as held:
+    manager = checkpoints.make_manager(str(workdir), 1, held=held)
+    manager.save(1, args=ocp.args.Composite(params=ocp.args.StandardSave(item)))
+    checkpoints.check_saves(manager, 1, held, wait=True)
+    held.check()
+    record = json.loads((workdir / lease.LEASE_NAME).read_text())
+    taker = dict(record, run_id="taker", generation=2, pid=4242, taken_time=record["heartbeat_time"] + 400)
+    (workdir / lease.LEASE_NAME).write_text(json.dumps(taker))  # The takeover, while this run slept.
+    manager.save(2, args=ocp.args.Composite(params=ocp.args.StandardSave(item)))
+    with pytest.raises(lease.LeaseLostError) as lost:
+      checkpoints.check_saves(manager, 2, held, wait=True)
+    assert str(lost.value).startswith(f"The lease of {workdir} was taken over by run taker (generation 2, ")
+    assert str(lost.value).endswith("while this run was stopped; this run writes nothing more and exits.")
+    checkpoints.finish(manager, 2, held, raise_errors=False)
+  assert checkpoints.committed_steps(workdir / "checkpoints") == [1]  # Step 2 never committed; step 1 not rotated.
+  temporary = f"2{ocp.path.atomicity.TMP_DIR_SUFFIX}-{held.token}"
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["1", temporary]
+  assert json.loads((workdir / lease.LEASE_NAME).read_text()) == taker  # Neither rewritten nor deleted.

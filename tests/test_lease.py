@@ -1,5 +1,6 @@
 """The workdir lease (bert_jax/workdir/lease.py), on a local disk and on GCS (the emulator of `gcs_bucket`)."""
 
+import datetime
 import json
 import logging
 import os
@@ -140,17 +141,59 @@ def test_a_lease_replaced_by_another_run_is_lost(workdir):
   assert read_lease(workdir)["run_id"] == "other"  # Not deleted: it is not this run's.
 
 
-def test_a_stalled_run_loses_its_lease_to_a_takeover(workdir):
+def _lost_line(run: lease.WorkdirLease, taker: lease.WorkdirLease) -> str:
+  """The line a run taken over by `taker` stops with."""
+  record = read_lease(run.workdir)
+  holder = lease._describe(record)  # noqa: SLF001 - the holder as every message names it.
+  assert f"run {taker.record['run_id']} (generation 2, host {socket.gethostname()}, pid {os.getpid()}" in holder
+  taken = datetime.datetime.fromtimestamp(record["taken_time"]).isoformat(timespec="seconds")
+  return (
+    f"The lease of {run.workdir} was taken over by {holder} at {taken} while this run was stopped; this run "
+    "writes nothing more and exits."
+  )
+
+
+def test_a_stalled_run_loses_its_lease_to_a_takeover_and_its_heartbeat_leaves_the_new_lease_alone(workdir):
   stalled = lease.WorkdirLease(workdir, timeout_seconds=0.3, heartbeat_seconds=1.5)  # Silent past its timeout.
   stalled.acquire()
   time.sleep(0.5)
-  with lease.hold(workdir, timeout_seconds=0.3, heartbeat_seconds=0.05) as taker:
-    wait_for(lambda: stalled.lost)
-    with pytest.raises(lease.LeaseLostError, match=taker.record["run_id"]):
+  with lease.hold(workdir, timeout_seconds=0.3, heartbeat_seconds=60) as taker:  # Its LEASE stays as written.
+    taken = read_lease(workdir)
+    wait_for(lambda: stalled.lost)  # Its heartbeat's next beat found the takeover...
+    assert read_lease(workdir) == taken  # ... and did not write over it.
+    with pytest.raises(lease.LeaseLostError) as lost:
       stalled.check()
+    assert str(lost.value) == _lost_line(stalled, taker)
     stalled.release()
-    assert read_lease(workdir)["run_id"] == taker.record["run_id"]
+    taker.check()
+    assert read_lease(workdir) == taken
   assert not epath.Path(workdir, lease.LEASE_NAME).exists()
+
+
+def test_a_run_stopped_past_its_timeout_finds_the_takeover_at_its_next_check_before_its_heartbeat_does(workdir):
+  # A process woken by SIGCONT: its main thread may write before its heartbeat thread beats. check() reads LEASE.
+  stopped = lease.WorkdirLease(workdir, timeout_seconds=0.3, heartbeat_seconds=60)
+  stopped.acquire()
+  stopped.check()
+  first = read_lease(workdir)
+  assert first["generation"] == 1 and first["taken_time"] == first["heartbeat_time"]
+  time.sleep(0.5)
+  with lease.hold(workdir, timeout_seconds=0.3, heartbeat_seconds=60) as taker:
+    taken = read_lease(workdir)
+    assert taken["generation"] == 2 and taken["run_id"] == taker.record["run_id"] != first["run_id"]
+    assert first["taken_time"] < taken["taken_time"] <= time.time()
+    assert not stopped.lost  # Its heartbeat has not beaten since.
+    with pytest.raises(lease.LeaseLostError) as lost:
+      stopped.check()
+    assert str(lost.value) == _lost_line(stopped, taker)
+    assert not lease.Holder(stopped, "0").holds()
+    stopped.release()
+    assert read_lease(workdir) == taken
+  # A LEASE deleted under a run is lost too.
+  with lease.hold(workdir, timeout_seconds=60, heartbeat_seconds=60) as held:
+    epath.Path(workdir, lease.LEASE_NAME).unlink()
+    with pytest.raises(lease.LeaseLostError, match="was deleted while this run held it; this run writes nothing"):
+      held.check()
 
 
 @pytest.mark.parametrize("stale", [False, True])

@@ -190,7 +190,7 @@ class FinetuningJob(loop.Job):
     ]
 
   def start(self, manager) -> start_order.Start:
-    self.best_manager = checkpoints.make_manager(self.workdir, 1, checkpoints.BEST)
+    self.best_manager = checkpoints.make_manager(self.workdir, 1, checkpoints.BEST, held=self.held)
 
     def restore(checkpoint_manager, step: int):
       return start_order.restore_state(checkpoint_manager, step, self.run.abstract, self.run.shardings)
@@ -254,6 +254,7 @@ class FinetuningJob(loop.Job):
       self.record["best"] = dict(
         step=step, member=best_index, value=mains[best_index], **dataclasses.asdict(members[best_index])
       )
+      self.held.check()
       checkpoints.save(
         self.best_manager,
         step,
@@ -274,7 +275,7 @@ class FinetuningJob(loop.Job):
     return self._position(step), json.loads(json.dumps(self.record))
 
   def close(self, failed: bool) -> None:
-    checkpoints.finish(self.best_manager, None, raise_errors=not failed)
+    checkpoints.finish(self.best_manager, None, self.held, raise_errors=not failed)
 
   def finish(self, state, step: int, stopped: bool) -> list[tuple[str, str]]:
     """The sweep's table, the best member's predictions of every eval and test split, `metrics.json`."""
@@ -295,6 +296,7 @@ class FinetuningJob(loop.Job):
     calibration = task.calibrate(self.splits.evaluation[self.main_split], logits[self.main_split])
     if calibration:
       logging.info("Chosen on %s for the prediction files: %s.", self.main_split, calibration)
+    self.held.check()
     if jax.process_index() == 0:
       (epath.Path(workdir) / "predictions").mkdir(parents=True, exist_ok=True)
       for split, encoded in to_predict.items():
@@ -311,6 +313,7 @@ class FinetuningJob(loop.Job):
       predictions_from_member=chosen,
       calibration=calibration,
     )
+    self.held.check()
     if jax.process_index() == 0:
       paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(self.summary, indent=1))
     multihost_utils.sync_global_devices("finetune metrics written")

@@ -3,7 +3,9 @@
 A job (pretraining in `train/pretraining.py`, fine-tuning in `finetune/job.py`) is a `Job`: it supplies what
 differs (its run, batches, start, evaluation, what a checkpoint holds, what is written at the end). The loop owns
 the rest, the same for every job:
-- the workdir's lease, the checkpoint manager and the TensorBoard writers;
+- the workdir's lease, the checkpoint manager and the TensorBoard writers: every write into the workdir is
+  preceded by `held.check()`, and every checkpoint commit too (`checkpoints.make_manager`), so a run that another
+  run took over (it was stopped past the lease's timeout) writes nothing more and stops with `LeaseLostError`;
 - the guard monitor (a non-finite step stops the run or is skipped, see `guard.py`), the metric sums, the ticker
   and the profile window;
 - the cadence: a progress line every `log_every_steps`, an evaluation and a save where the job asks for one, and
@@ -129,6 +131,10 @@ class Job(abc.ABC):
 
   tokenizer_item: dict | None = None
 
+  # The run's hold on the workdir, set by the loop before `start`: a job calls `held.check()` before it writes into
+  # the workdir (files of its own, checkpoint managers of its own made with it).
+  held: lease.Holder | None = None
+
   @property
   def recorded_config(self):
     """The config a checkpoint records: the job's, unless the job planned values of its own (fine-tuning)."""
@@ -154,7 +160,8 @@ def train(job: Job, workdir: str, started_at: float):
 
 def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
   config = job.config
-  manager = checkpoints.make_manager(workdir, config.keep_checkpoints)
+  job.held = held
+  manager = checkpoints.make_manager(workdir, config.keep_checkpoints, held=held)
   stop = StopRequest()
   train_writer = progress.MetricWriter(workdir, "train")
   eval_writer = progress.MetricWriter(workdir, "eval")
@@ -182,7 +189,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
       if ticker:
         ticker.exclude(profiled)
       monitor.observe(step, metrics)
-      checkpoints.check_saves(manager, saving)
+      checkpoints.check_saves(manager, saving, held)
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)
       steps_in_sums += 1
       if ticker is None:  # Time from the end of the first (compiling) step.
@@ -193,6 +200,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
       if step % config.log_every_steps == 0 or step == last_step or stopped:
         summary = job.summarize(step, jax.device_get(sums), steps_in_sums)
         summary.update(ticker.report(step, summary))
+        held.check()  # Every write into the workdir, TensorBoard's too, is one of a run that holds it.
         train_writer.write(step, summary)
         sums, steps_in_sums = None, 0
       evaluating = job.evaluates_at(step)
@@ -206,10 +214,12 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
         ticker.exclude(time.perf_counter() - eval_start)
       if saving_now:
         save_start = time.perf_counter()
-        checkpoints.check_saves(manager, saving, wait=True)
+        checkpoints.check_saves(manager, saving, held, wait=True)
+        held.check()  # Again: an evaluation, or the wait, may have been long. The commit checks once more.
         position, history = job.checkpoint(step)
         checkpoints.save(manager, step, state, position, job.recorded_config, job.tokenizer_item, history)  # Async.
         saving = monitor.newest_checkpoint = step
+        held.check()  # What the job tidies after a save (old pipeline states) is in the workdir too.
         job.saved(step)
         ticker.exclude(time.perf_counter() - save_start)
       if stopped:
@@ -218,16 +228,17 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
     else:
       monitor.flush()
   except BaseException:
-    checkpoints.finish(manager, saving, raise_errors=False)  # The error that stopped the run is the one to show.
+    checkpoints.finish(manager, saving, held, raise_errors=False)  # The error that stopped the run is the one to show.
     job.close(failed=True)
     raise
   else:
-    checkpoints.finish(manager, saving)
+    checkpoints.finish(manager, saving, held)
     job.close(failed=False)
   finally:
-    profile.close()
-    train_writer.close()
-    eval_writer.close()
+    if held.holds():  # A run that lost the workdir leaves its logs as they are (on GCS, closing copies them there).
+      profile.close()
+      train_writer.close()
+      eval_writer.close()
     stop.close()
   step = _step(state)
   rows = [("steps", progress.launch_row(ticker, first_step, step, time.perf_counter() - started_at))]

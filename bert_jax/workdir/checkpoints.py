@@ -22,8 +22,14 @@ they still resume, and their parameters still load alone.
 Orbax writes each step to a temporary directory and commits it by rename (or a commit marker on GCS), so a step
 that is listed is whole; leftover temporaries from a killed run are removed when the manager opens. Only listed
 (committed) steps are ever read.
+
+A run's manager (`make_manager` with the run's `lease.Holder`) commits a step only while the run still holds the
+workdir's lease: the commit checks it first, so a save that was in flight when the run was stopped and taken over
+is never committed. Its temporary directory is the run's own (`<step>.orbax-checkpoint-tmp-<token>`), so what
+that save still writes when the process wakes lands there, never in the temporary of the run that took over.
 """
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -35,7 +41,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.workdir import checksums
+from bert_jax.workdir import checksums, lease
 
 CHECKPOINTS = "checkpoints"
 BEST = "best"  # A fine-tuning run's best step by its task's main metric, kept apart from rotation.
@@ -137,13 +143,45 @@ def _write_small_arrays_from_one_replica() -> None:
 _write_small_arrays_from_one_replica()
 
 
-def make_manager(workdir: str, keep: int, name: str = CHECKPOINTS) -> ocp.CheckpointManager:
+def _leased_temporary_path(directory: epath.Path, held: lease.Holder) -> type:
+  """Orbax's temporary path of the steps in `directory` (a rename locally, a commit marker on GCS), for a run
+  holding `held`: a step commits only after `held.check()` (else `LeaseLostError` fails the save, and the step is
+  neither committed nor are older steps rotated out), and locally its temporary directory is named for the run's
+  token. On GCS a step is written in place: what a stopped save still writes when its process wakes lands in the
+  step's own directory, and is committed only by the run that writes the step's commit marker."""
+  base = ocp.path.atomicity_defaults.get_default_temporary_path_class(directory)
+
+  class LeasedTemporaryPath(base):
+    @classmethod
+    def from_final(cls, final_path, **kwargs):
+      if not final_path.name.isdigit() or base is not ocp.path.atomicity.AtomicRenameTemporaryPath:
+        return super().from_final(final_path, **kwargs)  # An item, inside its step's temporary; or GCS's in place.
+      temporary = final_path.parent / f"{final_path.name}{ocp.path.atomicity.TMP_DIR_SUFFIX}-{held.token}"
+      return cls(temporary, final_path, **kwargs)
+
+    async def finalize(self):
+      if self.get_final().name.isdigit():  # A step, not one of its items.
+        await asyncio.to_thread(held.check)
+      await super().finalize()
+
+  return LeasedTemporaryPath
+
+
+def make_manager(
+  workdir: str, keep: int, name: str = CHECKPOINTS, held: lease.Holder | None = None
+) -> ocp.CheckpointManager:
   """Keeps the newest `keep` steps in `<workdir>/<name>`; saves run in the background (`wait_until_finished`
-  before exit)."""
+  before exit). With `held` (a run's hold on the workdir), each step commits only while the run holds the lease
+  (see the module docstring); without (a benchmark's scratch directory), as Orbax does."""
+  directory = paths.absolute(workdir) / name
   options = ocp.CheckpointManagerOptions(
-    max_to_keep=keep, create=True, cleanup_tmp_directories=True, enable_async_checkpointing=True
+    max_to_keep=keep,
+    create=True,
+    cleanup_tmp_directories=True,
+    enable_async_checkpointing=True,
+    temporary_path_class=None if held is None else _leased_temporary_path(directory, held),
   )
-  return ocp.CheckpointManager(paths.absolute(workdir) / name, options=options)
+  return ocp.CheckpointManager(directory, options=options)
 
 
 def save(
@@ -183,7 +221,7 @@ def save(
   try:
     manager.save(step, force=True, args=ocp.args.Composite(**items))
   except Exception as error:  # noqa: BLE001 - whatever the storage raised.
-    raise _save_error(manager, step, error) from None
+    raise _save_error(manager, step, error, None) from None
 
 
 def _cause(error: Exception) -> str:
@@ -191,7 +229,17 @@ def _cause(error: Exception) -> str:
   return str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
 
 
-def _save_error(manager: ocp.CheckpointManager, step: int | None, error: Exception) -> SaveError:
+def _save_error(
+  manager: ocp.CheckpointManager, step: int | None, error: Exception, held: lease.Holder | None
+) -> lease.LeaseLostError | SaveError:
+  """The error a failed save stops the run with: the loss of the lease if the run (`held`) no longer holds the
+  workdir, whatever failed (a refused commit, a save woken into a directory the new holder had removed); else a
+  `SaveError` naming the step, the path and the cause."""
+  if held is not None:
+    try:
+      held.check()
+    except lease.LeaseLostError as lost:
+      return lost
   cause = _cause(error)
   where = epath.Path(manager.directory) / str(step) if step is not None else manager.directory
   kept = manager.latest_step()
@@ -211,27 +259,31 @@ def save_data_state(source, state_dir: str, step: int) -> None:
     ) from None
 
 
-def check_saves(manager: ocp.CheckpointManager, step: int | None, wait: bool = False) -> None:
-  """Raises `SaveError` if the background save of `step` (the newest started) has failed; returns at once while it
-  is still running, unless `wait`. Called after every train step, so a failed save stops the run a step later, and
-  with `wait` before the next save."""
+def check_saves(manager: ocp.CheckpointManager, step: int | None, held: lease.Holder, wait: bool = False) -> None:
+  """Raises `SaveError` if the background save of `step` (the newest started) has failed, `LeaseLostError` if the
+  run (`held`) has lost the workdir meanwhile; returns at once while it is still running, unless `wait`. Called
+  after every train step, so a failed save stops the run a step later, and with `wait` before the next save."""
   if step is None or (manager.is_saving_in_progress() and not wait):
     return
   try:
     manager.wait_until_finished()  # Finished: returns at once, or raises the save's error.
   except Exception as error:  # noqa: BLE001 - whatever the storage raised.
-    raise _save_error(manager, step, error) from None
+    raise _save_error(manager, step, error, held) from None
 
 
-def finish(manager: ocp.CheckpointManager, step: int | None, raise_errors: bool = True) -> None:
+def finish(manager: ocp.CheckpointManager, step: int | None, held: lease.Holder, raise_errors: bool = True) -> None:
   """Waits for the save in flight (never exit with a checkpoint half-written) and closes the manager. A failed save
-  raises `SaveError`, or, with `raise_errors=False` (the run is already failing with another error), is logged."""
+  raises as in `check_saves`, or, with `raise_errors=False` (the run is already failing with another error), is
+  logged if it is a `SaveError`; a lost lease is not (when the run's own check raised it, it is the error on its way
+  out, which main shows once)."""
   try:
     manager.wait_until_finished()
   except Exception as error:  # noqa: BLE001
+    failure = _save_error(manager, step, error, held)
     if raise_errors:
-      raise _save_error(manager, step, error) from None
-    logging.error("%s", _save_error(manager, step, error))
+      raise failure from None
+    if isinstance(failure, SaveError):
+      logging.error("%s", failure)
   finally:
     manager.close()
 

@@ -12,9 +12,16 @@ exception) and gives it back when the run ends:
   pid (its start time differs), is dead at once: after SIGKILL, an out-of-memory kill or an abort, the same command
   starts without waiting. A LEASE that is empty or cannot be read (a write cut short by a full disk) is stale too:
   a holder's LEASE is written whole (an exclusive create under the lock, or an atomic rename; one upload on GCS).
-- Keep: a daemon thread rewrites the heartbeat every `heartbeat_seconds`. If it finds that another run has taken the
-  lease over (this one stalled past the timeout), it sets `lost`, and `check()`, which the loop calls before it
-  writes, raises `LeaseLostError`.
+- Each taking writes a new record: a new run id (the token `check()` compares), the next `generation` (1 for a
+  LEASE created, the previous holder's plus 1 for a takeover) and `taken_time`.
+- Keep: a daemon thread rewrites the heartbeat every `heartbeat_seconds`, each time a compare-and-swap against the
+  LEASE this run last wrote, so it never rewrites a LEASE another run has taken over. If it finds one, it sets
+  `lost`.
+- Check: `check()`, called before every write into the workdir (the loop's saves and logs, a job's files, and the
+  commit of every checkpoint step, see `checkpoints.make_manager`), reads LEASE and raises `LeaseLostError` unless
+  it still names this run. So a run that was stopped (SIGSTOP, a hung host) past the timeout and taken over learns
+  it before its next write, not at its heartbeat's next beat. What it cannot close: a process stopped between a
+  check and the write after it (a rename, one file) still makes that one write when it wakes.
 - Give back: delete LEASE if it is still this run's. A run that is killed (SIGKILL) leaves it; it goes stale after
   `timeout_seconds`.
 
@@ -201,12 +208,19 @@ def _decode(data: bytes) -> dict | None:
     return None
 
 
+def _generation(holder: dict | None) -> int:
+  """The generation `holder` records (0: none, or not a record)."""
+  generation = (holder or {}).get("generation")
+  return generation if isinstance(generation, int) else 0
+
+
 def _describe(holder: dict | None) -> str:
   if holder is None:
     return "an unreadable lease"
   started = datetime.datetime.fromtimestamp(holder.get("start_time", 0)).isoformat(timespec="seconds")
+  generation = f"generation {holder['generation']}, " if "generation" in holder else ""
   return (
-    f"run {holder.get('run_id')} (host {holder.get('host')}, pid {holder.get('pid')}, started {started}, "
+    f"run {holder.get('run_id')} ({generation}host {holder.get('host')}, pid {holder.get('pid')}, started {started}, "
     f"command {holder.get('command')!r})"
   )
 
@@ -219,6 +233,7 @@ class WorkdirLease:
     self.timeout_seconds = timeout_seconds
     self.heartbeat_seconds = heartbeat_seconds or timeout_seconds / 10
     now = time.time()
+    self.workdir = os.fspath(paths.absolute(workdir))
     self.record = dict(
       host=socket.gethostname(), pid=os.getpid(), run_id=uuid.uuid4().hex, start_time=now, heartbeat_time=now
     )
@@ -227,7 +242,7 @@ class WorkdirLease:
     self._store = _LocalStore(self.path) if paths.is_local(self.path) else _GcsStore(self.path)
     self._version = None  # Of the LEASE this run last wrote; None while it holds none.
     self._renewed = now
-    self._lost = ""  # Why the lease was lost.
+    self._lost = ""  # Why the lease was lost: said once, by the LeaseLostError that `check()` raises.
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._keep, name="workdir-lease", daemon=True)
 
@@ -236,7 +251,8 @@ class WorkdirLease:
     if paths.is_local(self.path):
       os.makedirs(os.path.dirname(self.path), exist_ok=True)
     for _ in range(5):  # Each pass wins, refuses, or finds that the lease changed since it looked, and looks again.
-      self.record["heartbeat_time"] = self._renewed = time.time()
+      self.record["heartbeat_time"] = self.record["taken_time"] = self._renewed = time.time()
+      self.record["generation"] = 1
       try:
         self._version = self._store.create(json.dumps(self.record).encode())
         break
@@ -259,6 +275,7 @@ class WorkdirLease:
       logging.warning(
         "Taking over the lease %s of %s (%s): last heartbeat %.0f s ago.", self.path, _describe(holder), why, age
       )
+      self.record["generation"] = _generation(holder) + 1
       try:
         self._version = self._store.replace(json.dumps(self.record).encode(), version)
         break
@@ -276,8 +293,17 @@ class WorkdirLease:
         self._renew()
       except Exception as e:  # The storage may answer again at the next beat.
         logging.warning("Could not renew the lease %s: %s", self.path, e)
-        if time.time() - self._renewed > self.timeout_seconds:
-          self._lose(f"it was not renewed for {time.time() - self._renewed:.0f} s, so it may have been taken over")
+        self._lose_if_silent(e)
+
+  def _lose_if_silent(self, error: Exception) -> None:
+    """After a renewal or a read that failed: the lease is lost once it has not been renewed for the timeout
+    (another run may have taken it over)."""
+    silent = time.time() - self._renewed
+    if silent > self.timeout_seconds:
+      self._lost = (
+        f"The lease of {self.workdir} was not renewed for {silent:.0f} s ({error}), so another run may have taken "
+        "it over; this run writes nothing more and exits."
+      )
 
   def _renew(self) -> None:
     record = dict(self.record, heartbeat_time=time.time())
@@ -286,22 +312,42 @@ class WorkdirLease:
       self._renewed = record["heartbeat_time"]
     except _CHANGED:
       found = self._store.read()
-      holder = _decode(found[0]) if found else None
-      if holder and holder.get("run_id") == self.record["run_id"]:  # A retried write had landed: go on from it.
+      if found and self._names_this_run(found[0]):  # A retried write had landed: go on from it.
         self._version = found[1]
       else:
-        self._lose(f"it is now held by {_describe(holder)}" if found else "it was deleted")
+        self._lose_to(found)
 
-  def _lose(self, why: str) -> None:
-    self._lost = f"This run lost its lease {self.path}: {why}. It must stop writing to the workdir."
-    logging.error(self._lost)
+  def _names_this_run(self, data: bytes) -> bool:
+    holder = _decode(data)
+    return holder is not None and holder.get("run_id") == self.record["run_id"]
+
+  def _lose_to(self, found) -> None:
+    """The lease is lost to what LEASE now holds (`found`, as `read` returns it; None: deleted)."""
+    holder = _decode(found[0]) if found else None
+    if holder is not None:
+      taken = datetime.datetime.fromtimestamp(holder.get("taken_time", holder["heartbeat_time"]))
+      why = f"was taken over by {_describe(holder)} at {taken.isoformat(timespec='seconds')} while this run was stopped"
+    else:
+      why = "was deleted while this run held it" if found is None else "was replaced by an unreadable one"
+    self._lost = f"The lease of {self.workdir} {why}; this run writes nothing more and exits."
 
   @property
   def lost(self) -> bool:
     return bool(self._lost)
 
   def check(self) -> None:
-    """Raises LeaseLostError if another run has taken the lease over; the loop calls it before it writes."""
+    """Raises LeaseLostError unless LEASE still names this run (its run id, the token of this taking), read now.
+
+    If LEASE cannot be read, the heartbeat's last renewal decides: younger than the timeout, no run can have taken
+    it over (as long as clocks agree); older, it is lost."""
+    if not self._lost:
+      try:
+        found = self._store.read()
+      except Exception as error:  # noqa: BLE001 - whatever the storage raised.
+        self._lose_if_silent(error)
+      else:
+        if not (found and self._names_this_run(found[0])):
+          self._lose_to(found)
     if self._lost:
       raise LeaseLostError(self._lost)
 
@@ -333,29 +379,43 @@ def hold(workdir, timeout_seconds: float, heartbeat_seconds: float | None = None
 
 class Holder:
   """What every process of a run holds while it writes to the workdir: process 0 the lease itself, the others
-  nothing; `check()` raises `LeaseLostError` on process 0 once another run has taken the lease over."""
+  nothing; `check()` raises `LeaseLostError` on process 0 once another run has taken the lease over. `token`, the
+  same on every process, names this taking of the lease (the start of its run id): a checkpoint step's temporary
+  directory is named for it (`checkpoints.make_manager`)."""
 
-  def __init__(self, lease: WorkdirLease | None):
-    self.lease = lease
+  def __init__(self, lease: WorkdirLease | None, token: str):
+    self.lease, self.token = lease, token
 
   def check(self) -> None:
     if self.lease is not None:
       self.lease.check()
+
+  def holds(self) -> bool:
+    """`check()` as a yes or no."""
+    try:
+      self.check()
+    except LeaseLostError:
+      return False
+    return True
+
+
+_TOKEN_DIGITS = 7  # Hex digits of the run id in a token: 28 bits, which one int32 carries to the other processes.
 
 
 @contextlib.contextmanager
 def claim(workdir, timeout_seconds: float, directories=()):
   """`with claim(workdir, timeout) as held:` the run's hold on `workdir`, on every process. Process 0 takes the
   lease, then creates `directories` (so that every process finds them when it looks), and then tells the others
-  whether it got the lease (a collective): a refused run stops on every process, with the holder named on process
-  0 and a pointer to it on the others."""
+  whether it got the lease, and its token (a collective): a refused run stops on every process, with the holder
+  named on process 0 and a pointer to it on the others."""
   import jax
   import numpy as np
   from jax.experimental import multihost_utils
 
-  lease, refused = None, None
+  lease, refused, token = None, None, "0"
   if jax.process_index() == 0:
     lease = WorkdirLease(workdir, timeout_seconds)
+    token = lease.record["run_id"][:_TOKEN_DIGITS]
     try:
       lease.acquire()
       for directory in directories:
@@ -363,13 +423,14 @@ def claim(workdir, timeout_seconds: float, directories=()):
     except LeaseHeldError as error:
       refused = error
   if jax.process_count() > 1:
-    held = bool(multihost_utils.broadcast_one_to_all(np.int32(refused is None)))
+    told = multihost_utils.broadcast_one_to_all(np.array([refused is None, int(token, 16)], np.int32))
+    held, token = bool(told[0]), f"{int(told[1]):0{_TOKEN_DIGITS}x}"
     if not held and refused is None:
       refused = LeaseHeldError(f"Process 0 could not take the lease of {workdir}; its log names the run holding it.")
   if refused is not None:
     raise refused
   try:
-    yield Holder(lease)
+    yield Holder(lease, token)
   finally:
     if lease is not None:
       lease.release()
