@@ -381,8 +381,40 @@ def check_dry_run(config) -> None:
     )
 
 
+# The bucket name the shipped configs and their docstrings' commands write where the user's own goes (gs://BUCKET/...).
+PLACEHOLDER_BUCKET = "BUCKET"
+
+
+def _strings(node, prefix: str = ""):
+  """(dotted key, value) of every string value under `node` (a ConfigDict or dict)."""
+  for name, value in node.items():
+    if isinstance(value, str):
+      yield f"{prefix}{name}", value
+    elif hasattr(value, "items"):
+      yield from _strings(value, f"{prefix}{name}.")
+
+
+def check_placeholders(config, mode: str) -> None:
+  """Refuses a path that still names the placeholder bucket (`gs://BUCKET/...`, as configs/distil.py ships its
+  teacher and configs/large_phase2.py its init_from) before anything reads it: else a run spends a minute on
+  credential retries and ends in a network traceback that never names the key. A dry run reads the metadata of the
+  teacher and of a fine-tuning run's init_from only (a pretraining phase 2 compiles without its phase 1); every
+  other mode may read any path key."""
+  dry_run_reads = ("distill.teacher", "init_from") if config.finetune.task else ("distill.teacher",)
+  for key, value in _strings(config):
+    if mode in ("dry_run", "plan") and key not in dry_run_reads:
+      continue
+    scheme, separator, rest = value.partition("://")
+    if separator and scheme and rest.split("/", 1)[0] == PLACEHOLDER_BUCKET:
+      raise ValueError(
+        f"{key}={value!r} names the placeholder bucket {PLACEHOLDER_BUCKET} (as the shipped config writes it): set "
+        f"{key} to the real path (local or gs://your-bucket/...)."
+      )
+
+
 def check(config, mode: str) -> Checked:
   """Every I/O-free check of `config` for `mode` (main's modes); raises ValueError naming the first bad value."""
+  check_placeholders(config, mode)
   if mode in ("pretrain", "prepare"):  # Preparation reads the pretraining config's data keys.
     return Checked(mode, check_pretraining(config))
   if mode == "finetune":

@@ -19,3 +19,16 @@ def is_scanned(params: Mapping) -> bool:
   """Whether `params` (a BertForPretraining or BertModel parameter tree) is in the scanned layout."""
   encoder = params.get("bert", params)
   return SCANNED_KEY in encoder
+
+
+def write_checkpoint(workdir, config, history: dict, value: float = 1.0, step: int = 1, data_position=None) -> None:
+  """A one-step checkpoint of a 4-parameter model (`value` each) in `workdir`, recording `config` and `history`: what
+  the start checks read (config, data position, history, checksums), without training anything."""
+  import jax.numpy as jnp
+
+  from bert_jax.train import step as step_lib
+
+  state = step_lib.TrainState(jnp.int32(step), {"w": jnp.full(4, value)}, {}, step_lib.initial_guard())
+  manager = checkpoints.make_manager(str(workdir), 1)
+  checkpoints.save(manager, step, state, data_position or {"examples": 0, "step": step}, config, None, history)
+  checkpoints.finish(manager, step)

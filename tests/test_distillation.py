@@ -5,6 +5,8 @@ import dataclasses
 import functools
 import re
 import shutil
+import time
+import types
 
 import flax.linen as nn
 import jax
@@ -20,13 +22,14 @@ from bert_jax.handoff import export, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.encoder import BertForPretraining, init_params
 from bert_jax.model.heads import TaskHead
-from bert_jax.train import pretraining, start_order
+from bert_jax.train import pretraining, pretraining_start, start_order
 from bert_jax.train import run as run_lib
 from bert_jax.train.objectives import bert, distillation, registry
 from bert_jax.train.optim import make_optimizer
 from bert_jax.workdir import checkpoints, verified
-from configs import distil, glue
-from tests.test_finetune import _write_sst2
+from configs import default, distil, glue
+from tests import helpers
+from tests.test_finetune import _write_sst2, logged_by_start_order
 from tests.test_roberta import check_fine_tunes
 from tests.test_train_step import _batches
 
@@ -262,7 +265,9 @@ def test_a_sweep_shares_one_teacher_and_each_member_trains_as_it_would_alone(sma
 
 
 @pytest.mark.slow
-def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refuses_another(wordpiece_run, tmp_path):
+def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refuses_another_but_takes_a_copy(
+  wordpiece_run, tmp_path
+):
   teacher_dir, config, teacher_params = wordpiece_run
   config = config.copy_and_resolve_references()
   config.update(objective="distillation", eval_steps=0, num_train_steps=1, checkpoint_every_steps=1)
@@ -313,15 +318,24 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   assert planned.description.train_flops == pytest.approx(student_flops + teacher_flops)
   assert planned.description.eval_flops == pytest.approx(student_flops / 3 + teacher_flops)
 
-  other = tmp_path / "other_teacher"
-  shutil.copytree(teacher_dir, other)
-  config.distill.teacher = str(other)
   config.num_train_steps = 2
+  config.distill.teacher = workdir  # Another teacher (the student itself fits): refused before anything is written.
   files = sorted(p.name for p in (tmp_path / "student").rglob("*"))
-  message = f"checkpoints/1 was trained with the teacher {identity}; this run's is {{'path': '{other}/checkpoints/2'"
+  message = (
+    f"checkpoints/1 was trained with other inputs: distill.teacher={workdir}: its content differs from {teacher_dir}'s"
+  )
   with pytest.raises(ValueError, match=re.escape(message)):
     pretraining.pretrain(config, workdir)
-  assert sorted(p.name for p in (tmp_path / "student").rglob("*")) == files  # Refused before anything was written.
+  assert sorted(p.name for p in (tmp_path / "student").rglob("*")) == files
+  other = tmp_path / "other_teacher"  # The same teacher at another path resumes, with a line saying so.
+  shutil.copytree(teacher_dir, other)
+  config.distill.teacher = str(other)
+  with pytest.MonkeyPatch.context() as patch:
+    lines = logged_by_start_order(patch)
+    pretraining.pretrain(config, workdir)
+  assert f"distill.teacher={other} has the same content as {teacher_dir}, which trained the checkpoint." in lines
+  with checkpoints.read_only_manager(workdir) as manager:
+    assert verified.read_history(manager, 2)[start_order.INPUTS]["distill.teacher"]["path"] == str(other)
   config.update(objective="bert")
   config.distill.teacher = ""
   with pytest.raises(ValueError, match=r"was trained with objective='distillation'; this config's is 'bert'"):
@@ -373,9 +387,77 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
   assert not (tmp_path / "student").exists()
 
 
+def test_a_resume_knows_its_teacher_and_init_from_by_content_not_by_path(tmp_path, monkeypatch):
+  """A distillation checkpoint records its teacher and init_from by content. Copies at other paths resume, each with
+  a line saying so; an init_from that is gone is not read on a resume, so not compared; a teacher or init_from with
+  other content is refused naming it. A checkpoint from before the record resumes with a warning, its teacher
+  compared by path as before."""
+  teacher, other, copy = tmp_path / "teacher", tmp_path / "other", tmp_path / "copy"
+  helpers.write_checkpoint(teacher, default.get_config(), {})  # Pretraining workdirs' steps: metadata and checksums.
+  helpers.write_checkpoint(other, default.get_config(), {}, value=2.0)  # Other weights.
+  shutil.copytree(teacher, copy)
+  config = default.get_config()
+  config.update(objective="distillation", init_from=str(teacher))
+  config.distill.teacher = str(teacher)
+  student = tmp_path / "student"
+  inputs = pretraining_start.run_inputs(config)
+  assert [i.key for i in inputs] == ["distill.teacher", "init_from"]
+  helpers.write_checkpoint(student, config, {start_order.INPUTS: start_order.record_inputs(inputs)})
+
+  def resume(teacher, init_from, workdir=student):
+    named = config.copy_and_resolve_references()
+    named.distill.teacher, named.init_from = str(teacher), str(init_from)
+    identity = {"path": f"{teacher}/checkpoints/1", "format": "workdir", "step": 1}  # As distillation.teacher says.
+    run = types.SimpleNamespace(frozen=run_lib.Frozen("teacher", None, identity, None), read_frozen=lambda: run)
+    return pretraining_start.resolve(named, str(workdir), None, run)[0]
+
+  with monkeypatch.context() as patch:
+    lines = logged_by_start_order(patch)
+    assert [i.key for i in resume(copy, copy).inputs] == ["distill.teacher", "init_from"]
+    resume(copy, tmp_path / "gone")
+  same = "has the same content as {}, which trained the checkpoint."
+  assert lines == [
+    f"distill.teacher={copy} {same.format(teacher)}",
+    f"init_from={copy} {same.format(teacher)}",
+    f"distill.teacher={copy} {same.format(teacher)}",
+    f"init_from={tmp_path}/gone is not read on a resume and is not compared: init_from={tmp_path}/gone: "
+    f"{tmp_path}/gone does not exist.",
+  ]
+  differs = f"its content differs from {teacher}'s (step 1, checksums "
+  with pytest.raises(
+    ValueError, match=re.escape(f"checkpoints/1 was trained with other inputs: distill.teacher={other}: {differs}")
+  ):
+    resume(other, teacher)
+  with pytest.raises(ValueError, match=re.escape(f": init_from={other}: {differs}")):
+    resume(teacher, other)
+
+  old = tmp_path / "old"  # Written before checkpoints recorded their inputs: its teacher compared by path.
+  helpers.write_checkpoint(
+    old, config, {"teacher": {"path": f"{teacher}/checkpoints/1", "format": "workdir", "step": 1}}
+  )
+  with monkeypatch.context() as patch:
+    lines = logged_by_start_order(patch)
+    resume(teacher, teacher, old)
+  assert lines == [
+    f"{old}/checkpoints/1 was written before checkpoints recorded their inputs' content: distill.teacher, init_from "
+    "compared by path only."
+  ]
+  with pytest.raises(ValueError, match=re.escape(f"checkpoints/1 was trained with the teacher {{'path': '{teacher}/")):
+    resume(copy, teacher, old)
+
+
+def test_the_shipped_distil_config_is_refused_at_once_naming_its_placeholder_teacher():
+  """configs/distil.py ships `gs://BUCKET/bert-base`: refused by the config checks, before any network call (it
+  spent 51 s on credential retries, then a traceback that never named the key)."""
+  start = time.perf_counter()
+  with pytest.raises(ValueError, match=re.escape("distill.teacher='gs://BUCKET/bert-base' names the placeholder buc")):
+    config_checks.check(distil.get_config(), "pretrain")
+  assert time.perf_counter() - start < 0.5
+
+
 BAD_SETTINGS = [
   (dict(objective="spanbert"), "objective='spanbert'; expected one of ('bert', 'distillation', 'electra')."),
-  (dict(objective="bert"), "distill.teacher='gs://BUCKET/bert-base' is set, but objective='bert'"),
+  (dict(objective="bert"), "distill.teacher='/a/bert-base' is set, but objective='bert'"),
   (dict(distill=dict(teacher="")), "objective='distillation' needs distill.teacher"),
   (dict(data=dict(instances="nsp")), "objective='distillation' with data.instances='nsp': this objective has no"),
   (dict(distill=dict(temperature=0.0)), "distill.temperature=0.0 must be positive."),
@@ -389,6 +471,7 @@ BAD_SETTINGS = [
 @pytest.mark.parametrize("overrides,message", BAD_SETTINGS, ids=[m[:40] for _, m in BAD_SETTINGS])
 def test_a_bad_distillation_setting_is_refused_naming_it(overrides, message):
   config = distil.get_config()
+  config.distill.teacher = "/a/bert-base"  # For the shipped placeholder: the test above.
   config_checks.check(config, "pretrain")  # As shipped, and with DistilBERT's own layers.
   config.distill.student_layers = (0, 2, 4, 7, 9, 11)
   config_checks.check(config, "pretrain")

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import types
 
 import flax.linen as nn
 import golden_params
@@ -23,6 +24,7 @@ import torch
 import transformers
 
 from bert_jax.benchmarks import torch_reference
+from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue as glue_tasks
 from bert_jax.finetune import job, tasks
 from bert_jax.finetune import losses as finetune_losses
@@ -36,7 +38,8 @@ from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead, task_model
 from bert_jax.train import run, start_order
 from bert_jax.train.optim import Steps
 from bert_jax.workdir import checkpoints
-from configs import glue, ner, squad, swag
+from configs import default, glue, ner, squad, swag
+from tests import helpers
 from tests.test_checkpoints import _flip_a_bit_through_orbax as flip_a_bit_through_orbax
 
 RATES = (1e-2, 3e-3)
@@ -133,10 +136,11 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
   sweep_run, finetune_config, tmp_path, monkeypatch
 ):
   """The run alone gets SIGTERM during step 11: it stops there with a checkpoint and returns (main exits 0), leaving
-  no lease behind. The same command resumes; it refuses a changed sweep or data directory, naming both values, before
-  anything is written; with the same config it crashes after its epoch-2 checkpoint (step 16), which storage then
-  corrupts: the same command falls back to step 11, moves step 16 aside, and ends where the sweep's member of its
-  seed did: a member is a restart of everything (head, dropout and training order from its seed), in one program."""
+  no lease behind. The same command resumes; it refuses a changed sweep, naming both values, or a changed training
+  file, naming it, before anything is written; with the same config it crashes after its epoch-2 checkpoint (step
+  16), which storage then corrupts: the same command, with its data and init_from copied elsewhere, falls back to step
+  11, moves step 16 aside, and ends where the sweep's member of its seed did: a member is a restart of everything
+  (head, dropout and training order from its seed), in one program."""
   workdir, summary, _ = sweep_run
   alone = str(tmp_path / "alone")
   real = run.make_run
@@ -178,14 +182,14 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
     r"'' in the checkpoint, '0.01,0.003' in the config",
   ):
     job.finetune(other_sweep, alone)
+  data = finetune_config().finetune.data_dir
   other_data = config()
   other_data.finetune.data_dir = str(tmp_path / "other")
+  shutil.copytree(data, other_data.finetune.data_dir)
+  rows = (tmp_path / "other" / "train.tsv").read_text().splitlines()
+  (tmp_path / "other" / "train.tsv").write_text("\n".join(rows[:17]) + "\n")  # 16 of its 64 rows.
   with pytest.raises(
-    ValueError,
-    match=re.escape(
-      f"finetune.data_dir={finetune_config().finetune.data_dir!r} in the "
-      f"checkpoint, {other_data.finetune.data_dir!r} in the config"
-    ),
+    ValueError, match=re.escape(f"finetune.data_dir={tmp_path}/other: train.tsv differs from {data}'s (")
   ):
     job.finetune(other_data, alone)
   # A checkpoint written before lr_schedule was recorded ran Google's schedule: it resumes with "bert" only.
@@ -193,7 +197,8 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
   with monkeypatch.context() as patch:
     del saved["lr_schedule"]
     patch.setattr(start_order, "newest_saved", lambda *_: (step, saved, position))
-    start_order.check_same_run(config(), alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT)  # finetune_config's "bert".
+    inputs = job.run_inputs(config(), tasks.make_task(config().finetune))
+    start_order.check_same_run(config(), alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT, inputs)  # finetune_config's "bert".
     other_schedule = config()
     other_schedule.lr_schedule = "transformers"
     with pytest.raises(ValueError, match="lr_schedule='bert' in the checkpoint, 'transformers' in the config"):
@@ -205,7 +210,15 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
       job.finetune(config(), alone)
   assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [11, 16]
   flip_a_bit_through_orbax(checkpoints.checkpoint_dir(alone) / "16")
-  resumed = job.finetune(config(), alone)  # Resumes at step 11.
+  copied = config()  # The same data and init_from, copied: they are known by content.
+  copied.finetune.data_dir, copied.init_from = str(tmp_path / "data_copy"), str(tmp_path / "init_copy")
+  copied_from = finetune_config().init_from
+  shutil.copytree(data, copied.finetune.data_dir)
+  shutil.copytree(copied_from, copied.init_from)
+  with monkeypatch.context() as patch:
+    lines = logged_by_start_order(patch)
+    resumed = job.finetune(copied, alone)  # Resumes at step 11.
+  assert f"init_from={tmp_path}/init_copy has the same content as {copied_from}, which trained the checkpoint." in lines
   assert os.listdir(os.path.join(alone, start_order.CORRUPT)) == ["16"]
 
   member = summary["members"].index({"learning_rate": RATES[1], "seed": 1})
@@ -214,6 +227,95 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a[0], b[member], atol=2e-5, rtol=1e-4), _params(alone), _params(workdir)
   )
+
+
+def logged_by_start_order(patch) -> list[str]:
+  """The lines start_order logs (info and warning) from now on, formatted (absl's records evade caplog)."""
+  lines = []
+  log = lambda message, *args, **_: lines.append(str(message) % args)  # noqa: E731
+  patch.setattr(start_order, "logging", types.SimpleNamespace(info=log, warning=log))
+  return lines
+
+
+def test_a_resume_knows_its_data_and_init_from_by_content_not_by_path(tmp_path, monkeypatch):
+  """A fine-tuning checkpoint records what its task read, file by file, and init_from, by content. train.tsv
+  replaced in place (its first 16 rows kept) is refused naming the file before anything is written; the same files
+  and init_from copied elsewhere resume, each with a line saying so; a checkpoint from before the record resumes
+  with a warning, compared by path as before."""
+  data, source = tmp_path / "SST-2", tmp_path / "pretrained"
+  _write_sst2(data)
+  helpers.write_checkpoint(source, default.get_config(), {})  # A pretraining workdir's step (metadata and checksums).
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data))
+  config.init_from = str(source)
+  inputs = job.run_inputs(config, tasks.make_task(config.finetune))
+  assert set(inputs[0].content) == {"train.tsv", "dev.tsv", "test.tsv"} and [i.key for i in inputs[1:]] == ["init_from"]
+  workdir = tmp_path / "run"
+  helpers.write_checkpoint(workdir, config, {start_order.INPUTS: start_order.record_inputs(inputs)})
+
+  def check(config):
+    task = tasks.make_task(config.finetune)
+    start_order.check_same_run(config, str(workdir), job.RUN_KEYS, job.RUN_KEYS_ABSENT, job.run_inputs(config, task))
+
+  copied = config.copy_and_resolve_references()
+  copied.finetune.data_dir, copied.init_from = str(tmp_path / "copy"), str(tmp_path / "pretrained_copy")
+  shutil.copytree(data, copied.finetune.data_dir)
+  shutil.copytree(source, copied.init_from)
+  with monkeypatch.context() as patch:
+    lines = logged_by_start_order(patch)
+    check(copied)
+  assert lines == [
+    f"finetune.data_dir={tmp_path}/copy has the same content as {data}, which trained the checkpoint.",
+    f"init_from={tmp_path}/pretrained_copy has the same content as {source}, which trained the checkpoint.",
+  ]
+
+  before = (data / "train.tsv").stat().st_size
+  rows = (data / "train.tsv").read_text().splitlines()
+  (data / "train.tsv").write_text("\n".join(rows[:17]) + "\n")  # Replaced in place: the header and 16 rows.
+  written = sorted(workdir.rglob("*"))
+  changed = f"finetune.data_dir={data}: train.tsv changed since the checkpoint ({before:,} bytes, sha256 "
+  with pytest.raises(ValueError, match=re.escape(changed)) as refused:
+    job.finetune(config, str(workdir))
+  assert f"-> {(data / 'train.tsv').stat().st_size:,} bytes" in str(refused.value)
+  assert "dev.tsv" not in str(refused.value) and sorted(workdir.rglob("*")) == written  # Nothing written.
+
+  old = tmp_path / "old"  # Written before checkpoints recorded their inputs: compared by path, with a warning.
+  helpers.write_checkpoint(old, config, {})
+  workdir = old
+  with monkeypatch.context() as patch:
+    lines = logged_by_start_order(patch)
+    check(config)
+  assert lines == [
+    f"{old}/checkpoints/1 was written before checkpoints recorded their inputs' content: finetune.data_dir, "
+    "init_from compared by path only."
+  ]
+  with pytest.raises(ValueError, match=re.escape(f"finetune.data_dir={str(data)!r} in the checkpoint")):
+    check(copied)
+
+
+def test_a_fine_tuning_resume_refuses_a_tokenizer_changed_in_place(tmp_path):
+  """A checkpoint records its tokenizer's SHA-256 (its data position); a resume whose tokenizer file was changed in
+  place is refused, as pretraining's is, before anything is written."""
+  data, vocab = tmp_path / "SST-2", tmp_path / "vocab.txt"
+  _write_sst2(data)
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(95))]) + "\n")
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data))
+  config.tokenizer.update(kind="wordpiece", path=str(vocab))
+  inputs = job.run_inputs(config, tasks.make_task(config.finetune))
+  identity = load_tokenizer("wordpiece", str(vocab)).identity()
+  position = {"examples": 8, "step": 1, "tokenizer": identity}
+  workdir = tmp_path / "run"
+  helpers.write_checkpoint(
+    workdir, config, {start_order.INPUTS: start_order.record_inputs(inputs)}, data_position=position
+  )
+  vocab.write_text(vocab.read_text().replace("w94", "w95"))
+  written = sorted(workdir.rglob("*"))
+  with pytest.raises(
+    ValueError, match=re.escape(f"The checkpoint was trained with tokenizer {identity}; the config's")
+  ):
+    job.finetune(config, str(workdir))
+  assert sorted(workdir.rglob("*")) == written
 
 
 def _write_stsb(directory) -> None:

@@ -475,6 +475,8 @@ def test_tfds_mrpc_and_mnli_splits(tmp_path):
     assert mrpc.read("train") == [GlueExample("3", "a1", "a2", "1"), GlueExample("9", "b1", "b2", "0")]
     assert mrpc.read("dev") == [GlueExample("0", "c1", "c2", "1")]
     assert mrpc.read("test") == [GlueExample("0", "d1", "d2", None)]
+    # A resume knows the dataset by what TFDS records of it (name, version, sources, splits), not by its files.
+    assert mrpc.content()["tfds"].startswith("glue/mrpc/") and len(mrpc.content()["sha256"]) == 64
   assert requested == ["glue/mrpc:train", "glue/mrpc:validation", "glue/mrpc:test"]
 
   requested.clear()

@@ -15,10 +15,15 @@ Logits per head, for all rows of a split in row order (what `metrics` and `write
 
 import abc
 import dataclasses
+import hashlib
+import json
+import os
 from typing import Any
 
 import numpy as np
+from etils import epath
 
+from bert_jax import paths
 from bert_jax.model.heads import HEADS, TaskHead, num_outputs  # noqa: F401 (HEADS: the heads a task may name)
 
 
@@ -59,6 +64,7 @@ class Task(abc.ABC):
   train_split: str = "train"
   eval_splits: tuple[str, ...] = ("dev",)  # evaluated every epoch; the first one's main metric picks the best
   test_splits: tuple[str, ...] = ()  # unlabelled; predicted at the end of training
+  data_dir: str | None = None  # the directory of its split files (`split_path`); None or "" when it reads TFDS
 
   @property
   def num_labels(self) -> int:
@@ -89,11 +95,48 @@ class Task(abc.ABC):
     suffix = {"span": "json", "token": "txt", "choice": "csv"}.get(self.head, "tsv")
     return f"{split}.{suffix}"
 
+  def split_path(self, split: str) -> epath.Path | None:
+    """The file `split` is read from, under `data_dir`."""
+    raise NotImplementedError(f"{self.name} reads no files.")
+
+  def tfds_dataset(self) -> tuple[str, str | None] | None:
+    """(name, data_dir) of the TFDS dataset the task reads instead of files; None when it reads files."""
+    return None
+
+  def content(self) -> dict:
+    """What the task reads, by content (a resume compares it): {file name under `data_dir`: `paths.fingerprint`} of
+    every split file it finds, or a TFDS dataset's own record of itself (`tfds_content`)."""
+    dataset = self.tfds_dataset()
+    if dataset is not None:
+      return tfds_content(*dataset)
+    found = {}
+    for split in (self.train_split, *self.eval_splits, *self.test_splits):
+      path = self.split_path(split)
+      if path is not None and path.exists():
+        found[os.path.relpath(os.fspath(path), os.fspath(self.data_dir))] = paths.fingerprint(path)
+    return found
+
   def calibrate(self, encoded: Encoded, logits: np.ndarray) -> dict[str, float]:
     """Adopts the settings that the labelled split `encoded` and its `logits` choose for the prediction files
     (SQuAD v2.0: the null-score threshold); returns them. Most tasks choose nothing."""
     del encoded, logits
     return {}
+
+
+def tfds_content(name: str, data_dir: str | None) -> dict:
+  """A prepared TFDS dataset by what TFDS records of it (its `dataset_info.json`, no data read): its full name
+  (dataset/config/version), and one SHA-256 over the checksums of the files it was built from and each split's
+  shard lengths and bytes."""
+  import tensorflow_datasets as tfds
+
+  info = tfds.builder(name, data_dir=data_dir).info
+  proto = info.as_proto
+  recorded = dict(
+    sources={url: source.checksum for url, source in proto.download_checksums.items()},
+    splits={split.name: [list(split.shard_lengths), split.num_bytes] for split in proto.splits},
+  )
+  digest = hashlib.sha256(json.dumps(recorded, sort_keys=True).encode()).hexdigest()
+  return {"tfds": info.full_name, "sha256": digest}
 
 
 def truncate_pair(a: list[int], b: list[int], max_tokens: int) -> tuple[list[int], list[int]]:

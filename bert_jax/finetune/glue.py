@@ -109,6 +109,9 @@ class GlueTask(Task):
   def split_path(self, split: str) -> epath.Path:
     return epath.Path(self.data_dir) / f"{split}.tsv"
 
+  def tfds_dataset(self) -> tuple[str, str | None] | None:
+    return (self.tfds_name, self.tfds_data_dir or None) if self.tfds_name else None
+
   def expected_layout(self) -> str:
     files = ", ".join(f"{split}.tsv" for split in (self.train_split, *self.eval_splits, *type(self).test_splits))
     names = [*self.columns.text_a[:1], *self.columns.text_b[:1], *self.columns.label[:1]]

@@ -3,7 +3,9 @@ seed) members in one jitted program, evaluated every epoch with the task's offic
 
 Start order: the workdir's newest checkpoint (a resume: the stream position is the step); else `init_from`'s
 weights (any source `pretrained.load` accepts; its model sizes and tokenizer), with a fresh head per seed; else,
-without `init_from`, a random initialisation of `config.model` with `config.tokenizer` (a baseline).
+without `init_from`, a random initialisation of `config.model` with `config.tokenizer` (a baseline). A resume must
+have the checkpoint's run keys (`RUN_KEYS`) and its inputs by content, at any path (`run_inputs`: the task's files,
+the teacher, `init_from`; see `train/start_order.py`), and its tokenizer (by SHA-256).
 
 With `distill.teacher` (a model fine-tuned on the same task), every member also learns the teacher's soft labels
 (`losses.distilled`): the teacher is the run's frozen input (`run.Frozen`), read onto the mesh once and shared by
@@ -43,7 +45,7 @@ from bert_jax.finetune.members import Member
 from bert_jax.finetune.plan import Plan, describe, model_config
 from bert_jax.finetune.rows import host_batch, predict, training_rows
 from bert_jax.handoff import pretrained
-from bert_jax.train import loop, start_order
+from bert_jax.train import init_from, loop, start_order
 from bert_jax.train.description import Description
 from bert_jax.train.optim import set_learning_rates
 from bert_jax.workdir import checkpoints, verified
@@ -145,10 +147,21 @@ class FinetuningJob(loop.Job):
   finished = "Fine-tuning finished"
 
   def __init__(
-    self, config, plan: Plan, workdir: str, task: Task, source, tokenizer, splits: _Splits, description: Description
+    self,
+    config,
+    plan: Plan,
+    workdir: str,
+    task: Task,
+    source,
+    tokenizer,
+    splits: _Splits,
+    description: Description,
+    inputs: tuple[start_order.Input, ...] = (),
   ):
-    """`description`: `plan.describe`'s, for `plan` and `task`; its frozen inputs (a teacher) are read here."""
+    """`description`: `plan.describe`'s, for `plan` and `task`; its frozen inputs (a teacher) are read here.
+    `inputs` (`run_inputs`): what every checkpoint records of them (`start_order.record_inputs`)."""
     self.config, self.plan, self.workdir, self.task, self.description = config, plan, workdir, task, description
+    self.inputs = inputs
     self.members, self.source, self.tokenizer = plan.members, source, tokenizer
     self._recorded = plan.record(config)
     self.splits = splits
@@ -208,8 +221,11 @@ class FinetuningJob(loop.Job):
     begun = start_order.start(self.config, manager, restore, fresh)
     step = int(jax.device_get(begun.state.step)[0])
     self.record = verified.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
-    if self.run.frozen is not None:  # What taught the members: a resume must read the same (check_frozen).
+    if self.run.frozen is not None:  # What taught the members, where it was read from.
       self.record[self.run.frozen.name] = self.run.frozen.identity
+    # What the run read, by content (checked on a resume: start_order.check_inputs).
+    recorded = self.record.get(start_order.INPUTS, {}) if begun.resumed else None
+    self.record[start_order.INPUTS] = start_order.record_inputs(self.inputs, recorded)
     return begun
 
   def open_data(self, begun: start_order.Start) -> None:
@@ -336,8 +352,9 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   ran it."""
   started_at = time.perf_counter()
   checked = checked or config_checks.check(config, "finetune")
-  start_order.check_same_run(config, workdir, RUN_KEYS, RUN_KEYS_ABSENT)
   task = tasks.make_task(config.finetune)
+  inputs = run_inputs(config, task)
+  start_order.check_same_run(config, workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
   source = None
   mesh = sharding.make_mesh(config.mesh.to_dict())  # The one mesh: the source is read onto it, the run made on it.
   if config.init_from:  # Read, and so checked, before anything is written.
@@ -346,6 +363,9 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
     tokenizer = source.tokenizer
   else:
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+  newest = start_order.newest_saved(config, workdir)
+  if newest is not None and "tokenizer" in newest[2]:  # A resume tokenizes as its checkpoint did.
+    start_order.check_tokenizer(newest[2], tokenizer.identity())
   model_cfg = model_config(config, source)
   if config.finetune.max_seq_length > model_cfg.max_sequence_length:
     raise ValueError(
@@ -356,9 +376,21 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)
   plan = Plan.of(config, total_steps, model_cfg, checked.members)
   description = describe(config, plan, task, tokenizer_identity=tokenizer.identity(), mesh=mesh)
-  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits, description)
-  newest = start_order.newest_saved(config, workdir)
+  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits, description, inputs)
   if newest is not None:
-    start_order.check_frozen(workdir, newest[0], job.run.frozen)
+    start_order.check_frozen(workdir, newest[0], job.run.frozen)  # A checkpoint older than its inputs' record.
   loop.train(job, workdir, started_at)
   return job.summary
+
+
+def run_inputs(config, task: Task) -> tuple[start_order.Input, ...]:
+  """The inputs a fine-tuning run is identified by, by content: the files `task` reads (or its TFDS dataset), the
+  teacher, `init_from`."""
+  dataset = task.tfds_dataset()
+  where = f"(TFDS {dataset[0]})" if dataset else config.finetune.data_dir
+  inputs = [start_order.Input("finetune.data_dir", where, task.content)]
+  if config.distill.teacher:
+    inputs.append(init_from.source_input("distill.teacher", config.distill.teacher))
+  if config.init_from:
+    inputs.append(init_from.source_input("init_from", config.init_from, optional=True))
+  return tuple(inputs)

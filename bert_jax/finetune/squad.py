@@ -91,6 +91,9 @@ class _Squad(Task):
   def tfds_name(self) -> str:
     return f"squad/v{self.version}"
 
+  def tfds_dataset(self) -> tuple[str, str | None] | None:
+    return (self.tfds_name, self.tfds_data_dir) if self.data_dir is None else None
+
   def split_path(self, split: str) -> epath.Path:
     self._check_split(split)
     return epath.Path(self.data_dir) / f"{split}-v{self.version}.json"

@@ -27,7 +27,7 @@ from bert_jax.data.tokenizer import file_sha256, tokenizer_sha256
 from bert_jax.handoff import google_format, hf_configs, hf_format, hf_tokenizer
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, electra_generator, from_bert_json
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, checksums, verified
 
 FORMATS = ("workdir", "bundle", "huggingface", "google")
 # The folder of a Hugging Face ELECTRA directory that holds its generator (an ElectraForMaskedLM directory).
@@ -213,6 +213,22 @@ def _bundle_source(path: epath.Path) -> Source:
       albert_preprocessing=tokenizer.get("albert_preprocessing"),
     ),
   )
+
+
+def content(source: Source) -> dict:
+  """What `source` holds, by content, the cheapest way it allows: a checkpoint step by its number and the SHA-256 of
+  its `checksums` item (a hash of every array and item, verified whenever the step is read), a bundle by the SHA-256
+  of the file hashes its manifest records (verified when read); a Hugging Face or Google directory, or a step older
+  than checksums, by every file (`paths.fingerprint`, which reads every byte). Copies at other paths give the same;
+  a source re-exported in another format does not."""
+  if source.format == "workdir":
+    with checkpoints.reader(epath.Path(source.path).parent) as manager:
+      saved = verified.read_checksums(manager, source.step)
+    if saved is not None:
+      return dict(step=source.step, checksums=checksums.digest(saved))
+  elif source.format == "bundle":
+    return dict(manifest_files=checksums.digest(source.info["files"]))
+  return paths.fingerprint(source.path)
 
 
 def _vocab_is_uncased(vocab_file: epath.Path) -> bool:

@@ -1,8 +1,10 @@
 """A pretrained source a run reads as a config key names it (`init_from`, `distill.teacher`): described from its
-metadata with errors that name the key, and the config's tokenizer checked against the one it was trained with."""
+metadata with errors that name the key, the config's tokenizer checked against the one it was trained with, and its
+content, by which a resume knows it (`source_input`)."""
 
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.handoff import formats
+from bert_jax.train import start_order
 
 
 def describe(path: str, where: str) -> formats.Source:
@@ -25,3 +27,9 @@ def source_tokenizer(config, source: formats.Source, where: str):
   tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
   formats.check_tokenizer(source, tokenizer.identity(), where)
   return tokenizer
+
+
+def source_input(key: str, path: str, optional: bool = False) -> start_order.Input:
+  """The source at `path` (config key `key`) as a run's input, known by its content (`formats.content`: described and
+  fingerprinted when its content is first asked for)."""
+  return start_order.Input(key, path, lambda: formats.content(describe(path, f"{key}={path}")), optional)

@@ -19,7 +19,7 @@ from bert_jax.data import masking
 from bert_jax.data.corpus import Corpus
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.train import loop, pretraining_start, run
+from bert_jax.train import loop, pretraining_start, run, start_order
 from bert_jax.train.description import Description
 from bert_jax.train.objectives import registry
 from bert_jax.train.optim import Steps, make_optimizer, make_schedule
@@ -120,8 +120,12 @@ class PretrainingJob(loop.Job):
     begun = pretraining_start.start(self.config, self.run, self.model_cfg, manager, self.data.identity, self.origin)
     self.first_step = int(begun.state.step)
     self.history = pretraining_start.history(manager if begun.resumed else None, self.first_step, self.origin.source)
-    if self.run.frozen is not None:  # What taught this model: a resume must read the same (start_order.check_frozen).
+    if self.run.frozen is not None:  # What taught this model, where it was read from.
       self.history[self.run.frozen.name] = self.run.frozen.identity
+    # What this run read, by content (a resume must read the same: start_order.check_inputs); a new run records its
+    # own inputs only, not a previous phase's.
+    recorded = self.history.get(start_order.INPUTS, {}) if begun.resumed else None
+    self.history[start_order.INPUTS] = start_order.record_inputs(self.origin.inputs, recorded)
     self.examples_before = self.history["examples_seen"]
     self.positions_before = self.history["token_positions_seen"]
     end_step = Steps.of(self.config).end_step

@@ -1,8 +1,9 @@
 """Pretraining's start policy, on the start order every job shares (`train/start_order.py`):
 
 1. the workdir's newest readable checkpoint: a resume, which must have this config's shapes, architecture,
-   optimizer, objective, teacher and tokenizer, and continues the same data stream on any host count (over the same
-   number of readers, unless `data.restart_stream_on_reader_change`);
+   optimizer, objective, teacher and tokenizer (the teacher and tokenizer by content, at any path; `init_from`, when
+   still named, too: see `train/start_order.py`), and continues the same data stream on any host count (over the
+   same number of readers, unless `data.restart_stream_on_reader_change`);
 2. else `init_from`: a workdir's step (a previous phase) gives its state and step, with the data stream afresh;
    any other source (bundle, Hugging Face, Google) its weights, the heads it lacks from the seed and a fresh
    optimizer;
@@ -47,6 +48,8 @@ class Origin:
   describes: str = ""
   # The config's tokenizer, when checking the source loaded it (else the corpus loads it).
   tokenizer: Tokenizer | None = None
+  # The inputs identified by content (a teacher, `init_from`), checked on a resume; every checkpoint records them.
+  inputs: tuple = ()
 
   def record(self, config):
     """The config a checkpoint records: `config` with the run's reader count."""
@@ -68,14 +71,6 @@ def _check_compatible(saved: dict, config, where: str) -> None:
     different.append(f"optimizer: {saved.get('optimizer', 'adamw')!r} vs {config.optimizer!r}")
   if different:
     raise ValueError(f"The checkpoint in {where} does not fit this config (checkpoint vs config): {different}.")
-
-
-def same_tokenizer(a: dict | None, b: dict | None) -> bool:
-  """Whether two tokenizer identities name the same tokenizer: kind, content and casing; the path is informative
-  only (a moved, copied or symlinked workdir keeps its tokenizer)."""
-  if a is None or b is None:
-    return a is b
-  return {k: v for k, v in a.items() if k != "path"} == {k: v for k, v in b.items() if k != "path"}
 
 
 def saved_readers(data_position: dict) -> int | None:
@@ -130,6 +125,7 @@ def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Orig
   weights or the objective's start for a new run: read, and so checked. Returns the origin and the run with its
   frozen inputs read."""
   newest = start_order.newest_saved(config, workdir)
+  inputs = run_inputs(config)
   if newest is not None:
     step, saved, data_position = newest
     _check_compatible(saved, config, "the workdir")
@@ -138,14 +134,15 @@ def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Orig
         f"{checkpoints.checkpoint_dir(workdir)}/{step} was trained with objective={saved.get('objective', 'bert')!r}; "
         f"this config's is {config.objective!r}. Resume with the checkpoint's, or use a new workdir."
       )
-    start_order.check_frozen(workdir, step, run.frozen)
+    start_order.check_inputs(workdir, step, inputs)
+    start_order.check_frozen(workdir, step, run.frozen)  # A checkpoint older than its inputs' record.
     _check_readers(config, data_position, step)
-    return Origin(run_readers(config, data_position)), run.read_frozen()
+    return Origin(run_readers(config, data_position), inputs=inputs), run.read_frozen()
   readers = run_readers(config, None)
   if not config.init_from:  # A new run: the objective may say from what.
     run = run.read_frozen()
     params, describes = registry.of(config.objective).initial_params(config, run) or (None, "")
-    return Origin(readers, params=params, describes=describes), run
+    return Origin(readers, params=params, describes=describes, inputs=inputs), run
   where = f"init_from={config.init_from}"
   source = init_from.describe(config.init_from, where)
   if source.format == "workdir":  # A previous phase: its optimizer state and step too.
@@ -158,7 +155,17 @@ def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Orig
   if source.format != "workdir":  # Read, and so checked, before any write.
     _, params = pretrained.read_weights(source, scan_layers=model_cfg.scan_layers, mesh=run.mesh, rules=run.rules)
   # A previous phase's stream is not continued.
-  return Origin(readers, source=source, params=params, tokenizer=tokenizer), run
+  return Origin(readers, source=source, params=params, tokenizer=tokenizer, inputs=inputs), run
+
+
+def run_inputs(config) -> tuple[start_order.Input, ...]:
+  """The inputs a pretraining run is identified by, by content: the teacher (distillation), `init_from`."""
+  inputs = []
+  if config.objective == "distillation":
+    inputs.append(init_from.source_input("distill.teacher", config.distill.teacher))
+  if config.init_from:
+    inputs.append(init_from.source_input("init_from", config.init_from, optional=True))
+  return tuple(inputs)
 
 
 def _restore(manager, step: int, run: Run, model_cfg: BertConfig):
@@ -206,11 +213,7 @@ def start(config, run: Run, model_cfg: BertConfig, manager, identity, origin: Or
   if not begun.resumed:
     return begun
   data_position = begun.data_position
-  if not same_tokenizer(data_position.get("tokenizer"), identity):
-    raise ValueError(
-      f"The checkpoint was trained with tokenizer {data_position.get('tokenizer')}; the config's is {identity}. "
-      "Use the same tokenizer, or a new workdir."
-    )
+  start_order.check_tokenizer(data_position, identity)
   begun.started += f" ({data_position['examples']:,} examples consumed)"
   if _other_stream(config, origin.num_readers, data_position):  # Allowed by `resolve`.
     begun.data_position = dict(data_position, examples=0)

@@ -87,6 +87,12 @@ def _checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
   return None
 
 
+def read_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
+  """The `checksums` item of `step` (a hash of every array and a SHA-256 of every other item); None for a step
+  written before checksums."""
+  return _checksums(manager, step)
+
+
 def _item_mismatch(manager: ocp.CheckpointManager, step: int, name: str, value, saved: dict | None) -> str | None:
   """A line naming item `name` if `value` (what was read of it) does not match its saved digest, else None."""
   if saved is not None and saved["items"].get(name) != checksums.digest(value):
