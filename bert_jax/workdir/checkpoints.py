@@ -259,7 +259,9 @@ def save_data_state(source, state_dir: str, step: int) -> None:
     ) from None
 
 
-def check_saves(manager: ocp.CheckpointManager, step: int | None, held: lease.Holder, wait: bool = False) -> None:
+def check_saves(
+  manager: ocp.CheckpointManager, step: int | None, held: lease.Holder | None, wait: bool = False
+) -> None:
   """Raises `SaveError` if the background save of `step` (the newest started) has failed, `LeaseLostError` if the
   run (`held`) has lost the workdir meanwhile; returns at once while it is still running, unless `wait`. Called
   after every train step, so a failed save stops the run a step later, and with `wait` before the next save."""
@@ -271,11 +273,13 @@ def check_saves(manager: ocp.CheckpointManager, step: int | None, held: lease.Ho
     raise _save_error(manager, step, error, held) from None
 
 
-def finish(manager: ocp.CheckpointManager, step: int | None, held: lease.Holder, raise_errors: bool = True) -> None:
-  """Waits for the save in flight (never exit with a checkpoint half-written) and closes the manager. A failed save
-  raises as in `check_saves`, or, with `raise_errors=False` (the run is already failing with another error), is
-  logged if it is a `SaveError`; a lost lease is not (when the run's own check raised it, it is the error on its way
-  out, which main shows once)."""
+def finish(
+  manager: ocp.CheckpointManager, step: int | None, held: lease.Holder | None = None, raise_errors: bool = True
+) -> None:
+  """Waits for the save in flight (never exit with a checkpoint half-written) and closes the manager (`held`: None for
+  a manager made without one). A failed save raises as in `check_saves`, or, with `raise_errors=False` (the run is
+  already failing with another error), is logged if it is a `SaveError`; a lost lease is not (when the run's own
+  check raised it, it is the error on its way out, which main shows once)."""
   try:
     manager.wait_until_finished()
   except Exception as error:  # noqa: BLE001
