@@ -468,6 +468,10 @@ def test_a_loaded_config_out_of_range_or_a_non_finite_weight_is_refused_naming_t
     _rehash(bundle, "bert_config.json")
     with pytest.raises(ValueError, match=rf"{config_file}: model.initializer_range=0 must be positive"):
       pretrained.load(str(config_file.parent))
+    config_file.write_text(json.dumps(dict(fields, vocab_size=10**12)))  # JAX's OverflowError, naming nothing.
+    _rehash(bundle, "bert_config.json")
+    with pytest.raises(ValueError, match=rf"{config_file}: model.vocab_size=1000000000000 must be in \[1, 16777216\]"):
+      pretrained.load(str(config_file.parent))
     config_file.write_text(json.dumps(fields))
   tensors = load_safetensors(hf_dir / "model.safetensors")
   tensors["bert.encoder.layer.1.output.dense.weight"][3, 5] = np.nan
