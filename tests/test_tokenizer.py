@@ -3,6 +3,8 @@ ALBERT's names), byte-level BPE against RobertaTokenizer and stored as one file.
 
 import hashlib
 import json
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -150,6 +152,54 @@ def test_a_vocabulary_without_bert_special_tokens_is_refused(tmp_path):
     load_tokenizer("wordpiece", str(vocab))
   with pytest.raises(ValueError, match="Unknown tokenizer kind 'unigram'"):
     load_tokenizer("unigram", str(vocab))
+
+
+def test_a_file_of_another_kind_is_refused_naming_the_path_and_both_kinds(fixture_tokenizers, tmp_path):
+  """Every plausible mix-up of the three kinds' files, each refused before its parser sees it (a SentencePiece model
+  read as a vocab.txt was a bare UnicodeDecodeError); and a vocab.txt that is not UTF-8, or a model cut short."""
+  vocab_json, merges = train_bpe(tmp_path / "bpe")
+  tokenizer_json = tmp_path / "bpe" / "tokenizer.json"
+  tokenizer_json.write_bytes(load_tokenizer("bpe", vocab_json).file_content())
+  files = {
+    "vocab.txt": fixture_tokenizers["wordpiece"].path,
+    "sp.model": fixture_tokenizers["sentencepiece"].path,
+    "vocab.json": vocab_json,
+    "tokenizer.json": str(tokenizer_json),
+    "merges.txt": merges,
+  }
+  looks_like = {
+    "vocab.txt": (r"a WordPiece vocab.txt \(UTF-8 text, one token a line\)", "wordpiece"),
+    "sp.model": (r"a SentencePiece .model \(a binary protobuf\)", "sentencepiece"),
+    "vocab.json": (r"a BPE tokenizer.json or vocab.json \(JSON\)", "bpe"),
+    "tokenizer.json": (r"a BPE tokenizer.json or vocab.json \(JSON\)", "bpe"),
+    "merges.txt": (r"a BPE merges.txt \(kind 'bpe' reads the vocab.json beside it\)", "bpe"),
+  }
+  reads = {"wordpiece": "vocab.txt", "sentencepiece": "sp.model", "bpe": "vocab.json"}
+  refused = 0
+  for kind in ("wordpiece", "sentencepiece", "bpe"):
+    for name, path in files.items():
+      shape, its_kind = looks_like[name]
+      if name == reads[kind] or (kind == "bpe" and name == "tokenizer.json"):
+        assert load_tokenizer(kind, path).kind == kind
+        continue
+      fix = f"set tokenizer.kind='{its_kind}', or name such a file" if its_kind != kind else "name such a file"
+      with pytest.raises(ValueError) as refusal:
+        load_tokenizer(kind, path)
+      expected = rf"Tokenizer file {path} looks like {shape}, but the tokenizer kind is '{kind}', which reads "
+      assert re.fullmatch(expected + rf"{looks_like[reads[kind]][0]}: {fix}\.", str(refusal.value))
+      refused += 1
+  assert refused == 11
+  latin1 = tmp_path / "latin1" / "vocab.txt"
+  latin1.parent.mkdir()
+  latin1.write_bytes("\n".join([*SPECIAL_TOKENS, "café"]).encode("latin-1"))
+  with pytest.raises(
+    ValueError, match=rf"{latin1} is not UTF-8 at byte 34 \(b'\\xe9'\); a WordPiece vocab.txt is UTF-8"
+  ):
+    load_tokenizer("wordpiece", str(latin1))
+  cut = tmp_path / "cut.model"
+  cut.write_bytes(pathlib.Path(files["sp.model"]).read_bytes()[:1000])
+  with pytest.raises(ValueError, match=rf"{cut} is not a SentencePiece model: its protobuf does not parse"):
+    load_tokenizer("sentencepiece", str(cut))
 
 
 def test_sentencepiece_takes_albert_names_for_padding_and_unknown(fixture_tokenizers, tmp_path):

@@ -9,6 +9,7 @@ checkpoint, and a mismatch is refused. Every tokenizer exposes the ids of BERT's
 """
 
 import itertools
+import re
 
 import numpy as np
 from etils import epath
@@ -84,7 +85,10 @@ class SentencePieceTokenizer(Tokenizer):
   def __init__(self, model_path: str):
     import sentencepiece as spm
 
-    self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
+    try:
+      self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
+    except RuntimeError:  # sentencepiece's "INTERNAL: ... ParseFromArray ...", naming no file.
+      raise ValueError(f"{model_path} is not a SentencePiece model: its protobuf does not parse (cut short?)") from None
     pieces = [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())]
     word_start = np.array([is_start_piece(piece) for piece in pieces])
     super().__init__(model_path, pieces, word_start)
@@ -135,11 +139,44 @@ def train_sentencepiece(
 
 
 KINDS = ("wordpiece", "sentencepiece", "bpe")
+# The shapes a tokenizer file has (`file_shape`): what each is, for errors, and the kind that reads it.
+_SHAPES = {
+  "lines": ("a WordPiece vocab.txt (UTF-8 text, one token a line)", "wordpiece"),
+  "binary": ("a SentencePiece .model (a binary protobuf)", "sentencepiece"),
+  "json": ("a BPE tokenizer.json or vocab.json (JSON)", "bpe"),
+  "merges": ("a BPE merges.txt (kind 'bpe' reads the vocab.json beside it)", "bpe"),
+}
+_SHAPE_OF_KIND = {"wordpiece": "lines", "sentencepiece": "binary", "bpe": "json"}
+_HEAD_BYTES = 1 << 16  # Enough of any tokenizer file to tell its shape: a SentencePiece model's first pieces.
+
+
+def file_shape(path: str) -> str:
+  """What the tokenizer file `path` looks like from its first 64 KiB, a key of `_SHAPES`: "binary" if it holds a NUL
+  byte (a SentencePiece model's first pieces, scored 0, do; text never does), "json" if it starts as a JSON object,
+  "merges" if its first line is a merges.txt's "#version", else "lines"."""
+  with epath.Path(path).open("rb") as f:
+    head = f.read(_HEAD_BYTES)
+  if b"\0" in head:
+    return "binary"
+  if re.match(rb'\s*\{\s*"', head):
+    return "json"
+  return "merges" if head.startswith(b"#version") else "lines"
 
 
 def load_tokenizer(kind: str, path: str, lower_case: bool = True) -> Tokenizer:
   """`path`: a `vocab.txt` (wordpiece), a `.model` (sentencepiece), or (bpe) a `tokenizer.json` or a `vocab.json`
-  with `merges.txt` beside it. `lower_case`: WordPiece only."""
+  with `merges.txt` beside it. `lower_case`: WordPiece only. A file of another kind's shape is refused naming both
+  kinds, before it is parsed."""
+  if kind not in KINDS:
+    raise ValueError(f"Unknown tokenizer kind {kind!r}; expected one of {KINDS}.")
+  shape = file_shape(path)
+  if shape != _SHAPE_OF_KIND[kind]:
+    (looks_like, its_kind), (expected, _) = _SHAPES[shape], _SHAPES[_SHAPE_OF_KIND[kind]]
+    fix = f"set tokenizer.kind={its_kind!r}, or name such a file" if its_kind != kind else "name such a file"
+    raise ValueError(
+      f"Tokenizer file {path} looks like {looks_like}, but the tokenizer kind is {kind!r}, which reads "
+      f"{expected}: {fix}."
+    )
   if kind == "wordpiece":
     return WordPieceTokenizer(path, lower_case)
   if kind == "sentencepiece":
@@ -148,7 +185,6 @@ def load_tokenizer(kind: str, path: str, lower_case: bool = True) -> Tokenizer:
     from bert_jax.data.tokenizer.bpe import BytePairTokenizer
 
     return BytePairTokenizer(path)
-  raise ValueError(f"Unknown tokenizer kind {kind!r}; expected one of {KINDS}.")
 
 
 def tokenizer_sha256(kind: str, path: str) -> str:
