@@ -165,8 +165,13 @@ def main(argv):
 
 
 def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
+  from bert_jax import paths
+
   if mode == "prepare":
-    prepare.prepare_for_run(config, _WORKDIR.value)
+    try:
+      prepare.prepare_for_run(config, _WORKDIR.value)
+    except paths.WriteError as error:  # A full disk: one line naming the path; what was cut short is not kept.
+      sys.exit(f"--mode=prepare: {error}")
   elif mode in ("dry_run", "plan"):
     _compile_ahead_of_time(config, mode)
   elif mode == "export":
@@ -217,8 +222,9 @@ def _compile_ahead_of_time(config, mode: str) -> None:
 
 def _train(config, workdir: str, checked) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
-  save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
-  from bert_jax import distributed
+  save, a workdir another run holds, a write at its start that fails: a full disk) ends with one line saying why and
+  a non-zero exit."""
+  from bert_jax import distributed, paths
   from bert_jax.finetune import job
   from bert_jax.train import guard, pretraining
   from bert_jax.workdir import checkpoints, lease
@@ -228,7 +234,7 @@ def _train(config, workdir: str, checked) -> None:
       job.finetune(config, workdir, checked)
     else:
       pretraining.pretrain(config, workdir, checked)
-  except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError) as error:
+  except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError, paths.WriteError) as error:
     distributed.report_failure(error)
     logging.error("%s", error)
     # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the

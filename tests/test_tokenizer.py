@@ -20,6 +20,7 @@ from bert_jax.data.tokenizer import (
 )
 from bert_jax.data.tokenizer.wordpiece import basic_tokenize
 from bert_jax.finetune.contract import encode_pair
+from bert_jax.paths import WriteError
 from bert_jax.workdir import checkpoints
 
 TEXT = [
@@ -122,6 +123,46 @@ def test_sentencepiece_trains_with_bert_special_ids_and_round_trips(tmp_path):
   ids, lengths = tokenizer.encode_batch(TEXT)
   assert ids.tolist() == [i for text in TEXT for i in tokenizer.encode(text)]
   assert lengths.tolist() == [len(tokenizer.encode(text)) for text in TEXT]
+
+
+def test_sentencepiece_training_on_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+  """sentencepiece cuts its files short on a full disk without an error (a 24 KiB model of 240 KiB, an empty .vocab,
+  then every later load failed on them); where it cannot create a file it raises naming its own file."""
+  import sentencepiece as spm
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(TEXT * 20), encoding="utf-8")
+  train = spm.SentencePieceTrainer.train
+  directory = tmp_path / "tokenizer"
+  directory.mkdir()
+
+  def cut_short(model_prefix, **kwargs):
+    train(model_prefix=model_prefix, **kwargs)
+    model = pathlib.Path(f"{model_prefix}.model")
+    model.write_bytes(model.read_bytes()[:4096])
+    pathlib.Path(f"{model_prefix}.vocab").write_bytes(b"")
+
+  def cannot_create_the_vocab(model_prefix, **kwargs):
+    train(model_prefix=model_prefix, **kwargs)
+    raise RuntimeError(f'RESOURCE_EXHAUSTED: "{model_prefix}.vocab": No space left on device')
+
+  prefix = str(directory / "sp")
+  monkeypatch.setattr(spm.SentencePieceTrainer, "train", cut_short)
+  with pytest.raises(
+    WriteError,
+    match=rf"Cannot write {prefix}.model: sentencepiece cut its files short \(4,096 bytes of model, 0 of 200",
+  ):
+    train_sentencepiece([str(corpus)], prefix, vocab_size=200)
+  assert not list(directory.iterdir())
+  monkeypatch.setattr(spm.SentencePieceTrainer, "train", cannot_create_the_vocab)
+  with pytest.raises(WriteError, match=rf"^Cannot write {prefix}.vocab: No space left on device.$"):
+    train_sentencepiece([str(corpus)], prefix, vocab_size=200)
+  assert not list(directory.iterdir())
+  monkeypatch.setattr(spm.SentencePieceTrainer, "train", train)
+  with pytest.raises(RuntimeError, match="Vocabulary size too high"):  # Not a write: sentencepiece's own error.
+    train_sentencepiece([str(corpus)], prefix, vocab_size=100_000)
+  assert train_sentencepiece([str(corpus)], prefix, vocab_size=200) == f"{prefix}.model"
+  assert sorted(p.name for p in directory.iterdir()) == ["sp.model", "sp.vocab"]
 
 
 # (piece, whether it begins a word) by ALBERT's `_is_start_piece_sp`: the "\u2581" marker or "<"; one punctuation

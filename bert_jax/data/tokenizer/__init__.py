@@ -9,11 +9,14 @@ checkpoint, and a mismatch is refused. Every tokenizer exposes the ids of BERT's
 """
 
 import itertools
+import os
 import re
+import shutil
 
 import numpy as np
 from etils import epath
 
+from bert_jax import paths
 from bert_jax.data.tokenizer import wordpiece
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS, Tokenizer, file_sha256  # noqa: F401 (the interface)
 
@@ -111,31 +114,68 @@ def train_sentencepiece(
 
   Memory stays bounded on any corpus: at most `max_sentences` lines, sampled uniformly, are loaded. The model is
   a function of the input and `seed` on any machine, when trained once per process (sentencepiece's random
-  generator is process-global: a second training in the same process continues its stream).
+  generator is process-global: a second training in the same process continues its stream). The model and its
+  `.vocab` appear whole or not at all: on a full disk sentencepiece cuts its files short without a word, so they are
+  written beside (`<prefix>.tmp.*`) and renamed into place once they hold every piece; else paths.WriteError.
   """
   import sentencepiece as spm
 
+  staged = f"{model_prefix}.tmp"
   spm.set_random_generator_seed(seed)
-  spm.SentencePieceTrainer.train(
-    input=",".join(input_files),
-    model_prefix=model_prefix,
-    vocab_size=vocab_size,
-    model_type="unigram",
-    input_sentence_size=max_sentences,
-    shuffle_input_sentence=True,
-    character_coverage=0.9995,
-    pad_id=0,
-    pad_piece="[PAD]",
-    unk_id=1,
-    unk_piece="[UNK]",
-    bos_id=-1,
-    eos_id=-1,
-    control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-    # A fixed thread count: the trained model depends on it, so it must not depend on the machine's cores.
-    num_threads=_TRAINING_THREADS,
-    minloglevel=2,
-  )
+  try:
+    try:
+      spm.SentencePieceTrainer.train(
+        input=",".join(input_files),
+        model_prefix=staged,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        character_coverage=0.9995,
+        pad_id=0,
+        pad_piece="[PAD]",
+        unk_id=1,
+        unk_piece="[UNK]",
+        bos_id=-1,
+        eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        # A fixed thread count: the trained model depends on it, so it must not depend on the machine's cores.
+        num_threads=_TRAINING_THREADS,
+        minloglevel=2,
+      )
+    except RuntimeError as error:  # A file it cannot create: `RESOURCE_EXHAUSTED: "<file>": No space left on device`.
+      written = re.fullmatch(r'\w+: "(.+)": (.+)', str(error).strip())
+      if not written or not written[1].startswith(staged):
+        raise
+      raise paths.WriteError(f"Cannot write {model_prefix}{written[1][len(staged) :]}: {written[2]}.") from error
+    _check_whole(staged, model_prefix, vocab_size)
+    for suffix in (".model", ".vocab"):
+      os.replace(staged + suffix, model_prefix + suffix)
+  finally:
+    for suffix in (".model", ".vocab"):
+      if os.path.exists(staged + suffix):
+        os.remove(staged + suffix)
   return model_prefix + ".model"
+
+
+def _check_whole(staged: str, model_prefix: str, vocab_size: int) -> None:
+  """Raises paths.WriteError unless `staged`'s model and vocabulary hold `vocab_size` pieces each."""
+  from google.protobuf.message import DecodeError
+  from sentencepiece import sentencepiece_model_pb2
+
+  model = epath.Path(f"{staged}.model").read_bytes()
+  try:
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model)
+    pieces = len(proto.pieces) if proto.HasField("normalizer_spec") else None  # Written after the pieces.
+  except DecodeError:
+    pieces = None
+  lines = len(epath.Path(f"{staged}.vocab").read_bytes().splitlines())
+  if pieces != vocab_size or lines != vocab_size:
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(staged))).free
+    raise paths.WriteError(
+      f"Cannot write {model_prefix}.model: sentencepiece cut its files short ({len(model):,} bytes of model, "
+      f"{lines} of {vocab_size} vocabulary lines) without an error; {free:,} bytes are free on that disk."
+    )
 
 
 KINDS = ("wordpiece", "sentencepiece", "bpe")
