@@ -131,6 +131,11 @@ def main(argv):
       # Compile-only TPU devices come from libtpu (tpu_topology.devices); this process runs on the CPU backend, so
       # JAX's look at the devices below does not load libtpu before its settings are made.
       jax.config.update("jax_platforms", "cpu")
+      # JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) would keep their programs, which a compile-only
+      # client cannot load back: every later dry run warned "Error reading persistent compilation cache entry ...
+      # PjRtCompiler must be constructed with a Client to call DeserializeLoadedExecutable". This process compiles
+      # nothing else; JAX decides once per process, at its first compilation, so it is off from the start.
+      jax.config.update("jax_enable_compilation_cache", False)
     else:
       _fake_cpu_devices_for_dry_run(config)
   # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
