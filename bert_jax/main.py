@@ -131,6 +131,11 @@ def main(argv):
       # Compile-only TPU devices come from libtpu (tpu_topology.devices); this process runs on the CPU backend, so
       # JAX's look at the devices below does not load libtpu before its settings are made.
       jax.config.update("jax_platforms", "cpu")
+      # JAX's persistent compilation cache (JAX_COMPILATION_CACHE_DIR) would keep their programs, which a compile-only
+      # client cannot load back: every later dry run warned "Error reading persistent compilation cache entry ...
+      # PjRtCompiler must be constructed with a Client to call DeserializeLoadedExecutable". This process compiles
+      # nothing else; JAX decides once per process, at its first compilation, so it is off from the start.
+      jax.config.update("jax_enable_compilation_cache", False)
     else:
       _fake_cpu_devices_for_dry_run(config)
   # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
@@ -165,10 +170,13 @@ def main(argv):
 
 
 def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
+  from bert_jax import paths
+
   if mode == "prepare":
     try:
       prepare.prepare_for_run(config, _WORKDIR.value)
-    except (FileNotFoundError, ValueError) as error:  # Bad input, or a corpus there from other input: named, unwritten.
+    # Bad input, a corpus there from other input, or a full disk: one line naming the file; nothing cut short is kept.
+    except (FileNotFoundError, ValueError, paths.WriteError) as error:
       sys.exit(f"--mode=prepare: {error}")
   elif mode in ("dry_run", "plan"):
     _compile_ahead_of_time(config, mode)
@@ -224,8 +232,9 @@ def _compile_ahead_of_time(config, mode: str) -> None:
 
 def _train(config, workdir: str, checked) -> None:
   """Pretraining or fine-tuning; a run that must stop (a non-finite step under guard.nonfinite='stop', a failed
-  save, a workdir another run holds) ends with one line saying why and a non-zero exit."""
-  from bert_jax import distributed
+  save, a workdir another run holds, a write at its start that fails: a full disk) ends with one line saying why and
+  a non-zero exit."""
+  from bert_jax import distributed, paths
   from bert_jax.finetune import job
   from bert_jax.train import guard, pretraining
   from bert_jax.workdir import checkpoints, lease
@@ -235,7 +244,7 @@ def _train(config, workdir: str, checked) -> None:
       job.finetune(config, workdir, checked)
     else:
       pretraining.pretrain(config, workdir, checked)
-  except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError) as error:
+  except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError, paths.WriteError) as error:
     distributed.report_failure(error)
     logging.error("%s", error)
     # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the

@@ -15,6 +15,23 @@ from collections.abc import Iterator
 from etils import epath
 
 
+class WriteError(OSError):
+  """A write that failed (a full disk, no permission, a read-only file system), naming the path being written and
+  the cause: what an OSError from a write to an open file leaves out (`[Errno 28] No space left on device`)."""
+
+
+@contextlib.contextmanager
+def writing(path) -> Iterator[None]:
+  """Raises WriteError naming `path` and the cause for an OSError of the block; a FileExistsError (an answer to an
+  exclusive create) and a WriteError pass as they are."""
+  try:
+    yield
+  except (FileExistsError, WriteError):
+    raise
+  except OSError as error:
+    raise WriteError(f"Cannot write {path}: {error.strerror or error}.") from error
+
+
 def is_local(path) -> bool:
   """A path on this machine (absolute or relative), not `scheme://...`."""
   return "://" not in os.fspath(path)
@@ -118,7 +135,7 @@ def staged_file(final) -> Iterator[str]:
 
 def write_text(path, text: str) -> None:
   """Writes `text` to `path` whole (see `staged_file`)."""
-  with staged_file(path) as local:
+  with writing(path), staged_file(path) as local:
     epath.Path(local).write_text(text)
 
 

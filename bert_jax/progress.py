@@ -8,6 +8,7 @@ import time
 
 import jax
 from absl import logging
+from etils import epath
 
 from bert_jax import paths
 
@@ -31,7 +32,14 @@ class MetricWriter:
       if not paths.is_local(self._target):
         self._local = tempfile.TemporaryDirectory()
         self._copy_every, self._last_copy = copy_every_seconds, time.monotonic()
-      self._writer = tf.summary.create_file_writer(self._local.name if self._local else self._target)
+      directory = self._local.name if self._local else self._target
+      with paths.writing(directory):  # Made here, so that a full disk is named in one line, not in TensorFlow's log.
+        epath.Path(directory).mkdir(parents=True, exist_ok=True)
+      try:
+        self._writer = tf.summary.create_file_writer(directory)
+      except tf.errors.OpError as error:  # The event file: "<path>; <cause>\n\t<what it did> [Op:...]".
+        path, _, cause = error.message.splitlines()[0].split(" [Op:")[0].rpartition("; ")
+        raise paths.WriteError(f"Cannot write {path or directory}: {cause}.") from error
 
   def _copy(self) -> None:
     try:

@@ -122,6 +122,20 @@ def test_attention_statistics_equal_numpy_on_transformers_attentions(hf_bert, tm
   assert not (tmp_path / "other").exists()
 
 
+def test_an_input_without_lines_is_refused_naming_the_pattern_before_the_source_is_read(tmp_path):
+  """Empty files and no line to draw divided the sums by zero queries (a bare ZeroDivisionError) after the model ran."""
+  (tmp_path / "a.txt").write_text("")
+  (tmp_path / "b.txt").write_bytes(b"")
+  config = default.get_config()
+  pattern = str(tmp_path / "*.txt")
+  never_read = str(tmp_path / "no_model")  # Reading it would fail otherwise: the input is refused first.
+  config.bertology.update(input_pattern=pattern, source=never_read, output_dir=str(tmp_path / "out"), show_lines=())
+  message = f"bertology.input_pattern={pattern!r} matches {[str(tmp_path / n) for n in ('a.txt', 'b.txt')]}, which hold"
+  with pytest.raises(ValueError, match=re.escape(message) + " no lines: there is no attention to analyse."):
+    attention.analyse(config, str(tmp_path / "workdir"))
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
+
+
 @pytest.mark.parametrize(
   "overrides,message",
   [

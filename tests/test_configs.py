@@ -108,6 +108,7 @@ BAD_VALUES = [
   ("model.initializer_range", 0.0, "model.initializer_range=0.0 must be positive."),
   ("model.layer_norm_eps", -1e-12, "model.layer_norm_eps=-1e-12 must be positive."),
   ("model.attention_dropout_prob", 1.0, "model.attention_dropout_prob must be in [0, 1), got 1.0."),
+  ("model.vocab_size", 10**12, "model.vocab_size=1000000000000 must be in [1, 16777216] (2**24, 18 times the"),
   ("guard.nonfinite", "ignore", "guard.nonfinite='ignore'; expected one of ('skip', 'stop')."),
   ("guard.spike_factor", 0.5, "guard.spike_factor=0.5 must be 0 (off) or greater than 1."),
   ("guard.spike_window", 0, "guard.spike_window=0 must be at least 1."),
@@ -146,6 +147,7 @@ GOOD_VALUES = [
   ("data.short_seq_prob", 1.0),
   ("data.shuffle_buffer", 1),
   ("eval_steps", 0),
+  ("model.vocab_size", 2**24),
 ]
 
 

@@ -1,5 +1,6 @@
 """End to end: `python -m bert_jax.main` as a user runs it, stopped by SIGTERM and resumed by the same command."""
 
+import errno
 import itertools
 import os
 import pathlib
@@ -409,3 +410,91 @@ def test_a_mode_the_config_contradicts_is_named_before_anything_runs(tmp_path, m
   result = subprocess.run(command, cwd=ROOT, env=_env(), capture_output=True, text=True)
   assert result.returncode == 1 and message in result.stderr, result.stderr[-2000:]
   assert not list(tmp_path.iterdir())
+
+
+def _full_disk(*args):
+  """What a write on a full disk raises, with no path (a write to an open file)."""
+  raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+class _FullFile:
+  """An open file on a full disk: each write fails."""
+
+  def __init__(self, fd):
+    self._fd = fd
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc_info):
+    os.close(self._fd)
+
+  write = staticmethod(_full_disk)
+
+
+def _fill_the_disk(where: str, workdir: pathlib.Path, monkeypatch) -> pathlib.Path:
+  """Makes the start of a run meet a full disk at `where`; returns the path the run should name."""
+  gpath = type(epath.Path(workdir))
+  if where == "lease":
+    fdopen = os.fdopen
+    lease_file = lambda fd: os.readlink(f"/proc/self/fd/{fd}") == str(workdir / "LEASE")
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: _FullFile(fd) if lease_file(fd) else fdopen(fd, *a, **k))
+    return workdir / "LEASE"
+  if where == "lease taken over":  # An empty LEASE (a run that met a full disk before this fix) is taken over.
+    from bert_jax.workdir import lease
+
+    workdir.mkdir()
+    (workdir / "LEASE").write_bytes(b"")
+
+    def opened(path, mode="r"):  # The takeover's temporary file is on the full disk.
+      return _FullFile(os.open(path, os.O_WRONLY | os.O_CREAT)) if path.endswith(".tmp") else open(path, mode)
+
+    monkeypatch.setattr(lease, "open", opened, raising=False)
+    return workdir / "LEASE"
+  if where == "checkpoints":
+    mkdir = gpath.mkdir
+    monkeypatch.setattr(
+      gpath, "mkdir", lambda path, *a, **k: _full_disk() if path.name == where else mkdir(path, *a, **k)
+    )
+    return workdir / "checkpoints"
+  if where == "tensorboard":
+    from bert_jax.tensorflow_cpu import tf
+
+    def create_file_writer(logdir, *args, **kwargs):
+      message = f"{logdir}/events.out.tfevents.1.v2; No space left on device\n\tCreating writable file [Op:Create]"
+      raise tf.errors.ResourceExhaustedError(None, None, message)
+
+    monkeypatch.setattr(tf.summary, "create_file_writer", create_file_writer)
+    return workdir / "tensorboard" / "train" / "events.out.tfevents.1.v2"
+  assert where == "corpus"
+  monkeypatch.setattr(gpath, "write_text", _full_disk)
+  return workdir / "corpus" / "python_docs.txt"
+
+
+@pytest.mark.parametrize("where", ["corpus", "lease", "lease taken over", "checkpoints", "tensorboard"])
+def test_a_full_disk_at_the_start_of_a_run_ends_with_one_line_naming_the_path(
+  small_config, tmp_path, monkeypatch, caplog, where
+):
+  """Each write before the first step (the embedded corpus, the lease, the checkpoint directory, TensorBoard's
+  files) on a full disk: exit 1 with one line naming the path and the cause (was a bare `OSError: [Errno 28] No
+  space left on device` after a 38-line traceback), no LEASE or partial file left behind."""
+  from bert_jax import config_checks
+  from bert_jax import main as main_module
+
+  if where == "corpus":
+    small_config.data.source = "pretraining"  # configs/tiny.py's embedded corpus, prepared in the workdir.
+  workdir = tmp_path / "run"
+  named = _fill_the_disk(where, workdir, monkeypatch)
+
+  def exit_now(code):
+    raise SystemExit(code)
+
+  monkeypatch.setattr(os, "_exit", exit_now)
+  checked = config_checks.check(small_config, "pretrain")
+  with pytest.raises(SystemExit) as exited:
+    main_module._train(small_config, str(workdir), checked)
+  assert exited.value.code == 1
+  errors = [record.getMessage() for record in caplog.records if record.levelname == "ERROR"]
+  assert errors == [f"Cannot write {named}: No space left on device."]
+  left = [path for path in workdir.rglob("*") if path.is_file()]  # No LEASE of this run's, nothing cut short.
+  assert left == ([workdir / "LEASE"] if where == "lease taken over" else [])

@@ -3,6 +3,8 @@ ALBERT's names), byte-level BPE against RobertaTokenizer and stored as one file.
 
 import hashlib
 import json
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from bert_jax.data.tokenizer import (
 )
 from bert_jax.data.tokenizer.wordpiece import basic_tokenize
 from bert_jax.finetune.contract import encode_pair
+from bert_jax.paths import WriteError
 from bert_jax.workdir import checkpoints
 
 TEXT = [
@@ -122,6 +125,46 @@ def test_sentencepiece_trains_with_bert_special_ids_and_round_trips(tmp_path):
   assert lengths.tolist() == [len(tokenizer.encode(text)) for text in TEXT]
 
 
+def test_sentencepiece_training_on_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+  """sentencepiece cuts its files short on a full disk without an error (a 24 KiB model of 240 KiB, an empty .vocab,
+  then every later load failed on them); where it cannot create a file it raises naming its own file."""
+  import sentencepiece as spm
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n".join(TEXT * 20), encoding="utf-8")
+  train = spm.SentencePieceTrainer.train
+  directory = tmp_path / "tokenizer"
+  directory.mkdir()
+
+  def cut_short(model_prefix, **kwargs):
+    train(model_prefix=model_prefix, **kwargs)
+    model = pathlib.Path(f"{model_prefix}.model")
+    model.write_bytes(model.read_bytes()[:4096])
+    pathlib.Path(f"{model_prefix}.vocab").write_bytes(b"")
+
+  def cannot_create_the_vocab(model_prefix, **kwargs):
+    train(model_prefix=model_prefix, **kwargs)
+    raise RuntimeError(f'RESOURCE_EXHAUSTED: "{model_prefix}.vocab": No space left on device')
+
+  prefix = str(directory / "sp")
+  monkeypatch.setattr(spm.SentencePieceTrainer, "train", cut_short)
+  with pytest.raises(
+    WriteError,
+    match=rf"Cannot write {prefix}.model: sentencepiece cut its files short \(4,096 bytes of model, 0 of 200",
+  ):
+    train_sentencepiece([str(corpus)], prefix, vocab_size=200)
+  assert not list(directory.iterdir())
+  monkeypatch.setattr(spm.SentencePieceTrainer, "train", cannot_create_the_vocab)
+  with pytest.raises(WriteError, match=rf"^Cannot write {prefix}.vocab: No space left on device.$"):
+    train_sentencepiece([str(corpus)], prefix, vocab_size=200)
+  assert not list(directory.iterdir())
+  monkeypatch.setattr(spm.SentencePieceTrainer, "train", train)
+  with pytest.raises(RuntimeError, match="Vocabulary size too high"):  # Not a write: sentencepiece's own error.
+    train_sentencepiece([str(corpus)], prefix, vocab_size=100_000)
+  assert train_sentencepiece([str(corpus)], prefix, vocab_size=200) == f"{prefix}.model"
+  assert sorted(p.name for p in directory.iterdir()) == ["sp.model", "sp.vocab"]
+
+
 # (piece, whether it begins a word) by ALBERT's `_is_start_piece_sp`: the "\u2581" marker or "<"; one punctuation
 # character; a character that is not an English letter or punctuation (a digit, an accent: whole pieces of their own).
 START_PIECES = [
@@ -150,6 +193,54 @@ def test_a_vocabulary_without_bert_special_tokens_is_refused(tmp_path):
     load_tokenizer("wordpiece", str(vocab))
   with pytest.raises(ValueError, match="Unknown tokenizer kind 'unigram'"):
     load_tokenizer("unigram", str(vocab))
+
+
+def test_a_file_of_another_kind_is_refused_naming_the_path_and_both_kinds(fixture_tokenizers, tmp_path):
+  """Every plausible mix-up of the three kinds' files, each refused before its parser sees it (a SentencePiece model
+  read as a vocab.txt was a bare UnicodeDecodeError); and a vocab.txt that is not UTF-8, or a model cut short."""
+  vocab_json, merges = train_bpe(tmp_path / "bpe")
+  tokenizer_json = tmp_path / "bpe" / "tokenizer.json"
+  tokenizer_json.write_bytes(load_tokenizer("bpe", vocab_json).file_content())
+  files = {
+    "vocab.txt": fixture_tokenizers["wordpiece"].path,
+    "sp.model": fixture_tokenizers["sentencepiece"].path,
+    "vocab.json": vocab_json,
+    "tokenizer.json": str(tokenizer_json),
+    "merges.txt": merges,
+  }
+  looks_like = {
+    "vocab.txt": (r"a WordPiece vocab.txt \(UTF-8 text, one token a line\)", "wordpiece"),
+    "sp.model": (r"a SentencePiece .model \(a binary protobuf\)", "sentencepiece"),
+    "vocab.json": (r"a BPE tokenizer.json or vocab.json \(JSON\)", "bpe"),
+    "tokenizer.json": (r"a BPE tokenizer.json or vocab.json \(JSON\)", "bpe"),
+    "merges.txt": (r"a BPE merges.txt \(kind 'bpe' reads the vocab.json beside it\)", "bpe"),
+  }
+  reads = {"wordpiece": "vocab.txt", "sentencepiece": "sp.model", "bpe": "vocab.json"}
+  refused = 0
+  for kind in ("wordpiece", "sentencepiece", "bpe"):
+    for name, path in files.items():
+      shape, its_kind = looks_like[name]
+      if name == reads[kind] or (kind == "bpe" and name == "tokenizer.json"):
+        assert load_tokenizer(kind, path).kind == kind
+        continue
+      fix = f"set tokenizer.kind='{its_kind}', or name such a file" if its_kind != kind else "name such a file"
+      with pytest.raises(ValueError) as refusal:
+        load_tokenizer(kind, path)
+      expected = rf"Tokenizer file {path} looks like {shape}, but the tokenizer kind is '{kind}', which reads "
+      assert re.fullmatch(expected + rf"{looks_like[reads[kind]][0]}: {fix}\.", str(refusal.value))
+      refused += 1
+  assert refused == 11
+  latin1 = tmp_path / "latin1" / "vocab.txt"
+  latin1.parent.mkdir()
+  latin1.write_bytes("\n".join([*SPECIAL_TOKENS, "café"]).encode("latin-1"))
+  with pytest.raises(
+    ValueError, match=rf"{latin1} is not UTF-8 at byte 34 \(b'\\xe9'\); a WordPiece vocab.txt is UTF-8"
+  ):
+    load_tokenizer("wordpiece", str(latin1))
+  cut = tmp_path / "cut.model"
+  cut.write_bytes(pathlib.Path(files["sp.model"]).read_bytes()[:1000])
+  with pytest.raises(ValueError, match=rf"{cut} is not a SentencePiece model: its protobuf does not parse"):
+    load_tokenizer("sentencepiece", str(cut))
 
 
 def test_sentencepiece_takes_albert_names_for_padding_and_unknown(fixture_tokenizers, tmp_path):

@@ -92,6 +92,18 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
   settings = config.bertology
   if checked is None:
     config_checks.check(config, "attention")
+  # The input is checked before the source is read (`source_jobs.start` names a pattern that matches no file): lines
+  # to analyse (none would divide by zero queries), and each line to draw among them.
+  inputs = paths.glob(settings.input_pattern)
+  total_lines = sum(1 for _ in paths.text_lines(inputs))
+  if inputs and not total_lines:
+    raise ValueError(
+      f"bertology.input_pattern={settings.input_pattern!r} matches {inputs}, which hold no lines: there is no "
+      "attention to analyse."
+    )
+  beyond = [number for number in settings.show_lines if number >= total_lines]
+  if inputs and beyond:
+    raise ValueError(f"bertology.show_lines has {beyond}, but the input has {total_lines} lines (numbered from 0).")
   job = source_jobs.start(config, "bertology", workdir)
   files, output, mesh, loaded = job.files, job.output, job.mesh, job.loaded
   rules = config.logical_axis_rules
@@ -128,10 +140,6 @@ def analyse(config, workdir: str, checked: config_checks.Checked | None = None) 
       ids[row, : len(row_ids)], mask[row, : len(row_ids)] = row_ids, 1
     return sharding.global_batch({"input_ids": ids, "input_mask": mask}, mesh)
 
-  total_lines = sum(1 for _ in paths.text_lines(files))
-  beyond = [number for number in settings.show_lines if number >= total_lines]
-  if beyond:
-    raise ValueError(f"bertology.show_lines has {beyond}, but the input has {total_lines} lines (numbered from 0).")
   totals = {name: 0.0 for name in (*STATISTICS, *(f"uniform_{name}" for name in STATISTICS), "queries")}
   counts = dict(lines=0, tokens=0, truncated=0)
   shown = dict.fromkeys(settings.show_lines)

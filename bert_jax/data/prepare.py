@@ -306,7 +306,8 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
   if data.embedded_corpus:
     corpus = os.path.join(workdir, "corpus", "python_docs.txt")
     if not epath.Path(corpus).exists():
-      epath.Path(corpus).parent.mkdir(parents=True, exist_ok=True)
+      with paths.writing(epath.Path(corpus).parent):
+        epath.Path(corpus).parent.mkdir(parents=True, exist_ok=True)
       paths.write_text(corpus, text.python_docs_text())
     data = ml_collections.ConfigDict(data.to_dict())
     data.update(input_pattern=corpus, input_format="bert", tfds_name="")
@@ -318,7 +319,8 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
     inputs = paths.glob(data.input_pattern) if data.input_pattern else []
     if not inputs:
       raise ValueError(f"data.input_pattern={data.input_pattern!r} matches no file to train a vocabulary on.")
-    epath.Path(tokenizer_path).parent.mkdir(parents=True, exist_ok=True)
+    with paths.writing(epath.Path(tokenizer_path).parent):
+      epath.Path(tokenizer_path).parent.mkdir(parents=True, exist_ok=True)
     logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", config.model.vocab_size, len(inputs))
     from bert_jax.data.tokenizer import train_sentencepiece
 

@@ -29,7 +29,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import sharding
+from bert_jax import paths, sharding
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 from bert_jax.handoff import formats, google_format, hf_format
 from bert_jax.model import param_layout
@@ -120,6 +120,18 @@ def _place(numpy_params: dict, shardings: dict) -> dict:
   )
 
 
+def _open_index(directory: epath.Path) -> None:
+  """Reads the OCDBT index of the Orbax directory `directory` in one synchronous call, so that a damaged index is
+  refused here. Orbax would meet it in a read per array and shard at once, raise the first failure and close its
+  event loop while the others are in flight: each of theirs then called back into the closed loop ("Event loop is
+  closed", dozens of unraisable exceptions after the error)."""
+  if (directory / "manifest.ocdbt").exists():
+    import tensorstore as ts
+
+    base = f"file://{paths.absolute(directory)}" if paths.is_local(directory) else str(directory)
+    ts.KvStore.open({"driver": "ocdbt", "base": base}).result().list().result()
+
+
 def _read_params(source: formats.Source, mesh, rules) -> dict:
   """The source's params in its own layer layout, placed in their shardings."""
   shardings = param_shardings(source.config, mesh, rules, source.task, source.generator)
@@ -139,6 +151,7 @@ def _read_params(source: formats.Source, mesh, rules) -> dict:
       source.path, source.info, "params"
     )  # Hashed once, here: the tokenizer's was checked by its load.
     try:
+      _open_index(epath.Path(source.path) / "params")
       with ocp.StandardCheckpointer() as checkpointer:
         params = checkpointer.restore(epath.Path(source.path) / "params", sharding.with_shardings(abstract, shardings))
     except Exception as error:  # noqa: BLE001 - whatever Orbax or tensorstore raise of damaged files: name them.

@@ -21,6 +21,11 @@ _POSITIVE_SIZES = (
   "max_position_embeddings",
   "type_vocab_size",
 )
+# model.vocab_size's largest value: 2**24 = 16,777,216, 18 times the largest vocabularies in use (XLM-V's 901,629;
+# Gemma's 256,000, mT5's 250,112). Ids are int32 (the batch contract), so 2**31 is a hard ceiling, but already at
+# 2**24 the embedding table of a 768-wide model is 48 GiB in float32, and one masked position's logits 64 MiB: a
+# larger value is a typo, which JAX would meet as an OverflowError deep in initialisation, naming no key.
+MAX_VOCAB_SIZE = 2**24
 # The fields that fix the parameters' shapes: a checkpoint loads into any config that agrees on these.
 SIZE_FIELDS = (*_POSITIVE_SIZES, "embedding_size", "layer_sharing")
 # The fields that change what the same parameters compute: a checkpoint of another family (a RoBERTa into a BERT
@@ -78,6 +83,11 @@ class BertConfig:
       value = getattr(self, name)
       if not isinstance(value, int) or value < 1:
         raise ValueError(f"model.{name} must be a positive integer, got {value!r}.")
+    if self.vocab_size > MAX_VOCAB_SIZE:
+      raise ValueError(
+        f"model.vocab_size={self.vocab_size} must be in [1, {MAX_VOCAB_SIZE}] (2**24, 18 times the largest "
+        "vocabularies in use: bert_config.MAX_VOCAB_SIZE)."
+      )
     if self.hidden_size % self.num_heads:
       raise ValueError(
         f"model.hidden_size={self.hidden_size} is not divisible by model.num_heads={self.num_heads}; "

@@ -96,19 +96,27 @@ class _LocalStore:
     return None if data is None else (data, data, mtime)
 
   def create(self, data: bytes) -> bytes:
-    with self._locked():
+    with self._locked(), paths.writing(self.path):
       fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # FileExistsError if it exists.
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
+      try:
+        with os.fdopen(fd, "wb") as f:
+          f.write(data)
+      except OSError:
+        os.remove(self.path)  # This run's, cut short (a full disk): no empty LEASE is left for the next run.
+        raise
     return data
 
   def replace(self, data: bytes, version: bytes) -> bytes:
     with self._locked():
       self._check(version)
       temporary = f"{self.path}.{uuid.uuid4().hex}.tmp"
-      with open(temporary, "wb") as f:
-        f.write(data)
-      os.replace(temporary, self.path)
+      try:
+        with paths.writing(self.path), open(temporary, "wb") as f:
+          f.write(data)
+        os.replace(temporary, self.path)
+      finally:
+        if os.path.exists(temporary):  # A write cut short (a full disk).
+          os.remove(temporary)
     return data
 
   def delete(self, version: bytes) -> None:
@@ -247,9 +255,11 @@ class WorkdirLease:
     self._thread = threading.Thread(target=self._keep, name="workdir-lease", daemon=True)
 
   def acquire(self) -> None:
-    """Takes the lease, or raises LeaseHeldError naming the live run that holds it."""
+    """Takes the lease, or raises LeaseHeldError naming the live run that holds it (paths.WriteError naming the
+    path that cannot be written: a full disk leaves no LEASE)."""
     if paths.is_local(self.path):
-      os.makedirs(os.path.dirname(self.path), exist_ok=True)
+      with paths.writing(os.path.dirname(self.path)):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
     for _ in range(5):  # Each pass wins, refuses, or finds that the lease changed since it looked, and looks again.
       self.record["heartbeat_time"] = self.record["taken_time"] = self._renewed = time.time()
       self.record["generation"] = 1
@@ -419,9 +429,13 @@ def claim(workdir, timeout_seconds: float, directories=()):
     try:
       lease.acquire()
       for directory in directories:
-        paths.absolute(directory).mkdir(parents=True, exist_ok=True)
+        with paths.writing(directory):
+          paths.absolute(directory).mkdir(parents=True, exist_ok=True)
     except LeaseHeldError as error:
       refused = error
+    except paths.WriteError:
+      lease.release()  # A run that cannot create its directories leaves no lease behind.
+      raise
   if jax.process_count() > 1:
     told = multihost_utils.broadcast_one_to_all(np.array([refused is None, int(token, 16)], np.int32))
     held, token = bool(told[0]), f"{int(told[1]):0{_TOKEN_DIGITS}x}"

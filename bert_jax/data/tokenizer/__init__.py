@@ -10,10 +10,14 @@ ALBERT directory may ask for ALBERT's text preprocessing (`albert.py`); its flag
 """
 
 import itertools
+import os
+import re
+import shutil
 
 import numpy as np
 from etils import epath
 
+from bert_jax import paths
 from bert_jax.data.tokenizer import albert, wordpiece
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS, Tokenizer, file_sha256  # noqa: F401 (the interface)
 
@@ -87,7 +91,10 @@ class SentencePieceTokenizer(Tokenizer):
     own models): the text is encoded as it is."""
     import sentencepiece as spm
 
-    self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
+    try:
+      self._processor = spm.SentencePieceProcessor(model_proto=epath.Path(model_path).read_bytes())
+    except RuntimeError:  # sentencepiece's "INTERNAL: ... ParseFromArray ...", naming no file.
+      raise ValueError(f"{model_path} is not a SentencePiece model: its protobuf does not parse (cut short?)") from None
     pieces = [self._processor.id_to_piece(i) for i in range(self._processor.get_piece_size())]
     word_start = np.array([is_start_piece(piece) for piece in pieces])
     super().__init__(model_path, pieces, word_start)
@@ -121,41 +128,111 @@ def train_sentencepiece(
 
   Memory stays bounded on any corpus: at most `max_sentences` lines, sampled uniformly, are loaded. The model is
   a function of the input and `seed` on any machine, when trained once per process (sentencepiece's random
-  generator is process-global: a second training in the same process continues its stream).
+  generator is process-global: a second training in the same process continues its stream). The model and its
+  `.vocab` appear whole or not at all: on a full disk sentencepiece cuts its files short without a word, so they are
+  written beside (`<prefix>.tmp.*`) and renamed into place once they hold every piece; else paths.WriteError.
   """
   import sentencepiece as spm
 
+  staged = f"{model_prefix}.tmp"
   spm.set_random_generator_seed(seed)
-  spm.SentencePieceTrainer.train(
-    input=",".join(input_files),
-    model_prefix=model_prefix,
-    vocab_size=vocab_size,
-    model_type="unigram",
-    input_sentence_size=max_sentences,
-    shuffle_input_sentence=True,
-    character_coverage=0.9995,
-    pad_id=0,
-    pad_piece="[PAD]",
-    unk_id=1,
-    unk_piece="[UNK]",
-    bos_id=-1,
-    eos_id=-1,
-    control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-    # A fixed thread count: the trained model depends on it, so it must not depend on the machine's cores.
-    num_threads=_TRAINING_THREADS,
-    minloglevel=2,
-  )
+  try:
+    try:
+      spm.SentencePieceTrainer.train(
+        input=",".join(input_files),
+        model_prefix=staged,
+        vocab_size=vocab_size,
+        model_type="unigram",
+        input_sentence_size=max_sentences,
+        shuffle_input_sentence=True,
+        character_coverage=0.9995,
+        pad_id=0,
+        pad_piece="[PAD]",
+        unk_id=1,
+        unk_piece="[UNK]",
+        bos_id=-1,
+        eos_id=-1,
+        control_symbols=["[CLS]", "[SEP]", "[MASK]"],
+        # A fixed thread count: the trained model depends on it, so it must not depend on the machine's cores.
+        num_threads=_TRAINING_THREADS,
+        minloglevel=2,
+      )
+    except RuntimeError as error:  # A file it cannot create: `RESOURCE_EXHAUSTED: "<file>": No space left on device`.
+      written = re.fullmatch(r'\w+: "(.+)": (.+)', str(error).strip())
+      if not written or not written[1].startswith(staged):
+        raise
+      raise paths.WriteError(f"Cannot write {model_prefix}{written[1][len(staged) :]}: {written[2]}.") from error
+    _check_whole(staged, model_prefix, vocab_size)
+    for suffix in (".model", ".vocab"):
+      os.replace(staged + suffix, model_prefix + suffix)
+  finally:
+    for suffix in (".model", ".vocab"):
+      if os.path.exists(staged + suffix):
+        os.remove(staged + suffix)
   return model_prefix + ".model"
 
 
+def _check_whole(staged: str, model_prefix: str, vocab_size: int) -> None:
+  """Raises paths.WriteError unless `staged`'s model and vocabulary hold `vocab_size` pieces each."""
+  from google.protobuf.message import DecodeError
+  from sentencepiece import sentencepiece_model_pb2
+
+  model = epath.Path(f"{staged}.model").read_bytes()
+  try:
+    proto = sentencepiece_model_pb2.ModelProto.FromString(model)
+    pieces = len(proto.pieces) if proto.HasField("normalizer_spec") else None  # Written after the pieces.
+  except DecodeError:
+    pieces = None
+  lines = len(epath.Path(f"{staged}.vocab").read_bytes().splitlines())
+  if pieces != vocab_size or lines != vocab_size:
+    free = shutil.disk_usage(os.path.dirname(os.path.abspath(staged))).free
+    raise paths.WriteError(
+      f"Cannot write {model_prefix}.model: sentencepiece cut its files short ({len(model):,} bytes of model, "
+      f"{lines} of {vocab_size} vocabulary lines) without an error; {free:,} bytes are free on that disk."
+    )
+
+
 KINDS = ("wordpiece", "sentencepiece", "bpe")
+# The shapes a tokenizer file has (`file_shape`): what each is, for errors, and the kind that reads it.
+_SHAPES = {
+  "lines": ("a WordPiece vocab.txt (UTF-8 text, one token a line)", "wordpiece"),
+  "binary": ("a SentencePiece .model (a binary protobuf)", "sentencepiece"),
+  "json": ("a BPE tokenizer.json or vocab.json (JSON)", "bpe"),
+  "merges": ("a BPE merges.txt (kind 'bpe' reads the vocab.json beside it)", "bpe"),
+}
+_SHAPE_OF_KIND = {"wordpiece": "lines", "sentencepiece": "binary", "bpe": "json"}
+_HEAD_BYTES = 1 << 16  # Enough of any tokenizer file to tell its shape: a SentencePiece model's first pieces.
+
+
+def file_shape(path: str) -> str:
+  """What the tokenizer file `path` looks like from its first 64 KiB, a key of `_SHAPES`: "binary" if it holds a NUL
+  byte (a SentencePiece model's first pieces, scored 0, do; text never does), "json" if it starts as a JSON object,
+  "merges" if its first line is a merges.txt's "#version", else "lines"."""
+  with epath.Path(path).open("rb") as f:
+    head = f.read(_HEAD_BYTES)
+  if b"\0" in head:
+    return "binary"
+  if re.match(rb'\s*\{\s*"', head):
+    return "json"
+  return "merges" if head.startswith(b"#version") else "lines"
 
 
 def load_tokenizer(
   kind: str, path: str, lower_case: bool = True, albert_preprocessing: dict | None = None
 ) -> Tokenizer:
   """`path`: a `vocab.txt` (wordpiece), a `.model` (sentencepiece), or (bpe) a `tokenizer.json` or a `vocab.json`
-  with `merges.txt` beside it. `lower_case`: WordPiece only. `albert_preprocessing`: SentencePiece only (albert.py)."""
+  with `merges.txt` beside it. `lower_case`: WordPiece only. `albert_preprocessing`: SentencePiece only (albert.py).
+  A file of another kind's shape is refused naming both kinds, before it is parsed."""
+  if kind not in KINDS:
+    raise ValueError(f"Unknown tokenizer kind {kind!r}; expected one of {KINDS}.")
+  shape = file_shape(path)
+  if shape != _SHAPE_OF_KIND[kind]:
+    (looks_like, its_kind), (expected, _) = _SHAPES[shape], _SHAPES[_SHAPE_OF_KIND[kind]]
+    fix = f"set tokenizer.kind={its_kind!r}, or name such a file" if its_kind != kind else "name such a file"
+    raise ValueError(
+      f"Tokenizer file {path} looks like {looks_like}, but the tokenizer kind is {kind!r}, which reads "
+      f"{expected}: {fix}."
+    )
   if kind == "wordpiece":
     return WordPieceTokenizer(path, lower_case)
   if kind == "sentencepiece":
@@ -164,7 +241,6 @@ def load_tokenizer(
     from bert_jax.data.tokenizer.bpe import BytePairTokenizer
 
     return BytePairTokenizer(path)
-  raise ValueError(f"Unknown tokenizer kind {kind!r}; expected one of {KINDS}.")
 
 
 def tokenizer_sha256(kind: str, path: str) -> str:

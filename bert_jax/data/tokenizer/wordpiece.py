@@ -109,5 +109,12 @@ def load_vocab(path_or_lines) -> dict[str, int]:
   if isinstance(path_or_lines, str):
     from etils import epath  # Local and gs:// paths alike.
 
-    lines = epath.Path(path_or_lines).read_text(encoding="utf-8").splitlines()
+    content = epath.Path(path_or_lines).read_bytes()
+    try:
+      lines = content.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+      raise ValueError(
+        f"{path_or_lines} is not UTF-8 at byte {error.start} ({content[error.start : error.start + 1]!r}); a "
+        "WordPiece vocab.txt is UTF-8 text, one token a line."
+      ) from None
   return {token.rstrip("\n"): index for index, token in enumerate(lines) if token.strip()}
