@@ -29,7 +29,9 @@ def source_tokenizer(config, source: formats.Source, where: str):
   return tokenizer
 
 
-def source_input(key: str, path: str, optional: bool = False) -> start_order.Input:
-  """The source at `path` (config key `key`) as a run's input, known by its content (`formats.content`: described and
-  fingerprinted when its content is first asked for)."""
-  return start_order.Input(key, path, lambda: formats.content(describe(path, f"{key}={path}")), optional)
+def source_input(
+  key: str, path: str, optional: bool = False, source: formats.Source | None = None
+) -> start_order.Input:
+  """The source at `path` (config key `key`) as a run's input, known by its content (`formats.content`: described,
+  unless `source` is its description already, and fingerprinted when its content is first asked for)."""
+  return start_order.Input(key, path, lambda: formats.content(source or describe(path, f"{key}={path}")), optional)

@@ -145,6 +145,7 @@ def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Orig
     return Origin(readers, params=params, describes=describes, inputs=inputs), run
   where = f"init_from={config.init_from}"
   source = init_from.describe(config.init_from, where)
+  inputs = run_inputs(config, source)  # Fingerprinted from this description, not a second one.
   if source.format == "workdir":  # A previous phase: its optimizer state and step too.
     _check_compatible(source.info, config, where)
   else:  # Weights only: a fresh optimizer.
@@ -158,13 +159,14 @@ def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Orig
   return Origin(readers, source=source, params=params, tokenizer=tokenizer, inputs=inputs), run
 
 
-def run_inputs(config) -> tuple[start_order.Input, ...]:
-  """The inputs a pretraining run is identified by, by content: the teacher (distillation), `init_from`."""
+def run_inputs(config, init_source: formats.Source | None = None) -> tuple[start_order.Input, ...]:
+  """The inputs a pretraining run is identified by, by content: the teacher (distillation), `init_from`
+  (`init_source`: its description, where the start has read it)."""
   inputs = []
   if config.objective == "distillation":
     inputs.append(init_from.source_input("distill.teacher", config.distill.teacher))
   if config.init_from:
-    inputs.append(init_from.source_input("init_from", config.init_from, optional=True))
+    inputs.append(init_from.source_input("init_from", config.init_from, optional=True, source=init_source))
   return tuple(inputs)
 
 
