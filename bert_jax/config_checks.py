@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 
 from bert_jax import distributed
-from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind
+from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
@@ -243,6 +243,13 @@ def check_pretraining(config) -> BertConfig:
   if config.data.source not in DATA_SOURCES:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
   check_instances(config.data)
+  task = sentence_task(config.data)
+  if task and not model.architecture.has_sentence_head:
+    raise ValueError(
+      f"data.instances={config.data.instances!r} trains a sentence task ({task}), and model.model_type="
+      f"{model.model_type!r} has no sentence head (it trains a masked LM alone): set data.instances to "
+      "'full_sentences' or 'doc_sentences'."
+    )
   check_ranges(config, ELECTRA)
   readers = config.data.num_readers
   if config.data.source == "pretraining" and readers and config.batch_size % readers:

@@ -49,13 +49,14 @@ def get_config() -> ml_collections.ConfigDict:
   # platform). The fused kernels have no attention dropout: they need attention_dropout_prob=0 ("auto" falls back
   # to "xla" otherwise).
   config.model.attention = "xla"
-  # The family: "bert", "roberta" or "albert". It names the tensors of Hugging Face files (import and export).
+  # The family: "bert", "roberta", "albert", "electra" or "modernbert" (model/architectures.py: its composition of
+  # parts). It names the tensors of Hugging Face files (import and export).
   config.model.model_type = "bert"
   # Width of the embedding tables; 0: hidden_size. ALBERT factorises them (128), projected to hidden_size by
   # bert/embeddings_project; the MLM transform maps back to this width for the tied decoder.
   config.model.embedding_size = 0
-  # Activation of the feed-forward layers and the MLM transform: "gelu" (BERT's exact erf form) or "gelu_new" (the
-  # tanh approximation, ALBERT's).
+  # Activation of the feed-forward layers and the MLM transform: "gelu" (BERT's exact erf form), "gelu_new" (the
+  # tanh approximation, ALBERT's) or "silu" (with ModernBERT's gated feed-forward: SwiGLU, as NeoBERT).
   config.model.hidden_act = "gelu"
   # Added to every real token's position; padding takes position_offset - 1. RoBERTa: 2 (its padding index + 1),
   # with max_position_embeddings = max_seq_length + 2.
@@ -63,6 +64,20 @@ def get_config() -> ml_collections.ConfigDict:
   # Parameters shared across layers (ALBERT): "none", "all" (one layer's parameters, bert/shared_layer), or one
   # sub-layer's: "attention" or "ffn" (bert/shared_*; not with scan_layers).
   config.model.layer_sharing = "none"
+  # The modern encoders' choices (ModernBERT: layer_norm, no biases, rope 160000 / 10000, window 128, global every
+  # 3rd layer; tests/test_modernbert.py). The norm of every norm, "layer_norm" or "rms_norm"; biases on norms and
+  # on dense layers (a task's output layer always has one).
+  config.model.norm = "layer_norm"
+  config.model.norm_bias = True
+  config.model.linear_bias = True
+  # Rotary positions' base in global layers and in local ones (0: rope_theta); 0: none (BERT's position table).
+  # Context extension raises them: a checkpoint continues at another base.
+  config.model.rope_theta = 0.0
+  config.model.local_rope_theta = 0.0
+  # A local layer sees local_attention // 2 tokens on each side; every global_attention_every-th layer, from layer
+  # 0, attends globally ("modernbert"'s pattern; 0: every layer global).
+  config.model.local_attention = 0
+  config.model.global_attention_every = 1
 
   config.tokenizer = ml_collections.ConfigDict()
   # "sentencepiece" (a .model file), "wordpiece" (a Google BERT vocab.txt) or "bpe" (byte-level, RoBERTa's: a

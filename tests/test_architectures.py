@@ -12,9 +12,9 @@ import pytest
 
 from bert_jax import flops
 from bert_jax.handoff.hf_configs import hf_config
-from bert_jax.model import architectures, attention, feed_forward, layers, parts, pretraining_heads
+from bert_jax.model import architectures, attention, feed_forward, layers, param_layout, parts, pretraining_heads
 from bert_jax.model.architectures import Architecture
-from bert_jax.model.attention_patterns import GlobalSpan, global_attention
+from bert_jax.model.attention_patterns import Span, global_attention
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining
 from bert_jax.model.embeddings import AbsoluteEmbeddings
@@ -47,20 +47,28 @@ def test_each_family_resolves_to_its_composition(model_type, head):
   assert found.embeddings is AbsoluteEmbeddings and found.layer is PostNormLayer
   assert found.feed_forward is feed_forward.DENSE and found.attention_pattern is global_attention
   assert found.pretraining_head is {"bert": pretraining_heads.BERT, "electra": pretraining_heads.ELECTRA}[head]
-  assert found.attention_pattern(config) == (GlobalSpan(),) * config.num_layers
+  assert found.attention_pattern(config) == (Span(),) * config.num_layers
 
 
 def test_every_registered_architecture_composes_parts_that_exist():
   for model_type in architectures.ARCHITECTURES:
-    parts.resolve(BertConfig(model_type=model_type))
+    rotary = {"rope_theta": 160000.0} if architectures.ARCHITECTURES[model_type].embeddings == "token" else {}
+    parts.resolve(BertConfig(model_type=model_type, **rotary))
+
+
+def test_the_names_table_knows_which_heads_have_a_sentence_head():
+  assert architectures.WITH_SENTENCE_HEAD == tuple(
+    name for name, heads in parts.PRETRAINING_HEADS.items() if heads.sentence is not None
+  )
 
 
 def test_an_unknown_family_is_refused_naming_the_families():
   with pytest.raises(
     ValueError,
-    match=r"model.model_type='modernbert' is not supported; expected one of \('bert', 'roberta', 'albert', 'electra'\)",
+    match=r"model.model_type='gpt2' is not supported; expected one of \('bert', 'roberta', 'albert', 'electra', "
+    r"'modernbert'\)",
   ):
-    BertConfig(model_type="modernbert")
+    BertConfig(model_type="gpt2")
 
 
 @pytest.mark.parametrize("role", list(parts.TABLES))
@@ -97,7 +105,8 @@ def test_bert_under_a_new_name_is_bert(monkeypatch, small_model_config):
     hf_config(renamed)
 
 
-def _gated_apply(config, modules, x):
+def _gated_apply(config, modules, x, deterministic):
+  del deterministic
   gate = layers.ACTIVATIONS[config.hidden_act](modules["gate"](x))
   return modules["output"](gate * modules["intermediate"](x))
 
@@ -151,6 +160,7 @@ class _Window:
   """A span of a test's own: the keys within `radius` positions of the query, in its instance."""
 
   radius: int
+  rope_theta: float = 0.0
 
   def mask(self, input_mask):
     seq = input_mask.shape[-1]
@@ -168,8 +178,9 @@ class _Window:
 
 def test_an_attention_pattern_gives_each_layer_its_span(monkeypatch, small_model_config):
   """A pattern registered in parts.ATTENTION_PATTERNS: global attention in layer 0, a window of one position either
-  side in layer 1; one module for all layers (scanned) cannot hold two spans and is refused."""
-  alternating = lambda config: tuple(_Window(1) if i % 2 else GlobalSpan() for i in range(config.num_layers))
+  side in layer 1; a scan over both layers computes the same (each layer's span chosen by a traced index), and one
+  module shared by both (`layer_sharing="all"`) cannot hold two spans and is refused."""
+  alternating = lambda config: tuple(_Window(1) if i % 2 else Span() for i in range(config.num_layers))
   monkeypatch.setitem(parts.ATTENTION_PATTERNS, "alternating", alternating)
   _register(monkeypatch, "windowed_bert", Architecture(attention_pattern="alternating"))
   config = dataclasses.replace(small_model_config, model_type="windowed_bert")
@@ -180,5 +191,16 @@ def test_an_attention_pattern_gives_each_layer_its_span(monkeypatch, small_model
   probs = np.asarray(encoder_intermediates(state["intermediates"], config)["attention_probs"])  # [layers, b, h, q, k]
   far = np.abs(np.arange(10)[:, None] - np.arange(10)[None]) > 1  # Row 0 has no padding: every query is real.
   assert np.all(probs[1, 0][..., far] == 0) and np.all(probs[0, 0][..., far] > 0)
-  with pytest.raises(ValueError, match=r"pattern 'alternating', whose layers differ, and model.scan_layers=True"):
-    init_params(BertModel(dataclasses.replace(config, scan_layers=True)), jax.random.key(0))
+  scanned = dataclasses.replace(config, scan_layers=True)
+  _, state = BertModel(scanned).apply(
+    {"params": param_layout.convert(params, scanned=True)},
+    input_ids,
+    input_mask,
+    segment_ids,
+    mutable=["intermediates"],
+  )
+  np.testing.assert_allclose(
+    encoder_intermediates(state["intermediates"], scanned)["attention_probs"], probs, atol=1e-6
+  )
+  with pytest.raises(ValueError, match=r"pattern 'alternating', whose layers differ, and model.layer_sharing='all'"):
+    init_params(BertModel(dataclasses.replace(config, layer_sharing="all")), jax.random.key(0))

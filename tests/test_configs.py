@@ -213,6 +213,15 @@ def test_data_instances_and_the_older_next_sentence_prediction_key_are_checked_t
     config_checks.check_pretraining(config)
 
 
+def test_a_sentence_task_for_a_family_without_a_sentence_head_is_refused():
+  config = _tiny_with("model.model_type", "modernbert")
+  config.model.update(rope_theta=160000.0, max_position_embeddings=config.data.max_seq_length)
+  with pytest.raises(ValueError, match=re.escape("model.model_type='modernbert' has no sentence head")):
+    config_checks.check_pretraining(config)
+  config.data.instances = "full_sentences"
+  config_checks.check_pretraining(config)
+
+
 def test_an_infinite_max_grad_norm_leaves_the_update_unclipped():
   def first_update(max_grad_norm: float) -> np.ndarray:
     # With this epsilon Adam's first step is about linear in the gradient, so clipping shows in the update.

@@ -39,6 +39,10 @@ _KINDS = {
   "split_heads": (lambda t, h, d: t.T.reshape(t.shape[1], h, d), lambda p, h, d: p.reshape(p.shape[0], -1).T),
   "merge_heads": (lambda t, h, d: t.T.reshape(h, d, t.shape[0]), lambda p, h, d: p.reshape(-1, p.shape[-1]).T),
   "head_bias": (lambda t, h, d: t.reshape(h, d), lambda p, h, d: p.reshape(-1)),
+  # A gated feed-forward's input and gate in one [2 * intermediate, hidden] tensor (ModernBERT's `Wi`): [hidden, 2,
+  # intermediate] in bert_jax.
+  "glu_in": (lambda t, h, d: t.T.reshape(t.shape[1], 2, -1), lambda p, h, d: p.reshape(p.shape[0], -1).T),
+  "glu_bias": (lambda t, h, d: t.reshape(2, -1), lambda p, h, d: p.reshape(-1)),
 }
 
 
@@ -138,6 +142,12 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
   family_prefix = hf_names.PREFIXES[config.model_type]
   prefix = family_prefix if any(name.startswith(family_prefix) for name in tensors) else ""
   names = hf_names.names(config, prefix)
+  for fused, parts in names.fused.items():  # ModernBERT's Wqkv: its parts, by name.
+    if fused in tensors:
+      value = tensors.pop(fused)
+      if value.shape[0] % len(parts):
+        raise ValueError(f"Hugging Face tensor {fused} has shape {value.shape}: not {len(parts)} equal parts.")
+      tensors.update(zip(parts, np.split(value, len(parts)), strict=True))
   table = list(names.encoder)
   table += [entry for group in names.heads.values() if _present(group, tensors) for entry in group]
   table += [entry for entry in names.task_heads if entry[0].split(".")[0] in {n.split(".")[0] for n in tensors}]
@@ -238,6 +248,8 @@ def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]
       raise ValueError(f"The params lack {'/'.join(path)} (for {hf}); are the layers scanned? Convert them first.")
     value = np.asarray(jax.device_get(flat[path]), np.float32)
     tensors[hf] = np.ascontiguousarray(_KINDS[kind][1](value, config.num_heads, config.head_dim))
+  for fused, parts in names.fused.items():
+    tensors[fused] = np.concatenate([tensors.pop(part) for part in parts])
   return tensors
 
 

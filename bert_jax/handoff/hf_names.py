@@ -13,6 +13,10 @@ in a bare encoder's file (`BertModel`, ...).
   albert   AlbertForPreTraining (predictions, sop_classifier)            AlbertModel   yes
   electra  ElectraForPreTraining (discriminator_predictions: `rtd`)      ElectraModel  no
            ElectraForMaskedLM, the generator (generator_predictions, generator_lm_head: `mlm`)
+  modernbert  ModernBertForMaskedLM (head, decoder: `mlm`)  ModernBertModel   none (no pooler)
+
+ModernBERT's attention holds the query, key and value projections in one tensor (`Wqkv`, their rows in that
+order): `fused` names its parts, which the conversion splits on loading and joins on export.
 
 A layer shared across the model (`layer_sharing`) is written once per layer that uses it, as copies: BERT and
 RoBERTa files have a place per layer, and ALBERT's groups hold "all" as one group and anything else as one group
@@ -41,6 +45,8 @@ class Names:
   task_heads: tuple[Entry, ...] = ()  # Fine-tuning heads transformers' models of this family name alike.
   # The architecture of a file that holds one head group alone, when it is not `pretraining` (ELECTRA's generator).
   head_architectures: dict[str, str] = dataclasses.field(default_factory=dict)
+  # A tensor of the file -> the names of its parts, stacked along its first axis in this order.
+  fused: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 def _layer_norm(hf: str, ours: tuple) -> list[Entry]:
@@ -207,9 +213,68 @@ def _electra(config: BertConfig, prefix: str) -> Names:
   )
 
 
-_FAMILIES = {"bert": _bert, "roberta": _roberta, "albert": _albert, "electra": _electra}
+def _modernbert(config: BertConfig, prefix: str) -> Names:
+  """transformers' ModernBERT: norms and dense layers with a bias only where the config has them (`norm_bias`,
+  `linear_bias`; the decoder's output bias always), no norm before layer 0's attention, the query, key and value
+  in one `Wqkv`, the gated feed-forward's input and gate in one `Wi`."""
+
+  def norm(hf: str, ours: tuple) -> list[Entry]:
+    return _layer_norm(hf, ours) if config.norm_bias and config.norm == "layer_norm" else [_layer_norm(hf, ours)[0]]
+
+  def linear(hf: str, ours: tuple, kinds=("linear", "copy")) -> list[Entry]:
+    entries = [(f"{hf}.weight", ours + ("kernel",), kinds[0]), (f"{hf}.bias", ours + ("bias",), kinds[1])]
+    return entries if config.linear_bias else entries[:1]
+
+  def layer(i: int) -> list[Entry]:
+    hf, ours = f"{prefix}layers.{i}", ("bert", f"layer_{i}")
+    attention = [
+      entry
+      for name, part in (("query", "Wq"), ("key", "Wk"), ("value", "Wv"))
+      for entry in linear(f"{hf}.attn.{part}", ours + ("attention", name), ("split_heads", "head_bias"))
+    ]
+    return [
+      *(norm(f"{hf}.attn_norm", ours + ("attention_norm",)) if i else []),
+      *attention,
+      *linear(f"{hf}.attn.Wo", ours + ("attention", "output"), ("merge_heads", "copy")),
+      *norm(f"{hf}.mlp_norm", ours + ("feed_forward_norm",)),
+      *linear(f"{hf}.mlp.Wi", ours + ("intermediate",), ("glu_in", "glu_bias")),
+      *linear(f"{hf}.mlp.Wo", ours + ("output",)),
+    ]
+
+  fused = {
+    f"{prefix}layers.{i}.attn.Wqkv.{kind}": tuple(
+      f"{prefix}layers.{i}.attn.{part}.{kind}" for part in ("Wq", "Wk", "Wv")
+    )
+    for i in range(config.num_layers)
+    for kind in (("weight", "bias") if config.linear_bias else ("weight",))
+  }
+  embedding = f"{prefix}embeddings.tok_embeddings.weight"
+  return Names(
+    encoder=(
+      (embedding, ("bert", "embeddings", "word_embeddings", "embedding"), "copy"),
+      *norm(f"{prefix}embeddings.norm", ("bert", "embeddings", "layer_norm")),
+      *(entry for i in range(config.num_layers) for entry in layer(i)),
+      *norm(f"{prefix}final_norm", ("bert", "final_norm")),
+    ),
+    pooler=(),
+    heads={
+      "mlm": (
+        *linear("head.dense", ("mlm_transform",)),
+        *norm("head.norm", ("mlm_layer_norm",)),
+        ("decoder.bias", ("mlm_output_bias",), "copy"),
+      )
+    },
+    tied={"decoder.weight": embedding},
+    pretraining="ModernBertForMaskedLM",
+    encoder_only="ModernBertModel",
+    pooler_with_heads=False,
+    fused=fused,
+  )
+
+
+_FAMILIES = {"bert": _bert, "roberta": _roberta, "albert": _albert, "electra": _electra, "modernbert": _modernbert}
 # The encoder's prefix in each family's pretraining model.
-PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert.", "electra": "electra."}
+PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert.", "electra": "electra.", "modernbert": "model."}
 
 
 def names(config: BertConfig, prefix: str) -> Names:

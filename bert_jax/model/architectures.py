@@ -1,15 +1,18 @@
 """The table of architectures: each family (`BertConfig.model_type`) as a named composition of parts, one name per
 role; the parts themselves are in the tables of model/parts.py.
 
-  model_type  embeddings  layer      feed_forward  attention_pattern  pretraining_head
-  bert        absolute    post_norm  dense         global             bert
-  roberta     absolute    post_norm  dense         global             bert
-  albert      absolute    post_norm  dense         global             bert
-  electra     absolute    post_norm  dense         global             electra
+  model_type  embeddings  layer      feed_forward  attention_pattern  pretraining_head  pooler
+  bert        absolute    post_norm  dense         global             bert              tanh
+  roberta     absolute    post_norm  dense         global             bert              tanh
+  albert      absolute    post_norm  dense         global             bert              tanh
+  electra     absolute    post_norm  dense         global             electra           tanh
+  modernbert  token       pre_norm   glu           local_global       mlm               none
 
 The families that share parts differ in numbers, which stay `BertConfig` fields because Hugging Face configs carry
 them: RoBERTa's `position_offset`, ALBERT's `embedding_size`, `hidden_act` and `layer_sharing`, ELECTRA's
-`embedding_size`. A module never asks which family it is in: it asks the composition for its part.
+`embedding_size`, ModernBERT's `rope_theta`, `local_rope_theta`, `local_attention`, `global_attention_every`, `norm`,
+`norm_bias`, `linear_bias` and `hidden_act` ("silu": SwiGLU, as NeoBERT). A module never asks which family it is in:
+it asks the composition for its part.
 
 Only names live here (nothing is imported from the package), so that `BertConfig` can check `model_type` against
 this table without an import cycle; an unknown part name is refused where the model is built (`parts.lookup`).
@@ -33,6 +36,17 @@ class Architecture:
   # The heads of the pretraining models (parts.PRETRAINING_HEADS): BertForPretraining's masked-LM and sentence
   # heads, and ELECTRA's generator and discriminator heads where the family has them.
   pretraining_head: str = "bert"
+  # BERT's pooler (dense and tanh on [CLS]) under the encoder, "tanh", or "none" (the family's task heads pool).
+  pooler: str = "tanh"
+
+  @property
+  def has_sentence_head(self) -> bool:
+    return self.pretraining_head in WITH_SENTENCE_HEAD
+
+
+# The pretraining-head entries (model/parts.py's PRETRAINING_HEADS) that have a sentence head: a family with another
+# trains no sentence task (config_checks refuses one; tests/test_architectures.py checks the two tables agree).
+WITH_SENTENCE_HEAD = ("bert", "electra")
 
 
 ARCHITECTURES = {
@@ -44,6 +58,16 @@ ARCHITECTURES = {
   "albert": Architecture(),
   # BERT's encoder; ELECTRA's model (model/electra.py) takes the generator's and the discriminator's heads.
   "electra": Architecture(pretraining_head="electra"),
+  # ModernBERT (Warner et al. 2024): token embeddings and a norm, pre-norm layers with a gated feed-forward, rotary
+  # positions, local attention with a global layer every `global_attention_every`, a final norm; masked LM alone.
+  "modernbert": Architecture(
+    embeddings="token",
+    layer="pre_norm",
+    feed_forward="glu",
+    attention_pattern="local_global",
+    pretraining_head="mlm",
+    pooler="none",
+  ),
 }
 
 

@@ -81,37 +81,60 @@ def full_splash_mask(seq: int):
   return splash.FullMask((seq, seq))
 
 
-def _splash_per_shard(query, key, value, segment_ids, *, splash_mask, interpret: bool):
+def local_splash_mask(seq: int, half_window: int):
+  """Splash's mask of local attention over `seq` tokens: keys within `half_window` tokens on either side of the
+  query (splash skips the blocks outside the band, so a local layer's cost grows linearly with `seq`)."""
+  from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+  return splash.LocalMask((seq, seq), window_size=(half_window, half_window), offset=0)
+
+
+def _splash_per_shard(query, key, value, segment_ids, choice, *, splash_masks, interpret: bool):
   # query, key, value: [batch, heads, seq, head_dim]; segment_ids [batch, seq]; the shard's own batch and heads.
+  # `choice` picks one of `splash_masks` (a traced index, or None when there is one).
   from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
   heads, seq = query.shape[1], query.shape[2]
-  mask = splash.MultiHeadMask([splash_mask(seq)] * heads)
-  kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, interpret=interpret)
-  one_row = lambda q, k, v, ids: kernel(q, k, v, segment_ids=splash.SegmentIds(q=ids, kv=ids))
-  return jax.vmap(one_row)(query, key, value, segment_ids)
+
+  def attend(splash_mask, q, k, v, ids):
+    mask = splash.MultiHeadMask([splash_mask(seq)] * heads)
+    kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, interpret=interpret)
+    one_row = lambda q, k, v, ids: kernel(q, k, v, segment_ids=splash.SegmentIds(q=ids, kv=ids))
+    return jax.vmap(one_row)(q, k, v, ids)
+
+  branches = [functools.partial(attend, splash_mask) for splash_mask in splash_masks]
+  if len(branches) == 1:
+    return branches[0](query, key, value, segment_ids)
+  return jax.lax.switch(choice, branches, query, key, value, segment_ids)
 
 
-def splash_attention(query, key, value, input_mask, *, rules=(), splash_mask=full_splash_mask) -> jax.Array:
+def splash_attention(
+  query, key, value, input_mask, *, rules=(), splash_mask=full_splash_mask, choice=None, splash_masks=None
+) -> jax.Array:
   """[batch, seq, heads, head_dim] (query already scaled) x3, input_mask [batch, seq] -> context [batch, seq, heads,
   head_dim]. `splash_mask(seq)` is the kernel's mask of which keys each query may see, within the instance the
-  segment ids give (an attention pattern's, model/attention_patterns.py). Under a mesh, runs per shard (shard_map)
-  with batch and heads split as `rules` map `act_batch` and `act_heads`."""
+  segment ids give (an attention pattern's, model/attention_patterns.py); or `splash_masks`, several, of which the
+  traced index `choice` picks one (a kernel compiled for each, `lax.switch` between them: a scan over layers whose
+  spans differ). Under a mesh, runs per shard (shard_map) with batch and heads split as `rules` map `act_batch` and
+  `act_heads`."""
   seq = query.shape[1]
   padded = -(-seq // SPLASH_BLOCK) * SPLASH_BLOCK
   to_kernel = lambda x: jnp.pad(x, ((0, 0), (0, padded - seq), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
   # Positions added to reach the block get their own segment (-1): they attend to themselves only.
   segment_ids = jnp.pad(input_mask, ((0, 0), (0, padded - seq)), constant_values=-1)
   platform = current_platform()
-  run = functools.partial(_splash_per_shard, splash_mask=splash_mask, interpret=platform != "tpu")
+  masks = tuple(splash_masks) if splash_masks is not None else (splash_mask,)
+  choice = jnp.zeros((), jnp.int32) if choice is None else jnp.asarray(choice, jnp.int32)
+  run = functools.partial(_splash_per_shard, splash_masks=masks, interpret=platform != "tpu")
   mesh = jax.sharding.get_abstract_mesh()
   if not mesh.empty:
     from flax import linen as nn
 
     batch_axes, heads_axes = nn.logical_to_mesh_axes(("act_batch", "act_heads"), rules)
     qkv_spec, ids_spec = PartitionSpec(batch_axes, heads_axes, None, None), PartitionSpec(batch_axes, None)
-    run = jax.shard_map(run, in_specs=(qkv_spec,) * 3 + (ids_spec,), out_specs=qkv_spec, check_vma=False)
-  context = run(to_kernel(query), to_kernel(key), to_kernel(value), segment_ids)
+    specs = (qkv_spec,) * 3 + (ids_spec, PartitionSpec())
+    run = jax.shard_map(run, in_specs=specs, out_specs=qkv_spec, check_vma=False)
+  context = run(to_kernel(query), to_kernel(key), to_kernel(value), segment_ids, choice)
   return context.transpose(0, 2, 1, 3)[:, :seq]
 
 

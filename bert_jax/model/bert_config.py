@@ -29,10 +29,23 @@ MAX_VOCAB_SIZE = 2**24
 # The fields that fix the parameters' shapes: a checkpoint loads into any config that agrees on these.
 SIZE_FIELDS = (*_POSITIVE_SIZES, "embedding_size", "layer_sharing")
 # The fields that change what the same parameters compute: a checkpoint of another family (a RoBERTa into a BERT
-# config) has the shapes but not the function.
-ARCHITECTURE_FIELDS = ("model_type", "hidden_act", "position_offset")
-# model.hidden_act: "gelu" is BERT's exact (erf) form; "gelu_new" the tanh approximation (ALBERT's).
-ACTIVATIONS = ("gelu", "gelu_new")
+# config) has the shapes but not the function. The RoPE bases are not among them: raising them is how a ModernBERT's
+# context is extended (phase 2 continues phase 1's parameters at a new base).
+ARCHITECTURE_FIELDS = (
+  "model_type",
+  "hidden_act",
+  "position_offset",
+  "norm",
+  "linear_bias",
+  "norm_bias",
+  "local_attention",
+  "global_attention_every",
+)
+# model.hidden_act: "gelu" is BERT's exact (erf) form; "gelu_new" the tanh approximation (ALBERT's); "silu" (swish)
+# gates NeoBERT's SwiGLU feed-forward (a "glu" feed-forward with "gelu" is ModernBERT's GeGLU).
+ACTIVATIONS = ("gelu", "gelu_new", "silu")
+# model.norm: the normalisation every norm of the model applies: LayerNorm (BERT, ModernBERT) or RMSNorm (NeoBERT).
+NORMS = ("layer_norm", "rms_norm")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
 # feed-forward sub-layer (with its LayerNorm) only.
 LAYER_SHARING = ("none", "all", "attention", "ffn")
@@ -77,6 +90,21 @@ class BertConfig:
   position_offset: int = 0
   # Which parameters the layers share, one of LAYER_SHARING.
   layer_sharing: str = "none"
+  # The normalisation of every norm (one of NORMS), and whether norms and dense layers have biases (BERT: both;
+  # ModernBERT: neither, but the masked-LM decoder's output bias).
+  norm: str = "layer_norm"
+  norm_bias: bool = True
+  linear_bias: bool = True
+  # Rotary positions (RoPE, Su et al. 2021) on queries and keys for the families whose layers attend with them
+  # (model/attention_patterns.py): the base of global layers, and of local ones (0: rope_theta). ModernBERT: 160,000
+  # and 10,000 (phase 1), both 160,000 after context extension. 0: no rotary positions (BERT's position table).
+  rope_theta: float = 0.0
+  local_rope_theta: float = 0.0
+  # Local attention (the "local_global" pattern): a local layer's query sees the keys within local_attention // 2
+  # tokens on each side (ModernBERT: 128, so 64 each way); every global_attention_every-th layer (layer 0 first)
+  # attends globally.
+  local_attention: int = 0
+  global_attention_every: int = 1
 
   def __post_init__(self):
     for name in _POSITIVE_SIZES:
@@ -117,17 +145,38 @@ class BertConfig:
       raise ValueError(f"model.attention='cudnn' runs in bfloat16 only; model.dtype={self.dtype!r}.")
     if not isinstance(self.scan_layers, bool):
       raise ValueError(f"model.scan_layers must be True or False, got {self.scan_layers!r}.")
-    architectures.architecture(self.model_type)  # A ValueError naming the families there are.
+    family = architectures.architecture(self.model_type)  # A ValueError naming the families there are.
+    if family.embeddings == "token" and not self.rope_theta:
+      raise ValueError(
+        f"model.model_type={self.model_type!r} has no position table: its layers take rotary positions, and "
+        "model.rope_theta=0 gives none; set it (ModernBERT: 160000)."
+      )
     for name, allowed in (
       ("hidden_act", ACTIVATIONS),
       ("layer_sharing", LAYER_SHARING),
     ):
       if getattr(self, name) not in allowed:
         raise ValueError(f"model.{name}={getattr(self, name)!r} is not supported; expected one of {allowed}.")
-    for name in ("embedding_size", "position_offset"):
+    for name in ("embedding_size", "position_offset", "local_attention"):
       value = getattr(self, name)
       if not isinstance(value, int) or value < 0:
         raise ValueError(f"model.{name} must be a non-negative integer, got {value!r}.")
+    if not isinstance(self.global_attention_every, int) or self.global_attention_every < 1:
+      raise ValueError(f"model.global_attention_every must be a positive integer, got {self.global_attention_every!r}.")
+    if self.norm not in NORMS:
+      raise ValueError(f"model.norm={self.norm!r} is not supported; expected one of {NORMS}.")
+    for name in ("norm_bias", "linear_bias"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"model.{name} must be True or False, got {getattr(self, name)!r}.")
+    for name in ("rope_theta", "local_rope_theta"):
+      value = getattr(self, name)
+      if not (isinstance(value, (int, float)) and value >= 0):  # NaN too.
+        raise ValueError(f"model.{name}={value!r} must be 0 (no rotary positions) or a positive base, e.g. 10000.")
+    if self.rope_theta and self.head_dim % 2:
+      raise ValueError(
+        f"model.rope_theta={self.rope_theta} rotates pairs of each head's dimensions, and hidden_size / num_heads = "
+        f"{self.head_dim} is odd."
+      )
     if self.scan_layers and self.layer_sharing in ("attention", "ffn"):
       raise ValueError(
         f"model.layer_sharing={self.layer_sharing!r} shares a part of each layer, which a scan over layers cannot "

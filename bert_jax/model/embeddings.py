@@ -8,6 +8,8 @@ stack projects `embedding_width` to the hidden width when they differ (model/sta
 "absolute" (BERT, RoBERTa, ALBERT, ELECTRA): word + absolute position + token-type tables, then LayerNorm and
 dropout. The tables are `config.embedding_width` wide (ALBERT's and ELECTRA's factorised embeddings); RoBERTa's
 positions start at `config.position_offset`.
+"token" (ModernBERT): the word table alone, then a norm and dropout; positions enter each layer's attention as
+rotary positions (model/rotary.py), and there are no token types.
 """
 
 import functools
@@ -71,3 +73,26 @@ class AbsoluteEmbeddings(nn.Module):
   def attend(self, hidden: Array) -> Array:
     """[..., embedding_width] -> [..., vocab]: the decoder tied to the word table."""
     return self.word_embeddings.attend(hidden)
+
+
+class TokenEmbeddings(AbsoluteEmbeddings):
+  """The word table, then the norm and dropout: no position or token-type table (ModernBERT's embeddings)."""
+
+  def setup(self):
+    config = self.config
+    self.word_embeddings = nn.Embed(
+      config.vocab_size,
+      features=config.embedding_width,
+      dtype=config.compute_dtype,
+      param_dtype=jnp.float32,
+      embedding_init=kernel_init(config, ("vocab", "embed")),
+    )
+    self.layer_norm = layer_norm(config, "layer_norm")
+    self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool, position_ids=None
+  ) -> Array:
+    del input_mask, segment_ids, position_ids  # No padding-dependent positions, no token types.
+    x = self._lookup(self.word_embeddings, ("vocab", None), input_ids)
+    return constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), HIDDEN)

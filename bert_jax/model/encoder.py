@@ -35,7 +35,8 @@ def make_pooler(config: BertConfig, name: str | None = None) -> nn.Module:
 
 
 class BertModel(nn.Module):
-  """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden].
+  """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden] (None
+  for a family without BERT's pooler, `Architecture.pooler`).
 
   Packed rows (several instances in one row): `input_mask` holds each token's instance number (see
   `attention.attention_mask`), `position_ids` [batch, seq] restart at each instance, and `cls_positions` [batch,
@@ -53,8 +54,8 @@ class BertModel(nn.Module):
   def setup(self):
     config = self.config
     self.embeddings = parts.resolve(config).embeddings(config)
-    self.stack = stack.make_stack(config)  # The embeddings' projection (if any) and the layers.
-    self.pooler = make_pooler(config, name="pooler")
+    self.stack = stack.make_stack(config)  # The embeddings' projection (if any), the layers, a final norm.
+    self.pooler = make_pooler(config, name="pooler") if config.architecture.pooler == "tanh" else None
 
   def __call__(
     self,
@@ -68,7 +69,9 @@ class BertModel(nn.Module):
   ) -> tuple[Array, Array]:
     x = self.stack.project(self.embeddings(input_ids, input_mask, segment_ids, deterministic, position_ids))
     self.sow("intermediates", "embedding_output", x)
-    x = self.stack(x, input_mask, deterministic, head_mask)
+    x = self.stack(x, input_mask, deterministic, head_mask, position_ids)
+    if self.pooler is None:  # The family's task heads pool for themselves (ModernBERT's).
+      return x, None
     # The gathered rows stay split by batch as the sequence was: without the constraint, SPMD partitioning may
     # split them by hidden (as the next kernel is) and pay an all-to-all back in the backward pass.
     if cls_positions is None:
@@ -89,10 +92,14 @@ def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, 
   `attention_probs` [num_layers, batch, heads, q, k] (float32; only the "xla" attention path computes them, so a
   fused kernel's model returns none). Nothing is collected unless asked for."""
   sharing = config.layer_sharing
-  if config.scan_layers:  # Stacked on a leading layer axis.
+  if config.scan_layers:  # Stacked on a leading layer axis (after the unrolled first layer, where it differs).
     scope = intermediates["layers" if sharing == "none" else "shared_layer"]
-    hidden = scope["hidden_states"][0]
-    probs = scope["attention"]["attention_probs"][0] if "attention" in scope else None
+    first = [intermediates[name] for name in ("layer_0",) if name in intermediates]
+    hidden = jnp.concatenate([*(layer["hidden_states"][0][None] for layer in first), scope["hidden_states"][0]])
+    probs = None
+    if "attention" in scope:
+      first_probs = [layer["attention"]["attention_probs"][0][None] for layer in first]
+      probs = jnp.concatenate([*first_probs, scope["attention"]["attention_probs"][0]])
   elif sharing == "all":  # One module called num_layers times: a value per call.
     scope = intermediates["shared_layer"]
     hidden = jnp.stack(scope["hidden_states"])
@@ -111,11 +118,12 @@ def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, 
 
 
 class BertForPretraining(nn.Module):
-  """The encoder with its composition's masked-LM and sentence heads (BERT's: MLM and next sentence).
+  """The encoder with its composition's masked-LM and sentence heads (BERT's: MLM and next sentence; ModernBERT's:
+  MLM alone).
 
   Returns a dict: `mlm_logits` [batch, max_predictions, vocab] (float32) at `masked_lm_positions` only,
-  `nsp_logits` [batch, 2] (float32; [batch, instances, 2] for packed rows, see `BertModel`), and the encoder's
-  `sequence_output` and `pooled_output`.
+  `nsp_logits` [batch, 2] (float32; [batch, instances, 2] for packed rows, see `BertModel`) where the family has a
+  sentence head, and the encoder's `sequence_output` and `pooled_output` (None without a pooler).
   """
 
   config: BertConfig
@@ -125,7 +133,7 @@ class BertForPretraining(nn.Module):
     self.bert = BertModel(config)
     heads = parts.resolve(config).pretraining_head
     self.masked_lm = heads.masked_lm(self, config)
-    self.sentence = heads.sentence(self, config)
+    self.sentence = heads.sentence(self, config) if heads.sentence else None
 
   def __call__(
     self,
@@ -143,10 +151,10 @@ class BertForPretraining(nn.Module):
     )
     hidden = self.masked_lm.hidden(sequence_output, masked_lm_positions)
     mlm_logits = tied_decoder(self.bert.embeddings, hidden, self.masked_lm.output_bias)
-    nsp_logits = self.sentence(pooled_output)
-    return dict(
-      mlm_logits=mlm_logits, nsp_logits=nsp_logits, sequence_output=sequence_output, pooled_output=pooled_output
-    )
+    outputs = dict(mlm_logits=mlm_logits, sequence_output=sequence_output, pooled_output=pooled_output)
+    if self.sentence is not None:
+      outputs["nsp_logits"] = self.sentence(pooled_output)
+    return outputs
 
   def dummy_inputs(self) -> tuple[Array, ...]:
     """One token and one masked position: the shapes `init` needs, nothing more."""

@@ -84,7 +84,7 @@ class BertForSequenceClassification(nn.Module):
       input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
     )
     hidden = nn.Dropout(config.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
-    logits = dense(config, self.num_labels, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
+    logits = dense(config, self.num_labels, ("embed", None), name="classifier", bias=True)(hidden).astype(jnp.float32)
     return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
 
   def dummy_inputs(self) -> tuple[Array, ...]:
@@ -102,7 +102,7 @@ class BertForQuestionAnswering(nn.Module):
     sequence_output, pooled_output = BertModel(config, name="bert")(
       input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
     )
-    logits = dense(config, 2, ("embed", None), name="qa_outputs")(sequence_output).astype(jnp.float32)
+    logits = dense(config, 2, ("embed", None), name="qa_outputs", bias=True)(sequence_output).astype(jnp.float32)
     return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
 
   def dummy_inputs(self) -> tuple[Array, ...]:
@@ -122,7 +122,7 @@ class BertForTokenClassification(nn.Module):
       input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
     )
     hidden = nn.Dropout(config.hidden_dropout_prob)(sequence_output, deterministic=deterministic)
-    logits = dense(config, self.num_labels, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
+    logits = dense(config, self.num_labels, ("embed", None), name="classifier", bias=True)(hidden).astype(jnp.float32)
     return dict(logits=logits, sequence_output=sequence_output, pooled_output=pooled_output)
 
   def dummy_inputs(self) -> tuple[Array, ...]:
@@ -143,7 +143,7 @@ class BertForMultipleChoice(nn.Module):
     flat = [x.reshape(batch * choices, seq) for x in (input_ids, input_mask, segment_ids)]
     sequence_output, pooled_output = BertModel(config, name="bert")(*flat, deterministic, head_mask=head_mask)
     hidden = nn.Dropout(config.hidden_dropout_prob)(pooled_output, deterministic=deterministic)
-    scores = dense(config, 1, ("embed", None), name="classifier")(hidden).astype(jnp.float32)
+    scores = dense(config, 1, ("embed", None), name="classifier", bias=True)(hidden).astype(jnp.float32)
     return dict(
       logits=scores.reshape(batch, choices),
       sequence_output=sequence_output.reshape(batch, choices, seq, -1),

@@ -26,6 +26,7 @@ HIDDEN = ("act_batch", "act_length", "act_embed")
 ACTIVATIONS = {
   "gelu": functools.partial(jax.nn.gelu, approximate=False),
   "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+  "silu": jax.nn.silu,
 }
 
 
@@ -37,12 +38,14 @@ def zeros(axes: tuple):
   return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
 
 
-def dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None) -> nn.DenseGeneral:
-  """A dense layer with BERT's init; the bias is named by the output axes of the kernel."""
+def dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None, bias=None) -> nn.DenseGeneral:
+  """A dense layer with BERT's init; the bias (`bias`, default `config.linear_bias`: the encoder's and its heads'
+  hidden layers; a task's output layer has one in every family) is named by the output axes of the kernel."""
   num_out = 1 if isinstance(features, int) else len(features)
   return nn.DenseGeneral(
     features=features,
     axis=axis,
+    use_bias=config.linear_bias if bias is None else bias,
     dtype=config.compute_dtype,
     param_dtype=jnp.float32,
     kernel_init=kernel_init(config, kernel_axes),
@@ -51,12 +54,24 @@ def dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None) 
   )
 
 
-def layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+def layer_norm(config: BertConfig, name: str) -> nn.Module:
+  """A norm over the hidden axis, of kind `config.norm`: LayerNorm (with a bias unless `config.norm_bias` is off) or
+  RMSNorm (a scale only); statistics in float32 whatever the compute dtype (flax's)."""
+  scale_init = nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",))
+  if config.norm == "rms_norm":
+    return nn.RMSNorm(
+      epsilon=config.layer_norm_eps,
+      dtype=config.compute_dtype,
+      param_dtype=jnp.float32,
+      scale_init=scale_init,
+      name=name,
+    )
   return nn.LayerNorm(
     epsilon=config.layer_norm_eps,
+    use_bias=config.norm_bias,
     dtype=config.compute_dtype,
     param_dtype=jnp.float32,
-    scale_init=nn.with_logical_partitioning(nn.initializers.ones_init(), ("embed",)),
+    scale_init=scale_init,
     bias_init=zeros(("embed",)),
     name=name,
   )

@@ -2,7 +2,8 @@
 
 Unrolled (`BertConfig.scan_layers=False`): `bert/layer_0/...`, `bert/layer_1/...`, one subtree per layer.
 Scanned (`scan_layers=True`): `bert/layers/...`, the same subtree once, every leaf stacked on a leading axis
-of size `num_layers`.
+of size `num_layers`; where the first layer has other parameters than the rest (ModernBERT's has no norm before its
+attention, model/stack.py), it stays `bert/layer_0/...` and `layers` stacks the other `num_layers - 1`.
 
 `convert` rewrites every such dict inside any pytree (parameters, optimizer moments, a whole TrainState), so a
 checkpoint written in one layout loads into a model of the other; under `jax.jit` with `out_shardings` the
@@ -28,8 +29,10 @@ def _stack(tree: Mapping) -> dict:
   keys = _unrolled_keys(tree)
   if [int(_UNROLLED_KEY.match(k).group(1)) for k in keys] != list(range(len(keys))):
     raise ValueError(f"Layers {keys} are not numbered 0..{len(keys) - 1}; cannot stack them.")
-  out = {k: v for k, v in tree.items() if k not in keys}
-  out[SCANNED_KEY] = jax.tree.map(lambda *layers: jnp.stack(layers), *(tree[k] for k in keys))
+  # The first layer stays unrolled where its parameters differ from the others' (they all agree after it).
+  first = 1 if len(keys) > 1 and jax.tree.structure(tree[keys[0]]) != jax.tree.structure(tree[keys[1]]) else 0
+  out = {k: v for k, v in tree.items() if k not in keys[first:]}
+  out[SCANNED_KEY] = jax.tree.map(lambda *layers: jnp.stack(layers), *(tree[k] for k in keys[first:]))
   return out
 
 
@@ -39,14 +42,15 @@ def _unstack(tree: Mapping) -> dict:
   if len(num_layers) != 1:
     raise ValueError(f"Stacked layer parameters disagree on the number of layers: {sorted(num_layers)}.")
   out = {k: v for k, v in tree.items() if k != SCANNED_KEY}
+  first = len(_unrolled_keys(tree))  # The layers kept unrolled before the stacked ones.
   for i in range(num_layers.pop()):
-    out[f"layer_{i}"] = jax.tree.map(lambda leaf, i=i: leaf[i], stacked)
+    out[f"layer_{first + i}"] = jax.tree.map(lambda leaf, i=i: leaf[i], stacked)
   return out
 
 
 def _convert_dict(tree: Mapping, scanned: bool) -> dict:
   tree = {k: _convert_dict(v, scanned) if isinstance(v, Mapping) else v for k, v in tree.items()}
-  if scanned and _unrolled_keys(tree):
+  if scanned and _unrolled_keys(tree) and SCANNED_KEY not in tree:
     return _stack(tree)
   if not scanned and SCANNED_KEY in tree:
     return _unstack(tree)

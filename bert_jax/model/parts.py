@@ -1,11 +1,14 @@
 """The tables of parts, one per role, and the parts of a config's composition (`resolve`).
 
   role               table               entries (module)                      what an entry is
-  embeddings         EMBEDDINGS          absolute (embeddings.py)              a module class, `cls(config)`
-  layer              LAYERS              post_norm (post_norm.py)              a module class, made by stack.py
-  feed_forward       FEED_FORWARDS       dense (feed_forward.py)               a `feed_forward.FeedForward`
-  attention_pattern  ATTENTION_PATTERNS  global (attention_patterns.py)        `pattern(config)` -> a span per layer
-  pretraining_head   PRETRAINING_HEADS   bert, electra (pretraining_heads.py)  a `pretraining_heads.PretrainingHead`
+  embeddings         EMBEDDINGS          absolute, token (embeddings.py)       a module class, `cls(config)`
+  layer              LAYERS              post_norm (post_norm.py),             a module class, made by stack.py
+                                         pre_norm (pre_norm.py)
+  feed_forward       FEED_FORWARDS       dense, glu (feed_forward.py)          a `feed_forward.FeedForward`
+  attention_pattern  ATTENTION_PATTERNS  global, local_global                  `pattern(config)` -> a span per layer
+                                         (attention_patterns.py)
+  pretraining_head   PRETRAINING_HEADS   bert, electra, mlm                    a `pretraining_heads.PretrainingHead`
+                                         (pretraining_heads.py)
 
 Each module's docstring states the contract of its role's entries. The modules that compose the model (the encoder,
 the stack, the pretraining models) take their parts from here, by the names `config.architecture` gives; the parts
@@ -14,14 +17,18 @@ never import this module, so a part module imports only the building blocks (lay
 
 import dataclasses
 
-from bert_jax.model import attention_patterns, embeddings, feed_forward, post_norm, pretraining_heads
+from bert_jax.model import attention_patterns, embeddings, feed_forward, post_norm, pre_norm, pretraining_heads
 from bert_jax.model.bert_config import BertConfig
 
-EMBEDDINGS = {"absolute": embeddings.AbsoluteEmbeddings}
-LAYERS = {"post_norm": post_norm.PostNormLayer}
-FEED_FORWARDS = {"dense": feed_forward.DENSE}
-ATTENTION_PATTERNS = {"global": attention_patterns.global_attention}
-PRETRAINING_HEADS = {"bert": pretraining_heads.BERT, "electra": pretraining_heads.ELECTRA}
+EMBEDDINGS = {"absolute": embeddings.AbsoluteEmbeddings, "token": embeddings.TokenEmbeddings}
+LAYERS = {"post_norm": post_norm.PostNormLayer, "pre_norm": pre_norm.PreNormLayer}
+FEED_FORWARDS = {"dense": feed_forward.DENSE, "glu": feed_forward.GLU}
+ATTENTION_PATTERNS = {"global": attention_patterns.global_attention, "local_global": attention_patterns.local_global}
+PRETRAINING_HEADS = {
+  "bert": pretraining_heads.BERT,
+  "electra": pretraining_heads.ELECTRA,
+  "mlm": pretraining_heads.MLM,
+}
 
 # Each role of model/architectures.py's `Architecture`, and its table.
 TABLES = {

@@ -2,10 +2,14 @@
 norm; the feed-forward part, dropout, add & norm.
 
 A layer part is a Flax module class made as `cls(config, feed_forward=..., span=..., shared=..., name=...)` by
-model/stack.py, called as `layer(x, input_mask, deterministic, head_mask)` -> [batch, seq, hidden], that sows its
-output as `hidden_states`; and two static methods tell the stack what it is made of: `sublayers(feed_forward)`, its
-sub-modules by name (the feed-forward's among them), and `sharing_groups(feed_forward)`, the sub-modules each partial
-`layer_sharing` mode ("attention", "ffn") shares across layers.
+model/stack.py, called as `layer(x, input_mask, deterministic, head_mask, positions, choice)` -> [batch, seq,
+hidden] (positions: each token's position in its instance, for rotary positions; choice: the layer's index into a
+`SpanTable` span, when one module runs layers whose spans differ), that sows its output as `hidden_states`; two
+static methods tell the stack what it is made of: `sublayers(feed_forward)`, its sub-modules by name (the
+feed-forward's among them), and `sharing_groups(feed_forward)`, the sub-modules each partial `layer_sharing` mode
+("attention", "ffn") shares across layers; and two class attributes what the stack adds: `FIRST_LAYER`, the
+attributes layer 0 is made with where it differs from the others (a scan then runs the others), and `FINAL_NORM`,
+whether a norm follows the last layer.
 """
 
 from collections.abc import Callable, Mapping
@@ -31,6 +35,9 @@ class PostNormLayer(nn.Module):
   span: Span
   shared: Mapping[str, nn.Module] | None = None
 
+  FIRST_LAYER = {}  # Every layer alike.
+  FINAL_NORM = False  # Each layer ends with its own norm.
+
   @staticmethod
   def sublayers(feed_forward: FeedForward) -> dict[str, Callable[[BertConfig, str], nn.Module]]:
     return {
@@ -46,7 +53,9 @@ class PostNormLayer(nn.Module):
     return {"attention": ("attention", "attention_layer_norm"), "ffn": (*feed_forward.names, "output_layer_norm")}
 
   @nn.compact
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None) -> Array:
+  def __call__(
+    self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None, positions=None, choice=None
+  ) -> Array:
     config = self.config
     shared = self.shared or {}
     sub = {
@@ -54,9 +63,11 @@ class PostNormLayer(nn.Module):
       for name, make in self.sublayers(self.feed_forward).items()
     }
     dropout = Dropout(config.hidden_dropout_prob)
-    attended = sub["attention"](x, input_mask, deterministic, head_mask, span=self.span)
+    attended = sub["attention"](
+      x, input_mask, deterministic, head_mask, span=self.span, positions=positions, choice=choice
+    )
     x = sub["attention_layer_norm"](x + dropout(attended, deterministic=deterministic))
-    out = self.feed_forward.apply(config, sub, x)
+    out = self.feed_forward.apply(config, sub, x, deterministic)
     x = constrain(sub["output_layer_norm"](x + dropout(out, deterministic=deterministic)), HIDDEN)
     self.sow("intermediates", "hidden_states", x)
     return x

@@ -4,11 +4,16 @@ A pretraining-head entry is a `PretrainingHead`: one maker per head a pretrainin
 `make(owner, config)` in the owning module's `setup`, so that the head's parameters are that module's own children
 (`mlm_transform`, `nsp`, ... where checkpoints and Hugging Face names expect them).
 
-  slot           asked for by                          "bert"                  "electra"
-  masked_lm      BertForPretraining (model/encoder.py)  BERT's masked-LM head   BERT's (its generator as a masked LM)
-  sentence       BertForPretraining                     `nsp` (NSP, SOP)        `nsp`
-  generator      ElectraForPretraining's generator      -                       masked LM, exact GELU
-  discriminator  ElectraForPretraining                  -                       replaced-token detection
+  slot           asked for by                          "bert"                  "electra"              "mlm"
+  masked_lm      BertForPretraining (model/encoder.py)  BERT's masked-LM head   BERT's (its generator  BERT's
+                                                                                as a masked LM)
+  sentence       BertForPretraining                     `nsp` (NSP, SOP)        `nsp`                  -
+  generator      ElectraForPretraining's generator      -                       masked LM, exact GELU  -
+  discriminator  ElectraForPretraining                  -                       replaced-token         -
+                                                                                detection
+
+"mlm" is the modern encoders' (ModernBERT's): a masked LM alone, whose head is BERT's shape (dense, activation, norm,
+tied decoder with an output bias) with the family's norm and biases.
 """
 
 import dataclasses
@@ -71,7 +76,7 @@ class SentenceHead:
 
 def sentence_head(owner: nn.Module, config: BertConfig) -> SentenceHead:
   del owner  # Its one parameter-holding module names itself.
-  return SentenceHead(dense(config, 2, ("embed", None), name="nsp"))
+  return SentenceHead(dense(config, 2, ("embed", None), name="nsp", bias=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +98,7 @@ def replaced_token_head(owner: nn.Module, config: BertConfig) -> ReplacedTokenHe
   del owner
   return ReplacedTokenHead(
     dense=dense(config, config.hidden_size, ("embed", "embed_out"), name="rtd_dense"),
-    prediction=dense(config, 1, ("embed", None), name="rtd_prediction"),
+    prediction=dense(config, 1, ("embed", None), name="rtd_prediction", bias=True),
     activation=config.hidden_act,
   )
 
@@ -103,11 +108,11 @@ HeadMaker = Callable[[nn.Module, BertConfig], object]
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingHead:
-  """The heads of one pretraining-head entry, by slot (see the module docstring); None: the entry has none, and the
-  model that asks for it is refused."""
+  """The heads of one pretraining-head entry, by slot (see the module docstring); None: the entry has none (a
+  pretraining model without a sentence head returns no `nsp_logits`; ELECTRA's model is refused)."""
 
   masked_lm: HeadMaker
-  sentence: HeadMaker
+  sentence: HeadMaker | None = None
   generator: HeadMaker | None = None
   discriminator: HeadMaker | None = None
 
@@ -120,3 +125,4 @@ ELECTRA = PretrainingHead(
   generator=functools.partial(masked_lm_head, activation="gelu"),
   discriminator=replaced_token_head,
 )
+MLM = PretrainingHead(masked_lm=masked_lm_head)

@@ -1,12 +1,14 @@
 """Multi-head self-attention, the sub-module every layer part attends with: the query, key, value and output
-projections, and the kernel `config.attention` picks for the platform (model/attention.py), masked by the layer's
-span (model/attention_patterns.py)."""
+projections, rotary positions on queries and keys where the layer's span has a base (model/rotary.py), and the
+kernel `config.attention` picks for the platform (model/attention.py), masked by the layer's span
+(model/attention_patterns.py)."""
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model import attention, remat
+from bert_jax.model import attention, remat, rotary
+from bert_jax.model.attention_patterns import SpanTable
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.layers import Dropout, constrain, current_activation_rules, dense
 
@@ -22,15 +24,33 @@ class SelfAttention(nn.Module):
 
   @nn.compact
   def __call__(
-    self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None, *, span
+    self,
+    x: Array,
+    input_mask: Array,
+    deterministic: bool,
+    head_mask: Array | None = None,
+    *,
+    span,
+    positions: Array | None = None,
+    choice: Array | None = None,
   ) -> Array:
     # x: [batch, seq, hidden]; input_mask: [batch, seq] instance numbers (0: padding); head_mask: [heads] or None;
-    # span: which keys each query sees (a span of model/attention_patterns.py).
+    # span: which keys each query sees and the rotary base (a span of model/attention_patterns.py), or a SpanTable
+    # and `choice`, the traced index of this layer's span in it; positions: [batch or 1, seq], each token's position
+    # in its instance (for rotary positions; default 0, 1, ...).
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
-      remat.tag(constrain(dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS), tag)
-      for name, tag in (("query", remat.QUERY), ("key", remat.KEY), ("value", remat.VALUE))
+      constrain(dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS)
+      for name in ("query", "key", "value")
+    )
+    table = span if isinstance(span, SpanTable) else None
+    if (table.spans[0] if table else span).rope_theta:  # A table's spans all have a base, or none has.
+      theta = table.rope_theta(choice) if table else span.rope_theta
+      positions = jnp.arange(x.shape[1])[None] if positions is None else positions
+      query, key = rotary.rotate(query, positions, theta), rotary.rotate(key, positions, theta)
+    query, key, value = (
+      remat.tag(projected, tag) for projected, tag in ((query, remat.QUERY), (key, remat.KEY), (value, remat.VALUE))
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
     kind = attention.resolve(
@@ -40,17 +60,25 @@ class SelfAttention(nn.Module):
       dtype=config.dtype,
     )
     if kind == "splash":
+      masks = dict(splash_masks=[one.splash_mask for one in table.spans]) if table else {}
       context = attention.splash_attention(
-        query, key, value, input_mask, rules=current_activation_rules(), splash_mask=span.splash_mask
-      )
-    elif kind == "cudnn":
-      context = attention.dot_product_attention(
-        query, key, value, input_mask, implementation="cudnn", mask=span.mask(input_mask)
+        query,
+        key,
+        value,
+        input_mask,
+        rules=current_activation_rules(),
+        splash_mask=None if table else span.splash_mask,
+        choice=choice,
+        **masks,
       )
     else:
+      mask = table.mask(input_mask, choice) if table else span.mask(input_mask)
+    if kind == "cudnn":
+      context = attention.dot_product_attention(query, key, value, input_mask, implementation="cudnn", mask=mask)
+    elif kind != "splash":
       scores = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)  # [batch, heads, q, k]
       # `where`, not an additive -1e4: a padded key gets exactly zero weight, in any dtype.
-      scores = jnp.where(span.mask(input_mask), scores, jnp.finfo(jnp.float32).min)
+      scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
       probs = jax.nn.softmax(scores, axis=-1)
       self.sow("intermediates", "attention_probs", probs)  # Kept only when `intermediates` is mutable.
       probs = probs.astype(config.compute_dtype)

@@ -13,9 +13,14 @@ layers; the parameters land directly in the calling module's scope:
   "ffn"          the same for its "ffn" group (post_norm: `shared_intermediate`, `shared_output`,
                  `shared_output_layer_norm`)                    refused (BertConfig)
 
-One layer module run for several layers (scanned, or `layer_sharing="all"`) takes one span: the attention pattern
-must give those layers the same. Shared parameters are never named `layers`: LAMB (train/optim.py) takes a trust
-ratio per slice of that key's leading axis.
+A layer part whose first layer differs (`FIRST_LAYER`: ModernBERT's has no norm before its attention) keeps that
+layer unrolled as `layer_0/...` when scanned, and `layers/...` stacks the others (`num_layers - 1` on the leading
+axis); a part with `FINAL_NORM` adds `final_norm` after the last layer.
+
+A scanned stack whose layers' spans differ (ModernBERT's local and global layers) holds them in a `SpanTable` and
+hands each layer its index as a scanned input. `layer_sharing="all"` runs one layer module for every layer: the
+attention pattern must give them the same span. Shared parameters are never named `layers`: LAMB (train/optim.py)
+takes a trust ratio per slice of that key's leading axis.
 """
 
 import dataclasses
@@ -23,10 +28,12 @@ import functools
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from bert_jax.model import parts, remat
+from bert_jax.model.attention_patterns import SpanTable
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.layers import HIDDEN, constrain, dense
+from bert_jax.model.layers import HIDDEN, constrain, dense, layer_norm
 
 Array = jax.Array
 
@@ -35,8 +42,10 @@ Array = jax.Array
 def _carry_form(layer_cls: type[nn.Module]) -> type[nn.Module]:
   """`layer_cls` in `nn.scan`'s (carry, inputs) -> (carry, outputs) form."""
 
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask=None) -> tuple[Array, None]:
-    return layer_cls.__call__(self, x, input_mask, deterministic, head_mask), None
+  def __call__(
+    self, x: Array, input_mask: Array, deterministic: bool, head_mask=None, positions=None, choice=None
+  ) -> tuple[Array, None]:
+    return layer_cls.__call__(self, x, input_mask, deterministic, head_mask, positions, choice), None
 
   return type(f"Scanned{layer_cls.__name__}", (layer_cls,), {"__call__": __call__})
 
@@ -60,19 +69,30 @@ def _one_span(config: BertConfig, spans: tuple, why: str):
   return spans[0]
 
 
-def _scanned_layers(config: BertConfig, layer_cls: type[nn.Module], **attributes) -> nn.Module:
-  """All layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each."""
+def _span_for(spans: tuple):
+  """What one module running the layers of `spans` holds: their span when they agree, else a `SpanTable` (each
+  layer then takes its index into it as a traced number)."""
+  return spans[0] if len(set(spans)) == 1 else SpanTable.of(spans)
+
+
+# A scanned layer's inputs: input_mask and deterministic broadcast, each layer's head mask, positions broadcast,
+# each layer's span choice.
+_SCAN_IN_AXES = (nn.broadcast, nn.broadcast, 0, nn.broadcast, 0)
+
+
+def _scanned_layers(config: BertConfig, layer_cls: type[nn.Module], length: int, **attributes) -> nn.Module:
+  """`length` layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each."""
   return nn.scan(
     _layer_class(config, _carry_form(layer_cls)),
     variable_axes={"params": 0, "intermediates": 0},
     split_rngs={"params": True, "dropout": True},
-    in_axes=(nn.broadcast, nn.broadcast, 0),  # input_mask, deterministic, each layer's head mask.
-    length=config.num_layers,
+    in_axes=_SCAN_IN_AXES,
+    length=length,
     metadata_params={nn.PARTITION_NAME: "layers"},
   )(config, name="layers", **attributes)
 
 
-def _scanned_shared_layer(config: BertConfig, layer_cls: type[nn.Module], **attributes) -> nn.Module:
+def _scanned_shared_layer(config: BertConfig, layer_cls: type[nn.Module], length: int, **attributes) -> nn.Module:
   """One layer's parameters, broadcast to every step of the scan; one dropout key per step (else every layer
   would drop the same units)."""
   return nn.scan(
@@ -80,8 +100,8 @@ def _scanned_shared_layer(config: BertConfig, layer_cls: type[nn.Module], **attr
     variable_broadcast="params",
     variable_axes={"intermediates": 0},
     split_rngs={"params": False, "dropout": True},
-    in_axes=(nn.broadcast, nn.broadcast, 0),  # input_mask, deterministic, each layer's head mask.
-    length=config.num_layers,
+    in_axes=_SCAN_IN_AXES,
+    length=length,
   )(config, name="shared_layer", **attributes)
 
 
@@ -110,48 +130,85 @@ def sublayer_path(config: BertConfig, layer: int, name: str) -> tuple[str, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class Stack:
-  """The embeddings' projection (None when the tables are hidden_size wide) and the layers, as `make_stack` built
-  them in a module's `setup`: `stack(stack.project(embedded), input_mask, deterministic)` -> [batch, seq, hidden]."""
+  """The embeddings' projection (None when the tables are hidden_size wide), the layers and the final norm (None
+  unless the layer part ends the stack with one), as `make_stack` built them in a module's `setup`:
+  `stack(stack.project(embedded), input_mask, deterministic, head_mask, positions)` -> [batch, seq, hidden]."""
 
   projection: nn.Module | None
   layers: tuple[nn.Module, ...]  # Called in order; a shared layer appears num_layers times.
-  scanned: bool  # `layers` is one scanned module, in nn.scan's (carry, outputs) form.
+  scanned: bool  # The last of `layers` is one scanned module, in nn.scan's (carry, outputs) form.
+  final_norm: nn.Module | None = None
+  # Scanned: the layers before the scan (the first layer, where the layer part makes it differently), and each
+  # scanned layer's index into its SpanTable (None: they share one span).
+  prefix: int = 0
+  choices: tuple[int, ...] | None = None
 
   def project(self, embedded: Array) -> Array:
     """[batch, seq, embedding_width] -> [batch, seq, hidden]."""
     return embedded if self.projection is None else constrain(self.projection(embedded), HIDDEN)
 
-  def __call__(self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None) -> Array:
-    """head_mask: [layers, heads], each head's output scaled by its value (0: the head is pruned), or None."""
+  def __call__(
+    self, x: Array, input_mask: Array, deterministic: bool, head_mask: Array | None = None, positions=None
+  ) -> Array:
+    """head_mask: [layers, heads], each head's output scaled by its value (0: the head is pruned), or None;
+    positions: [batch or 1, seq], each token's position in its instance (rotary positions), or None."""
+    unrolled = self.layers[:-1] if self.scanned else self.layers
+    for i, layer in enumerate(unrolled):
+      x = layer(x, input_mask, deterministic, None if head_mask is None else head_mask[i], positions)
     if self.scanned:
-      return self.layers[0](x, input_mask, deterministic, head_mask)[0]
-    for i, layer in enumerate(self.layers):
-      x = layer(x, input_mask, deterministic, None if head_mask is None else head_mask[i])
-    return x
+      heads = None if head_mask is None else head_mask[self.prefix :]
+      choices = None if self.choices is None else jnp.asarray(self.choices, jnp.int32)
+      x = self.layers[-1](x, input_mask, deterministic, heads, positions, choices)[0]
+    return x if self.final_norm is None else constrain(self.final_norm(x), HIDDEN)
 
 
 def make_stack(config: BertConfig) -> Stack:
-  """The projection and the layers of `config`, created in the calling module's `setup` (their parameters are
-  its children; see the module docstring for the names)."""
+  """The projection, the layers and the final norm of `config`, created in the calling module's `setup` (their
+  parameters are its children; see the module docstring for the names)."""
   found = parts.resolve(config)
   spans = found.attention_pattern(config)
   project = None
   if config.embedding_width != config.hidden_size:
     project = dense(config, config.hidden_size, ("embed_out", "embed"), name="embeddings_project")
+  final_norm = layer_norm(config, "final_norm") if found.layer.FINAL_NORM else None
+  first = found.layer.FIRST_LAYER  # Layer 0's own attributes, if it differs from the others.
   sharing, count = config.layer_sharing, config.num_layers
-  if config.scan_layers:  # "none" or "all" (BertConfig refuses partial sharing with scan_layers).
-    attributes = dict(feed_forward=found.feed_forward, span=_one_span(config, spans, "model.scan_layers=True"))
-    make = _scanned_layers if sharing == "none" else _scanned_shared_layer
-    return Stack(project, (make(config, found.layer, **attributes),), scanned=True)
+  if first and sharing != "none":
+    raise ValueError(
+      f"model.layer_sharing={sharing!r}: the layer part {config.architecture.layer!r} of "
+      f"model.model_type={config.model_type!r} makes its first layer differently from the others, so they cannot "
+      "share parameters; set model.layer_sharing='none'."
+    )
   layer_cls = _layer_class(config, found.layer)
+  if config.scan_layers:  # "none" or "all" (BertConfig refuses partial sharing with scan_layers).
+    prefix = 1 if first else 0
+    head = tuple(
+      layer_cls(config, feed_forward=found.feed_forward, span=spans[i], name=f"layer_{i}", **first)
+      for i in range(prefix)
+    )
+    if sharing == "none":
+      span = _span_for(spans[prefix:])
+      choices = span.choices if isinstance(span, SpanTable) else None
+      scanned = _scanned_layers(config, found.layer, count - prefix, feed_forward=found.feed_forward, span=span)
+    else:
+      span, choices = _one_span(config, spans, "model.layer_sharing='all'"), None
+      scanned = _scanned_shared_layer(config, found.layer, count, feed_forward=found.feed_forward, span=span)
+    return Stack(project, (*head, scanned), True, final_norm, prefix, choices)
   if sharing == "all":
     span = _one_span(config, spans, "model.layer_sharing='all'")
     shared_layer = layer_cls(config, feed_forward=found.feed_forward, span=span, name="shared_layer")
-    return Stack(project, (shared_layer,) * count, scanned=False)
+    return Stack(project, (shared_layer,) * count, False, final_norm)
   sublayers = found.layer.sublayers(found.feed_forward)
   shared = {name: sublayers[name](config, f"shared_{name}") for name in _shared_names(config, found)}
   layers = tuple(
-    layer_cls(config, feed_forward=found.feed_forward, span=spans[i], shared=shared or None, name=f"layer_{i}")
+    layer_cls(
+      config,
+      feed_forward=found.feed_forward,
+      span=spans[i],
+      shared=shared or None,
+      name=f"layer_{i}",
+      **(first if i == 0 else {}),
+    )
     for i in range(count)
   )
-  return Stack(project, layers, scanned=False)
+  return Stack(project, layers, False, final_norm)

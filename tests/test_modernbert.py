@@ -1,0 +1,166 @@
+"""ModernBERT (model_type "modernbert") against transformers' `ModernBertForMaskedLM` built from a config with random
+weights: the sequence output, the MLM logits and every parameter's gradient, on padded rows longer than the local
+window, in both layer layouts and under remat; and packed rows, whose instances compute what they compute alone."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax.handoff import hf_format
+from bert_jax.model import param_layout
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.encoder import BertForPretraining
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+SEQ, LENGTHS, POSITIONS = 24, (24, 17), ((1, 5, 11, 20), (0, 3, 9, 16))
+
+
+def _hf_config(**overrides):
+  values = dict(
+    vocab_size=101,
+    hidden_size=32,
+    num_hidden_layers=4,  # Layers 0 and 3 global, 1 and 2 local.
+    num_attention_heads=4,
+    intermediate_size=48,
+    max_position_embeddings=64,
+    local_attention=8,  # 4 keys each side: rows of 24 tokens are longer than the window.
+    global_attn_every_n_layers=3,
+    # Bases far apart (ModernBERT's: 160,000 and 10,000), so that a layer at the other's base is told apart within a
+    # 24-token row.
+    global_rope_theta=1000.0,
+    local_rope_theta=20.0,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    cls_token_id=1,
+    sep_token_id=2,
+    embedding_dropout=0.0,
+    attention_dropout=0.0,
+    mlp_dropout=0.0,
+    reference_compile=False,
+    initializer_range=0.2,  # 10x BERT's: attention far from uniform, so that positions and windows matter.
+  )
+  values.update(overrides)
+  return transformers.ModernBertConfig(**values)
+
+
+def _ours(hf_config, **overrides) -> BertConfig:
+  return BertConfig(
+    model_type="modernbert",
+    vocab_size=hf_config.vocab_size,
+    hidden_size=hf_config.hidden_size,
+    num_layers=hf_config.num_hidden_layers,
+    num_heads=hf_config.num_attention_heads,
+    intermediate_size=hf_config.intermediate_size,
+    max_position_embeddings=hf_config.max_position_embeddings,
+    hidden_dropout_prob=0.0,
+    attention_dropout_prob=0.0,
+    layer_norm_eps=hf_config.norm_eps,
+    hidden_act=hf_config.hidden_activation,
+    norm_bias=hf_config.norm_bias,
+    linear_bias=hf_config.attention_bias,
+    rope_theta=hf_config.global_rope_theta,
+    local_rope_theta=hf_config.local_rope_theta,
+    local_attention=hf_config.local_attention,
+    global_attention_every=hf_config.global_attn_every_n_layers,
+    **overrides,
+  )
+
+
+@pytest.fixture(scope="module")
+def reference():
+  """transformers' model, its inputs, outputs and gradients (of a fixed random weighting of the MLM logits at the
+  masked positions and of the sequence output at real tokens)."""
+  torch.manual_seed(0)
+  hf_config = _hf_config()
+  model = transformers.ModernBertForMaskedLM._from_config(hf_config, attn_implementation="eager").float().eval()
+  rng = np.random.default_rng(0)
+  ids = rng.integers(3, hf_config.vocab_size, (len(LENGTHS), SEQ))
+  mask = (np.arange(SEQ)[None] < np.asarray(LENGTHS)[:, None]).astype(np.int64)
+  ids = ids * mask
+  positions = np.asarray(POSITIONS)
+  logit_weights = rng.normal(size=(*positions.shape, hf_config.vocab_size)).astype(np.float32)
+  sequence_weights = (rng.normal(size=(len(LENGTHS), SEQ, hf_config.hidden_size)) * mask[..., None]).astype(np.float32)
+
+  out = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+  logits = out.logits[torch.arange(len(LENGTHS))[:, None], torch.tensor(positions)]
+  # The encoder's output after its final norm (the masked LM's `hidden_states` are before it).
+  sequence = model.model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).last_hidden_state
+  loss = (logits * torch.tensor(logit_weights)).sum() + (sequence * torch.tensor(sequence_weights)).sum()
+  loss.backward()
+  weights = {name: value.detach().numpy() for name, value in model.state_dict().items()}
+  grads = {name: value.grad.numpy() for name, value in model.named_parameters()}
+  return dict(
+    hf_config=hf_config,
+    weights=weights,
+    grads=grads,
+    ids=ids,
+    mask=mask,
+    positions=positions,
+    logit_weights=logit_weights,
+    sequence_weights=sequence_weights,
+    logits=logits.detach().numpy(),
+    sequence=sequence.detach().numpy(),
+  )
+
+
+def _loss(model, params, reference):
+  out = model.apply(
+    {"params": params},
+    jnp.asarray(reference["ids"], jnp.int32),
+    jnp.asarray(reference["mask"], jnp.int32),
+    jnp.zeros_like(jnp.asarray(reference["ids"], jnp.int32)),
+    jnp.asarray(reference["positions"], jnp.int32),
+  )
+  loss = jnp.sum(out["mlm_logits"] * reference["logit_weights"]) + jnp.sum(
+    out["sequence_output"] * reference["sequence_weights"]
+  )
+  return loss, out
+
+
+@pytest.mark.parametrize("scan_layers, remat", [(False, "none"), (True, "none"), (True, "full"), (False, "save_dots")])
+def test_modernbert_equals_transformers_outputs_and_every_gradient(reference, scan_layers, remat):
+  config = _ours(reference["hf_config"], scan_layers=scan_layers, remat=remat)
+  params = jax.tree.map(jnp.asarray, hf_format.params_from_hf(reference["weights"], config))
+  if scan_layers:
+    params = param_layout.convert(params, scanned=True)
+  model = BertForPretraining(config)
+  (_, out), grads = jax.value_and_grad(lambda p: _loss(model, p, reference), has_aux=True)(params)
+  assert "nsp_logits" not in out and out["pooled_output"] is None
+
+  real = reference["mask"].astype(bool)
+  np.testing.assert_allclose(out["sequence_output"][real], reference["sequence"][real], atol=2e-5, rtol=1e-5)
+  np.testing.assert_allclose(out["mlm_logits"], reference["logits"], atol=5e-5, rtol=1e-5)
+
+  grads = param_layout.convert(jax.device_get(grads), scanned=False) if scan_layers else jax.device_get(grads)
+  expected = hf_format.params_from_hf(reference["grads"], config)
+  flat, flat_expected = (jax.tree_util.tree_flatten_with_path(tree)[0] for tree in (grads, expected))
+  assert [path for path, _ in flat] == [path for path, _ in flat_expected]  # Every parameter, none extra.
+  for (path, value), (_, want) in zip(flat, flat_expected, strict=True):
+    np.testing.assert_allclose(value, want, atol=5e-5, rtol=1e-4, err_msg=jax.tree_util.keystr(path))
+
+
+def test_a_packed_row_computes_what_its_instances_compute_alone(reference):
+  """Two instances in one row (instance numbers 1 and 2, positions restarting at the second): each token's output
+  equals the output of its instance run alone, local and global layers, rotary positions and all."""
+  config = _ours(reference["hf_config"])
+  params = jax.tree.map(jnp.asarray, hf_format.params_from_hf(reference["weights"], config))
+  model = BertForPretraining(config)
+  rng = np.random.default_rng(1)
+  first, second = rng.integers(3, 101, 14), rng.integers(3, 101, 10)
+
+  def run(ids, mask, positions):
+    ids, mask, positions = (jnp.asarray(x, jnp.int32)[None] for x in (ids, mask, positions))
+    out = model.apply(
+      {"params": params}, ids, mask, jnp.zeros_like(ids), jnp.zeros((1, 1), jnp.int32), position_ids=positions
+    )
+    return np.asarray(out["sequence_output"][0])
+
+  packed = run(
+    np.concatenate([first, second]), np.repeat([1, 2], [14, 10]), np.concatenate([np.arange(14), np.arange(10)])
+  )
+  np.testing.assert_allclose(packed[:14], run(first, np.ones(14), np.arange(14)), atol=2e-5, rtol=1e-5)
+  np.testing.assert_allclose(packed[14:], run(second, np.ones(10), np.arange(10)), atol=2e-5, rtol=1e-5)
