@@ -6,7 +6,7 @@ import pytest
 
 from bert_jax import config_checks
 from bert_jax.model import param_layout
-from bert_jax.train.optim import learning_rate_schedule, make_optimizer, weight_decay_mask
+from bert_jax.train.optim import Steps, learning_rate_schedule, make_optimizer, make_schedule, weight_decay_mask
 from configs import default
 
 
@@ -32,8 +32,130 @@ def test_the_transformers_schedule_equals_get_linear_schedule_with_warmup_at_eve
     np.testing.assert_allclose(float(ours(step)), reference.get_last_lr()[0], rtol=1e-5, atol=1e-12, err_msg=step)
     optimizer.step()
     reference.step()
-  with pytest.raises(ValueError, match="lr_schedule='cosine'.*'bert', 'transformers'"):
+  with pytest.raises(ValueError, match=r"lr_schedule='cosine' is not a linear schedule.*\('bert', 'transformers'\)"):
     learning_rate_schedule(1e-4, warmup_steps=warmup, total_steps=100, kind="cosine")
+
+
+def test_the_linear_schedules_are_unchanged_at_every_step():
+  """ "bert" and "transformers" as they were before wsd joined them, bit for bit (the expressions of optax 0.2.8's
+  linear_schedule and join_schedules, which they were built from, in float32)."""
+  total, warmup, peak = 50, 7, np.float32(3e-4)
+
+  def linear(init, end, steps, count):  # optax.linear_schedule: init + (end - init) * clip(count, 0, steps) / steps.
+    frac = np.float32(1) - np.float32(np.clip(count, 0, steps)) / np.float32(steps)
+    return np.float32((init - end) * frac**1 + end)
+
+  for kind, start in (("bert", peak * np.float32(1 - warmup / total)), ("transformers", peak)):
+    for config_warmup in (0, warmup):
+      config = default.get_config()
+      config.update(lr_schedule=kind, learning_rate=float(peak), warmup_steps=config_warmup, num_train_steps=total)
+      schedule = make_schedule(config)
+      decay_start = np.float32(peak * (1 - config_warmup / total)) if kind == "bert" else start
+      for step in range(total + 3):
+        if step < config_warmup:
+          expected = linear(np.float32(0), peak, config_warmup, step)
+        else:
+          expected = linear(decay_start, np.float32(0), total - config_warmup, step - config_warmup)
+        assert np.float32(schedule(step)) == expected, (kind, config_warmup, step)
+
+
+def _wsd_reference(peak, warmup, total, decay_steps, decay, floor, step):
+  """The wsd schedule by its formula, in float64."""
+  if step < warmup:
+    return peak * step / warmup
+  decay_start = total - decay_steps
+  if step <= decay_start or not decay_steps:
+    return peak
+  t = min((step - decay_start) / decay_steps, 1.0)
+  shape = {"linear": 1 - t, "cosine": 0.5 * (1 + np.cos(np.pi * t)), "1-sqrt": 1 - np.sqrt(t)}[decay]
+  return peak * (floor + (1 - floor) * shape)
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine", "1-sqrt"])
+@pytest.mark.parametrize("warmup, fraction, floor", [(10, 0.3, 0.0), (0, 0.5, 0.1), (4, 0.0, 0.0), (5, 0.95, 0.0)])
+def test_wsd_follows_its_formula_at_every_step(decay, warmup, fraction, floor):
+  config = default.get_config()
+  config.update(
+    lr_schedule="wsd",
+    lr_decay=decay,
+    lr_decay_fraction=fraction,
+    lr_decay_floor=floor,
+    learning_rate=2e-3,
+    warmup_steps=warmup,
+    num_train_steps=100,
+  )
+  config_checks.check(config, "pretrain")
+  schedule = make_schedule(config)
+  decay_steps = round(fraction * 100)
+  for step in range(103):  # Past the end, the rate stays at the floor (no decay: at the peak).
+    expected = _wsd_reference(2e-3, warmup, 100, decay_steps, decay, floor, step)
+    # float32 within a few ulps of the peak: 1 + cos(pi t) near t = 1 loses the rest to cancellation.
+    np.testing.assert_allclose(float(schedule(step)), expected, rtol=2e-6, atol=2e-3 * 1e-7, err_msg=step)
+  assert float(schedule(100 - decay_steps)) == pytest.approx(2e-3)  # The peak holds until the decay starts,
+  if decay_steps:
+    assert float(schedule(100)) == pytest.approx(2e-3 * floor, rel=1e-6, abs=1e-12)  # which ends at the floor.
+  if decay == "1-sqrt" and decay_steps:  # Hägele et al.'s: peak * (1 - sqrt((s - decay_start) / decay_steps)).
+    step = 100 - decay_steps // 4
+    np.testing.assert_allclose(
+      float(schedule(step)) - 2e-3 * floor,
+      2e-3 * (1 - floor) * (1 - np.sqrt((step - (100 - decay_steps)) / decay_steps)),
+      rtol=2e-6,
+    )
+
+
+def test_wsd_ends_where_the_schedule_ends_and_takes_traced_peaks():
+  """Over schedule_end_step (two-phase pretraining), and with the peak a traced value (a learning-rate sweep)."""
+  config = default.get_config()
+  config.update(lr_schedule="wsd", warmup_steps=10, num_train_steps=60, schedule_end_step=100, lr_decay="linear")
+  config_checks.check(config, "pretrain")
+  rates = jax.jit(lambda peak: jax.vmap(make_schedule(config, peak))(jnp.arange(101)))(jnp.float32(1e-3))
+  expected = [_wsd_reference(1e-3, 10, 100, 20, "linear", 0.0, step) for step in range(101)]
+  np.testing.assert_allclose(rates, expected, rtol=2e-6, atol=1e-3 * 1e-7)
+  # Fine-tuning's steps (its run plan): the decay takes its fraction of those, at most the steps after warmup.
+  schedule = make_schedule(config, steps=Steps(warmup_steps=2, end_step=3))  # round(0.2 x 3) = 1 decay step.
+  np.testing.assert_allclose([float(schedule(s)) for s in range(4)], [0.0, 5e-5, 1e-4, 0.0], rtol=1e-6)
+  config.update(lr_decay_fraction=0.5)
+  schedule = make_schedule(config, steps=Steps(warmup_steps=2, end_step=3))  # round(1.5) = 2, bounded to 1.
+  np.testing.assert_allclose([float(schedule(s)) for s in range(4)], [0.0, 5e-5, 1e-4, 0.0], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+  "updates, message",
+  [
+    (
+      dict(lr_decay="exponential"),
+      r"lr_decay='exponential' is not supported; expected one of \('linear', 'cosine', '1-sqrt'\)",
+    ),
+    (dict(lr_decay_fraction=-0.1), r"lr_decay_fraction=-0.1 must be in \[0, 1\]"),
+    (dict(lr_decay_fraction=1.5), r"lr_decay_fraction=1.5 must be in \[0, 1\]"),
+    (dict(lr_decay_floor=-0.5), r"lr_decay_floor=-0.5 must be in \[0, 1\]"),
+    (
+      dict(warmup_steps=30, lr_decay_fraction=0.8),
+      r"lr_decay_fraction=0.8 is 80 of the schedule's 100 steps, more than the 70 after warmup_steps=30: "
+      r"expected at most 0.7",
+    ),
+    (
+      dict(warmup_steps=30, num_train_steps=50, schedule_end_step=100, lr_decay_fraction=0.8),
+      r"lr_decay_fraction=0.8 is 80 of the schedule's 100 steps",
+    ),
+  ],
+)
+def test_bad_wsd_settings_are_refused_by_the_checks(updates, message):
+  config = default.get_config()
+  config.update(lr_schedule="wsd", num_train_steps=100, warmup_steps=10)
+  config.update(**updates)
+  with pytest.raises(ValueError, match=message):
+    config_checks.check(config, "pretrain")
+
+
+def test_fine_tuning_refuses_wsd_fractions_that_do_not_fit():
+  config = default.get_config()
+  config.update(lr_schedule="wsd", lr_decay_fraction=0.95)
+  config.finetune.update(task="sst2", warmup_fraction=0.1)
+  with pytest.raises(ValueError, match=r"lr_decay_fraction=0.95 and finetune.warmup_fraction=0.1 sum to more than 1"):
+    config_checks.check(config, "finetune")
+  config.update(lr_decay_fraction=0.9)
+  config_checks.check(config, "finetune")
 
 
 def test_weight_decay_spares_layer_norm_and_biases():
@@ -130,7 +252,11 @@ def test_lamb_takes_one_trust_ratio_per_layer_in_either_layer_layout():
   "key, value, message",
   [
     ("optimizer", "sgd", r"optimizer='sgd' is not supported; expected one of \('adamw', 'lamb'\)"),
-    ("lr_schedule", "cosine", r"lr_schedule='cosine' is not supported; expected one of \('bert', 'transformers'\)"),
+    (
+      "lr_schedule",
+      "cosine",
+      r"lr_schedule='cosine' is not supported; expected one of \('bert', 'transformers', 'wsd'\)",
+    ),
   ],
 )
 def test_unknown_optimizer_or_schedule_is_named(key, value, message):

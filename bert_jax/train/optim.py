@@ -1,5 +1,6 @@
 """BERT's optimizers: AdamW (the default, as in BERT) or LAMB (You et al. 2019, the 76-minute BERT), both with
-weight decay except on LayerNorm and biases, linear warmup then linear decay, and global-norm clipping."""
+weight decay except on LayerNorm and biases, linear warmup then a linear or warmup-stable-decay schedule, and
+global-norm clipping."""
 
 import dataclasses
 
@@ -66,19 +67,32 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float, m
 #     warmup it resumes at learning_rate * (1 - warmup / total): lr(s) = learning_rate * (total - s) / total.
 #   "transformers": transformers' get_linear_schedule_with_warmup: the decay starts from the peak at the end of warmup,
 #     lr(s) = learning_rate * (total - s) / (total - warmup).
-# Both warm up linearly from 0 (lr(s) = learning_rate * s / warmup_steps) and reach 0 at total_steps.
-LR_SCHEDULES = ("bert", "transformers")
+#   "wsd": warmup-stable-decay (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training
+#     Durations"; ModernBERT, Ettin): the peak holds after warmup, then the rate decays over the schedule's last
+#     decay_steps, in one of WSD_DECAYS, to a floor (`wsd_schedule`).
+# All three warm up linearly from 0 (lr(s) = learning_rate * s / warmup_steps); "bert" and "transformers" reach 0 at
+# total_steps, "wsd" its floor.
+LINEAR_SCHEDULES = ("bert", "transformers")
+LR_SCHEDULES = (*LINEAR_SCHEDULES, "wsd")
+
+# wsd's decay (`config.lr_decay`): the fraction of the peak left above the floor at t, the fraction of the decay
+# done (0 to 1). "1-sqrt" is Hägele et al.'s, which ModernBERT and Ettin decay with.
+WSD_DECAYS = {
+  "linear": lambda t: 1 - t,
+  "cosine": lambda t: 0.5 * (1 + jnp.cos(jnp.pi * t)),
+  "1-sqrt": lambda t: 1 - jnp.sqrt(t),
+}
 
 
 def learning_rate_schedule(
   learning_rate: float, warmup_steps: int, total_steps: int, kind: str = "bert"
 ) -> optax.Schedule:
   """Linear warmup from 0 to `learning_rate`, then linear decay to 0 at `total_steps`, as `kind` says (one of
-  LR_SCHEDULES: from step 0, as the original BERT, or from the peak, as transformers)."""
+  LINEAR_SCHEDULES: from step 0, as the original BERT, or from the peak, as transformers)."""
   if not 0 <= warmup_steps <= total_steps:
     raise ValueError(f"warmup_steps={warmup_steps} must be within [0, num_train_steps={total_steps}].")
-  if kind not in LR_SCHEDULES:
-    raise ValueError(f"lr_schedule={kind!r} is not supported; expected one of {LR_SCHEDULES}.")
+  if kind not in LINEAR_SCHEDULES:
+    raise ValueError(f"lr_schedule={kind!r} is not a linear schedule; expected one of {LINEAR_SCHEDULES}.")
   start = learning_rate * (1 - warmup_steps / max(total_steps, 1)) if kind == "bert" else learning_rate
   decay = optax.linear_schedule(start, 0.0, max(total_steps - warmup_steps, 1))
   if warmup_steps == 0:
@@ -87,9 +101,47 @@ def learning_rate_schedule(
   return optax.join_schedules([warmup, decay], [warmup_steps])
 
 
+def wsd_decay_steps(decay_fraction: float, total_steps: int) -> int:
+  """The steps of wsd's decay: `decay_fraction` (`config.lr_decay_fraction`) of the schedule's, rounded."""
+  return int(round(decay_fraction * total_steps))
+
+
+def wsd_schedule(
+  learning_rate: float, warmup_steps: int, total_steps: int, decay_steps: int, decay: str, floor: float
+) -> optax.Schedule:
+  """Warmup-stable-decay: linear warmup from 0 to `learning_rate` over `warmup_steps`, the peak until
+  `total_steps - decay_steps`, then `decay` (one of WSD_DECAYS) down to `floor * learning_rate` at `total_steps`,
+  where it stays: lr(s) = learning_rate * (floor + (1 - floor) * WSD_DECAYS[decay](t)), t = (s - decay_start) /
+  decay_steps. "1-sqrt" with floor 0 is Hägele et al.'s learning_rate * (1 - sqrt(t)). No decay steps: the peak
+  from the end of warmup on, past `total_steps` too."""
+  if not 0 <= warmup_steps <= total_steps:
+    raise ValueError(f"warmup_steps={warmup_steps} must be within [0, num_train_steps={total_steps}].")
+  if not 0 <= decay_steps <= total_steps - warmup_steps:
+    raise ValueError(
+      f"wsd's decay of {decay_steps} steps must fit in the {total_steps - warmup_steps} steps after warmup_steps="
+      f"{warmup_steps} (num_train_steps={total_steps})."
+    )
+  if decay not in WSD_DECAYS:
+    raise ValueError(f"lr_decay={decay!r} is not supported; expected one of {tuple(WSD_DECAYS)}.")
+  if not 0 <= floor <= 1:
+    raise ValueError(f"lr_decay_floor={floor} must be in [0, 1] (a fraction of the peak learning rate).")
+  decay_start, shape = total_steps - decay_steps, WSD_DECAYS[decay]
+
+  def stable_then_decay(step):
+    if not decay_steps:  # No decay: the peak throughout.
+      return learning_rate * jnp.ones_like(step, jnp.float32)
+    t = jnp.clip((step - decay_start) / decay_steps, 0.0, 1.0)
+    return learning_rate * (floor + (1 - floor) * shape(t))
+
+  if warmup_steps == 0:
+    return stable_then_decay
+  warmup = optax.linear_schedule(0.0, learning_rate, warmup_steps)
+  return optax.join_schedules([warmup, lambda step: stable_then_decay(step + warmup_steps)], [warmup_steps])
+
+
 @dataclasses.dataclass(frozen=True)
 class Steps:
-  """The schedule's step counts: warmup over `warmup_steps`, decay to zero at `end_step`. Pretraining's come from
+  """The schedule's step counts: warmup over `warmup_steps`, the schedule's end at `end_step`. Pretraining's come from
   the config (`Steps.of`); fine-tuning computes its own from epochs and rows (its run plan)."""
 
   warmup_steps: int
@@ -103,10 +155,15 @@ class Steps:
 
 def make_schedule(config, learning_rate=None, steps: Steps | None = None) -> optax.Schedule:
   """The schedule of kind `config.lr_schedule` peaking at `learning_rate` (default: config.learning_rate; may be
-  traced), over `steps` (default: the config's)."""
+  traced), over `steps` (default: the config's). wsd's decay takes `lr_decay_fraction` of the steps, at most those
+  after warmup: the checks keep the fractions within the schedule (config_checks), and this bound only drops a step
+  that rounding adds where fine-tuning's warmup and decay fractions sum to 1."""
   peak = config.learning_rate if learning_rate is None else learning_rate
   steps = steps or Steps.of(config)
-  return learning_rate_schedule(peak, steps.warmup_steps, steps.end_step, config.lr_schedule)
+  if config.lr_schedule != "wsd":
+    return learning_rate_schedule(peak, steps.warmup_steps, steps.end_step, config.lr_schedule)
+  decay_steps = min(wsd_decay_steps(config.lr_decay_fraction, steps.end_step), steps.end_step - steps.warmup_steps)
+  return wsd_schedule(peak, steps.warmup_steps, steps.end_step, decay_steps, config.lr_decay, config.lr_decay_floor)
 
 
 def make_optimizer(config, learning_rate=None, steps: Steps | None = None) -> optax.GradientTransformation:
