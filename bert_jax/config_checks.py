@@ -24,7 +24,7 @@ from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import REMAT_POLICIES, BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
-from bert_jax.train.optim import LR_SCHEDULES, WSD_DECAYS, wsd_decay_steps
+from bert_jax.train.optim import LR_SCHEDULES, OPTIMIZERS, WSD_DECAYS, wsd_decay_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,6 @@ POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 AT_LEAST_ONE = Range(1)
 
-OPTIMIZERS = ("adamw", "lamb")
 DATA_SOURCES = ("pretraining", "synthetic")
 EMBEDDED_CORPORA = ("", "python_docs")  # data.embedded_corpus: none, or the text of Python's own documentation.
 # finetune.task: GLUE's nine, SQuAD, CoNLL-2003 and SWAG (finetune/tasks.py builds them; a test keeps the two equal).
@@ -199,7 +198,7 @@ def check_training(config) -> BertConfig:
   """The keys every training run has; returns the configured encoder."""
   check_ranges(config, TRAINING)
   if config.optimizer not in OPTIMIZERS:
-    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {tuple(OPTIMIZERS)}.")
   if config.lr_schedule not in LR_SCHEDULES:
     raise ValueError(f"lr_schedule={config.lr_schedule!r} is not supported; expected one of {LR_SCHEDULES}.")
   if config.lr_decay not in WSD_DECAYS:

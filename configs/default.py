@@ -199,7 +199,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.lr_decay_floor = 0.0
   # Peak learning rate.
   config.learning_rate = 1e-4
-  # "adamw" (BERT) or "lamb" (You et al. 2019; large batches). Both use adam_* and weight_decay.
+  # "adamw" (BERT), "lamb" (You et al. 2019; large batches) or "stable_adamw" (Wortsman et al. 2023; ModernBERT: AdamW
+  # with each tensor's rate divided by max(1, RMS of g^2 / v)). All use adam_* and weight_decay.
   config.optimizer = "adamw"
   # Adam moments and epsilon, as in BERT.
   config.adam_b1 = 0.9

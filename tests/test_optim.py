@@ -248,10 +248,132 @@ def test_lamb_takes_one_trust_ratio_per_layer_in_either_layer_layout():
   )
 
 
+def _stable_adamw_reference(params, grads_per_step, decayed, per_layer, lr=0.01, b1=0.9, b2=0.99, eps=1e-6, wd=0.1):
+  """StableAdamW by its formula, in float64 numpy: per tensor (per slice of the leading axis where
+  `per_layer[name]`), the rate divided by max(1, sqrt(mean(g^2 / max(v_hat, eps^2)))), applied to Adam's step and
+  the decoupled decay (where `decayed[name]`) alike. The defaults are `_stable_adamw_config`'s. Returns the
+  parameters after the last step and each step's RMS per tensor."""
+  params = {name: np.asarray(p, np.float64) for name, p in params.items()}
+  m = {name: np.zeros_like(p) for name, p in params.items()}
+  v = {name: np.zeros_like(p) for name, p in params.items()}
+  rms_per_step = []
+  for t, grads in enumerate(grads_per_step, start=1):
+    rms_now = {}
+    for name, g in grads.items():
+      g = np.asarray(g, np.float64)
+      m[name] = b1 * m[name] + (1 - b1) * g
+      v[name] = b2 * v[name] + (1 - b2) * g**2
+      m_hat, v_hat = m[name] / (1 - b1**t), v[name] / (1 - b2**t)
+      axes = tuple(range(1, g.ndim)) if per_layer[name] else None
+      rms = np.sqrt(np.mean(g**2 / np.maximum(v_hat, eps**2), axis=axes, keepdims=True))
+      rate = lr / np.maximum(1.0, rms)
+      step = m_hat / (np.sqrt(v_hat) + eps) + (wd * params[name] if decayed[name] else 0.0)
+      params[name] = params[name] - rate * step
+      rms_now[name] = rms
+    rms_per_step.append(rms_now)
+  return params, rms_per_step
+
+
+def _stable_adamw_config():
+  config = default.get_config()
+  config.update(
+    optimizer="stable_adamw",
+    learning_rate=0.01,
+    lr_schedule="wsd",  # No warmup, no decay: a constant rate.
+    lr_decay_fraction=0.0,
+    warmup_steps=0,
+    num_train_steps=10,
+    weight_decay=0.1,
+    max_grad_norm=float("inf"),
+    adam_b2=0.99,
+  )
+  config_checks.check(config, "pretrain")
+  return config
+
+
+def test_stable_adamw_divides_each_tensors_rate_by_its_update_rms():
+  config = _stable_adamw_config()
+  tx = make_optimizer(config)
+  rng = np.random.default_rng(0)
+  shapes = {"kernel": (3, 4), "bias": (4,), "tiny": (5,), "small": (2, 3)}
+  params = {name: jnp.asarray(rng.normal(size=shape), jnp.float32) for name, shape in shapes.items()}
+  base = {name: rng.normal(size=shape) for name, shape in shapes.items()}
+  # At step 3 the gradients grow 10x but the bias's, which stays the same (RMS 1: not clipped). The kernel's RMS
+  # goes above 1 (clipped); so does the small tensor's (3e-6: its v is above eps^2 = 1e-12, a floor of eps would
+  # hide it); the tiny tensor's (1e-8) stays far below 1, as the eps^2 floor of v has it (without the floor, clipped).
+  scale = {"kernel": 1.0, "bias": 1.0, "tiny": 1e-8, "small": 3e-6}
+  growth = [1.0, 1.0, 10.0, 0.5]
+  grads_per_step = [
+    {name: scale[name] * (1.0 if name == "bias" else factor) * base[name] for name in shapes} for factor in growth
+  ]
+  state, new = tx.init(params), params
+  for grads in grads_per_step:
+    updates, state = tx.update(jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), grads), state, new)
+    new = optax.apply_updates(new, updates)
+  mask = weight_decay_mask(params)
+  assert mask == {"kernel": True, "bias": False, "tiny": False, "small": False}
+  expected, rms = _stable_adamw_reference(params, grads_per_step, mask, dict.fromkeys(shapes, False))
+  assert rms[2]["kernel"].item() > 1.3 and rms[2]["small"].item() > 1.3  # Clipped,
+  assert abs(rms[2]["bias"].item() - 1) < 1e-6 and rms[2]["tiny"].item() < 0.5  # and not.
+  for name in shapes:
+    np.testing.assert_allclose(new[name], expected[name], rtol=2e-5, atol=1e-7, err_msg=name)
+  # AdamW takes the same steps where StableAdamW does not clip (the bias), other steps where it does (the kernel).
+  adamw = config.copy_and_resolve_references()
+  adamw.optimizer = "adamw"
+  plain = make_optimizer(adamw)
+  state, other = plain.init(params), params
+  for grads in grads_per_step:
+    updates, state = plain.update(jax.tree.map(lambda g: jnp.asarray(g, jnp.float32), grads), state, other)
+    other = optax.apply_updates(other, updates)
+  np.testing.assert_allclose(other["bias"], expected["bias"], rtol=2e-5, atol=1e-7)
+  assert not np.allclose(other["kernel"], expected["kernel"], rtol=1e-3)
+
+
+def test_stable_adamw_takes_one_rms_per_layer_in_either_layer_layout():
+  tx = make_optimizer(_stable_adamw_config())
+  rng = np.random.default_rng(1)
+  kernels = [rng.normal(size=(3, 4)) for _ in range(3)]
+  growth = (10.0, 1.0, 3.0)  # Layer 0's second gradient is 10x its first (clipped), layer 1's the same (not).
+
+  def tree(leaves):
+    bert = {f"layer_{i}": {"dense": {"kernel": jnp.asarray(leaf, jnp.float32)}} for i, leaf in enumerate(leaves)}
+    return {"bert": bert, "cls": {"kernel": jnp.asarray(leaves[0][:2], jnp.float32)}}
+
+  params = tree([rng.normal(size=(3, 4)) for _ in range(3)])
+  grads_per_step = [tree(kernels), tree([g * k for g, k in zip(growth, kernels, strict=True)])]
+
+  def two_steps(params, grads_per_step):
+    state = tx.init(params)
+    for grads in grads_per_step:
+      updates, state = tx.update(grads, state, params)
+      params = optax.apply_updates(params, updates)
+    return params
+
+  from_unrolled = two_steps(params, grads_per_step)
+  scanned = [param_layout.convert(grads, scanned=True) for grads in grads_per_step]
+  from_scanned = two_steps(param_layout.convert(params, scanned=True), scanned)
+  stacked = from_scanned["bert"]["layers"]["dense"]["kernel"]
+  assert stacked.shape == (3, 3, 4)
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7),
+    param_layout.convert(from_scanned, scanned=False),
+    from_unrolled,
+  )
+  # The stack as the reference has it, one RMS per layer: layer 0 clipped, layer 1 not.
+  stack = {"stack": np.stack([params["bert"][f"layer_{i}"]["dense"]["kernel"] for i in range(3)])}
+  stacked_grads = [
+    {"stack": np.stack(kernels)},
+    {"stack": np.stack([g * k for g, k in zip(growth, kernels, strict=True)])},
+  ]
+  expected, rms = _stable_adamw_reference(stack, stacked_grads, {"stack": True}, {"stack": True})
+  assert rms[1]["stack"][0].item() > 1.3 and abs(rms[1]["stack"][1].item() - 1) < 1e-6
+  np.testing.assert_allclose(stacked, expected["stack"], rtol=2e-5, atol=1e-7)
+
+
 @pytest.mark.parametrize(
   "key, value, message",
   [
-    ("optimizer", "sgd", r"optimizer='sgd' is not supported; expected one of \('adamw', 'lamb'\)"),
+    ("optimizer", "sgd", r"optimizer='sgd' is not supported; expected one of \('adamw', 'lamb', 'stable_adamw'\)"),
     (
       "lr_schedule",
       "cosine",

@@ -1,6 +1,6 @@
-"""BERT's optimizers: AdamW (the default, as in BERT) or LAMB (You et al. 2019, the 76-minute BERT), both with
-weight decay except on LayerNorm and biases, linear warmup then a linear or warmup-stable-decay schedule, and
-global-norm clipping."""
+"""BERT's optimizers: AdamW (the default, as in BERT), LAMB (You et al. 2019, the 76-minute BERT) or StableAdamW
+(Wortsman et al. 2023, ModernBERT's), all with weight decay except on LayerNorm and biases, linear warmup then a
+linear or warmup-stable-decay schedule, and global-norm clipping."""
 
 import dataclasses
 
@@ -28,6 +28,12 @@ def _is_stacked_layers(path) -> bool:
   return any(getattr(key, "key", None) == param_layout.SCANNED_KEY for key in path)
 
 
+def _layer_axes(path, leaf) -> tuple[int, ...] | None:
+  """The axes a per-tensor statistic of `leaf` reduces over: all (None), or, for scanned layers (`bert/layers/...`,
+  stacked on a leading layer axis), all but that axis, so that each layer takes its own as in the unrolled layout."""
+  return tuple(range(1, leaf.ndim)) if _is_stacked_layers(path) else None
+
+
 def scale_by_layerwise_trust_ratio() -> optax.GradientTransformation:
   """`optax.scale_by_trust_ratio` with one ratio per layer: leaves of scanned layers (`bert/layers/...`, stacked
   on a leading layer axis) take their norms per slice of that axis, so both layer layouts get the same update."""
@@ -37,7 +43,7 @@ def scale_by_layerwise_trust_ratio() -> optax.GradientTransformation:
       raise ValueError("The trust ratio needs the params: call update(grads, state, params).")
 
     def scale(path, update, param):
-      axis = tuple(range(1, param.ndim)) if _is_stacked_layers(path) else None
+      axis = _layer_axes(path, param)
       param_norm = optax.safe_norm(param, 0.0, axis=axis, keepdims=True)
       update_norm = optax.safe_norm(update, 0.0, axis=axis, keepdims=True)
       zero = jnp.logical_or(param_norm == 0.0, update_norm == 0.0)
@@ -61,6 +67,51 @@ def lamb(learning_rate, b1: float, b2: float, eps: float, weight_decay: float, m
     optax.scale_by_learning_rate(learning_rate),
   )
 
+
+def clip_by_update_rms(adam_and_decay: optax.GradientTransformation, b2: float, eps: float):
+  """`adam_and_decay`'s updates (an `optax.scale_by_adam` direction plus decoupled weight decay) divided, per
+  tensor, by max(1, RMS_t), RMS_t = sqrt(mean(g_t^2 / max(v_t, eps^2))): g_t the gradient, v_t the bias-corrected
+  second moment that the inner `scale_by_adam` (b2) has just updated with it. Leaves of scanned layers take one
+  RMS per layer (`_layer_axes`), so both layer layouts get the same update."""
+
+  def update_fn(grads, state, params=None):
+    updates, state = adam_and_decay.update(grads, state, params)
+    adam = optax.tree_utils.tree_get(state, "ScaleByAdamState")
+    second_moment = optax.tree_utils.tree_bias_correction(adam.nu, b2, adam.count)
+
+    def clip(path, update, grad, v):
+      ratio = jnp.square(grad) / jnp.maximum(v, eps**2)
+      rms = jnp.sqrt(jnp.mean(ratio, axis=_layer_axes(path, grad), keepdims=True))
+      return update / jnp.maximum(1.0, rms).astype(update.dtype)
+
+    return jax.tree_util.tree_map_with_path(clip, updates, grads, second_moment), state
+
+  return optax.GradientTransformation(adam_and_decay.init, update_fn)
+
+
+def stable_adamw(
+  learning_rate, b1: float, b2: float, eps: float, weight_decay: float, mask
+) -> optax.GradientTransformation:
+  """StableAdamW (Wortsman et al. 2023, "Stable and low-precision training for large-scale vision-language models",
+  Algorithm 2; ModernBERT trains with it): AdamW whose learning rate is divided, per tensor, by max(1, RMS_t)
+  (`clip_by_update_rms`), Adafactor's update clipping. The formula follows optimi's `StableAdamW` (which ModernBERT's
+  training code imports): RMS_t from the bias-corrected second moment floored at eps^2, as in Wortsman's reference
+  code too (eps itself is added to sqrt(v_t) in Adam's denominator, as in optax and optimi); and the decoupled weight
+  decay takes the divided rate as well (Wortsman's reference code decays with the undivided one):
+  params -= lr_t / max(1, RMS_t) * (m_t / (sqrt(v_t) + eps) + weight_decay * params), the decay on the tensors
+  `mask` decays (AdamW's: `weight_decay_mask`). g_t is the gradient the optimizer is given: in `make_optimizer`'s
+  chain, after global-norm clipping (max_grad_norm=inf: none).
+  """
+  return optax.chain(
+    clip_by_update_rms(
+      optax.chain(optax.scale_by_adam(b1=b1, b2=b2, eps=eps), optax.add_decayed_weights(weight_decay, mask)), b2, eps
+    ),
+    optax.scale_by_learning_rate(learning_rate),
+  )
+
+
+# The optimizers, by `config.optimizer`.
+OPTIMIZERS = {"adamw": optax.adamw, "lamb": lamb, "stable_adamw": stable_adamw}
 
 # The decay after warmup (`config.lr_schedule`):
 #   "bert": Google BERT's optimization.py: the rate decays linearly from step 0 and warmup overrides it, so after
@@ -170,7 +221,7 @@ def make_optimizer(config, learning_rate=None, steps: Steps | None = None) -> op
   """From the top-level config (checked by config_checks): `optimizer`, `learning_rate` (unless given), the
   schedule's `steps` (default: the config's), `adam_*`, `weight_decay`, `max_grad_norm` (inf: no clipping, since a
   finite gradient's norm is always below it; 0 is refused, which would zero every update)."""
-  make = optax.adamw if config.optimizer == "adamw" else lamb
+  make = OPTIMIZERS[config.optimizer]
   return optax.chain(
     optax.clip_by_global_norm(config.max_grad_norm),
     make(
