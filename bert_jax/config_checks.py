@@ -109,6 +109,7 @@ TRAINING = (
 
 PRETRAINING = (
   ("data.masked_lm_prob", Range(0, 1, low_open=True, high_open=False)),
+  ("data.eval_masked_lm_prob", Range(0, 1, high_open=False), "0: evaluation masks at data.masked_lm_prob."),
   ("data.mask_token_fraction", Range(0, 1, high_open=False)),
   ("data.random_token_fraction", Range(0, 1, high_open=False)),
   ("data.span_geometric_p", Range(0, 1, low_open=True, high_open=False)),
