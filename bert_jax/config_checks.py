@@ -24,7 +24,7 @@ from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import REMAT_POLICIES, BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
-from bert_jax.train.optim import LR_SCHEDULES
+from bert_jax.train.optim import LR_SCHEDULES, OPTIMIZERS, WSD_DECAYS, wsd_decay_steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +54,6 @@ POSITIVE = Range(0, low_open=True)
 NON_NEGATIVE = Range(0)
 AT_LEAST_ONE = Range(1)
 
-OPTIMIZERS = ("adamw", "lamb")
 DATA_SOURCES = ("pretraining", "synthetic")
 EMBEDDED_CORPORA = ("", "python_docs")  # data.embedded_corpus: none, or the text of Python's own documentation.
 # finetune.task: GLUE's nine, SQuAD, CoNLL-2003 and SWAG (finetune/tasks.py builds them; a test keeps the two equal).
@@ -97,6 +96,8 @@ TRAINING = (
   ("adam_b2", Range(0, 1)),
   ("adam_eps", POSITIVE),
   ("weight_decay", NON_NEGATIVE),
+  ("lr_decay_fraction", Range(0, 1, high_open=False), "(wsd's decay: a fraction of the schedule's steps)"),
+  ("lr_decay_floor", Range(0, 1, high_open=False), "(wsd's final rate: a fraction of learning_rate)"),
   ("max_grad_norm", Range(0, math.inf, low_open=True, high_open=False), "inf disables clipping."),
   ("log_every_steps", AT_LEAST_ONE),
   ("checkpoint_every_steps", AT_LEAST_ONE),
@@ -108,6 +109,7 @@ TRAINING = (
 
 PRETRAINING = (
   ("data.masked_lm_prob", Range(0, 1, low_open=True, high_open=False)),
+  ("data.eval_masked_lm_prob", Range(0, 1, high_open=False), "0: evaluation masks at data.masked_lm_prob."),
   ("data.mask_token_fraction", Range(0, 1, high_open=False)),
   ("data.random_token_fraction", Range(0, 1, high_open=False)),
   ("data.span_geometric_p", Range(0, 1, low_open=True, high_open=False)),
@@ -197,9 +199,11 @@ def check_training(config) -> BertConfig:
   """The keys every training run has; returns the configured encoder."""
   check_ranges(config, TRAINING)
   if config.optimizer not in OPTIMIZERS:
-    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {OPTIMIZERS}.")
+    raise ValueError(f"optimizer={config.optimizer!r} is not supported; expected one of {tuple(OPTIMIZERS)}.")
   if config.lr_schedule not in LR_SCHEDULES:
     raise ValueError(f"lr_schedule={config.lr_schedule!r} is not supported; expected one of {LR_SCHEDULES}.")
+  if config.lr_decay not in WSD_DECAYS:
+    raise ValueError(f"lr_decay={config.lr_decay!r} is not supported; expected one of {tuple(WSD_DECAYS)}.")
   if config.num_microbatches < 1 or config.batch_size % config.num_microbatches:
     raise ValueError(
       f"num_microbatches={config.num_microbatches} must be at least 1 and divide batch_size={config.batch_size}."
@@ -238,6 +242,13 @@ def check_pretraining(config) -> BertConfig:
   end_step = config.schedule_end_step or config.num_train_steps
   if config.warmup_steps > end_step:
     raise ValueError(f"warmup_steps={config.warmup_steps} must be within [0, num_train_steps={end_step}].")
+  decay_steps = wsd_decay_steps(config.lr_decay_fraction, end_step)
+  if config.lr_schedule == "wsd" and config.warmup_steps + decay_steps > end_step:
+    raise ValueError(
+      f"lr_decay_fraction={config.lr_decay_fraction} is {decay_steps} of the schedule's {end_step} steps, more than "
+      f"the {end_step - config.warmup_steps} after warmup_steps={config.warmup_steps}: expected at most "
+      f"{(end_step - config.warmup_steps) / end_step:g} (wsd's decay follows warmup)."
+    )
   if config.data.embedded_corpus not in EMBEDDED_CORPORA:
     raise ValueError(f"data.embedded_corpus={config.data.embedded_corpus!r}; expected one of {EMBEDDED_CORPORA}.")
   if config.data.source not in DATA_SOURCES:
@@ -319,6 +330,11 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
   sweep's members."""
   model = check_training(config)
   check_ranges(config, FINETUNING)
+  if config.lr_schedule == "wsd" and config.finetune.warmup_fraction + config.lr_decay_fraction > 1:
+    raise ValueError(
+      f"lr_decay_fraction={config.lr_decay_fraction} and finetune.warmup_fraction={config.finetune.warmup_fraction} "
+      "sum to more than 1: expected wsd's warmup and decay to fit in the steps (their sum at most 1)."
+    )
   name = config.finetune.task.lower()
   if name not in TASKS and name.replace("-", "") not in TASKS:
     raise ValueError(f"finetune.task={config.finetune.task!r}; expected one of {TASKS}.")

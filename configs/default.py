@@ -129,6 +129,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Fraction of tokens selected for masked-LM prediction; at most max_predictions_per_seq of a sequence (the run's
   # header gives the rate a full-length sequence gets, with a warning when the cap binds).
   config.data.masked_lm_prob = 0.15
+  # Evaluation masks the held-out rows at this rate (ModernBERT trains at 0.3 and evaluates at 0.15), the rows the
+  # same whatever masked_lm_prob; 0: at masked_lm_prob.
+  config.data.eval_masked_lm_prob = 0.0
   # Probability of a shorter target length for a document's instances (BERT: 0.1).
   config.data.short_seq_prob = 0.1
   # Of the selected tokens, this fraction becomes [MASK] (BERT: 0.8; ELECTRA: 0.85) ...
@@ -192,18 +195,30 @@ def get_config() -> ml_collections.ConfigDict:
   config.num_microbatches = 1
   # Training stops at this step (the optimizer's step count, which continues across phases).
   config.num_train_steps = 1_000_000
-  # Linear warmup steps, then linear decay to zero at schedule_end_step.
+  # Linear warmup steps, then the decay (lr_schedule) to its end at schedule_end_step.
   config.warmup_steps = 10_000
-  # Where the linear decay reaches zero; 0: num_train_steps. Two-phase pretraining sets it to the end of phase 2
-  # in both phases, so phase 1 stops part-way down the schedule and phase 2 continues it.
+  # Where the schedule ends (the linear decays reach zero, wsd its floor); 0: num_train_steps. Two-phase pretraining
+  # sets it to the end of phase 2 in both phases, so phase 1 stops part-way down the schedule and phase 2 continues it.
   config.schedule_end_step = 0
   # The decay after warmup: "bert" (Google BERT's optimization.py: decays from step 0 and warmup overrides it, so
-  # the rate resumes at learning_rate * (1 - warmup / total) after warmup) or "transformers" (its
-  # get_linear_schedule_with_warmup: decays from the peak). Both warm up linearly and reach 0 at the schedule's end.
+  # the rate resumes at learning_rate * (1 - warmup / total) after warmup), "transformers" (its
+  # get_linear_schedule_with_warmup: decays from the peak), both linear to 0 at the schedule's end, or "wsd"
+  # (warmup-stable-decay, Hägele et al. 2024; ModernBERT): the peak until the last lr_decay_fraction of the schedule,
+  # then lr_decay down to lr_decay_floor. All warm up linearly from 0.
   config.lr_schedule = "bert"
+  # wsd's decay: "1-sqrt" (lr x (1 - sqrt(t)), t the fraction of the decay done; Hägele et al., ModernBERT),
+  # "cosine" (lr x (1 + cos(pi t)) / 2) or "linear" (lr x (1 - t)). Read only by lr_schedule="wsd", as are the next two.
+  config.lr_decay = "1-sqrt"
+  # The fraction of the schedule's steps (from 0 to its end) that wsd's decay takes, the last ones; warmup and decay
+  # must fit: warmup_steps + this x the schedule's steps at most its steps (fine-tuning: finetune.warmup_fraction +
+  # this at most 1). 0: no decay (the peak to the end: a stable phase, to decay later from one of its checkpoints).
+  config.lr_decay_fraction = 0.2
+  # wsd's rate at the schedule's end, as a fraction of learning_rate (0: decays to zero).
+  config.lr_decay_floor = 0.0
   # Peak learning rate.
   config.learning_rate = 1e-4
-  # "adamw" (BERT) or "lamb" (You et al. 2019; large batches). Both use adam_* and weight_decay.
+  # "adamw" (BERT), "lamb" (You et al. 2019; large batches) or "stable_adamw" (Wortsman et al. 2023; ModernBERT: AdamW
+  # with each tensor's rate divided by max(1, RMS of g^2 / v)). All use adam_* and weight_decay.
   config.optimizer = "adamw"
   # Adam moments and epsilon, as in BERT.
   config.adam_b1 = 0.9

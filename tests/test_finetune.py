@@ -237,6 +237,14 @@ def logged_by_start_order(patch) -> list[str]:
   return lines
 
 
+def test_wsds_keys_define_the_run_and_older_checkpoints_ran_with_their_defaults():
+  """A resume refuses another wsd decay; a checkpoint written before the keys existed read none of them (its
+  schedule was a linear one), so it resumes with the defaults."""
+  for key in ("lr_decay", "lr_decay_fraction", "lr_decay_floor"):
+    assert key in job.RUN_KEYS
+    assert job.RUN_KEYS_ABSENT[key] == default.get_config()[key]
+
+
 def test_a_resume_knows_its_data_and_init_from_by_content_not_by_path(tmp_path, monkeypatch):
   """A fine-tuning checkpoint records what its task read, file by file, and init_from, by content. train.tsv
   replaced in place (its first 16 rows kept) is refused naming the file before anything is written; the same files

@@ -695,3 +695,45 @@ def test_evaluation_reads_only_the_held_out_documents_and_training_never_sees_th
   training = marks_seen(data.source(0), 80)  # About 3 epochs of the training documents.
   assert len(evaluation) == manifest["eval_documents"]
   assert len(training) == manifest["documents"] and not training & evaluation
+
+
+def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(corpus, tmp_path):
+  """data.eval_masked_lm_prob: evaluation masks at its rate whatever the training rate (ModernBERT trains at 30% and
+  evaluates at 15%), over the same held-out rows; 0 evaluates at the training rate, as before the key existed."""
+  import os
+
+  from bert_jax.data.corpus import Corpus
+  from bert_jax.model.bert_config import BertConfig
+  from configs import tiny
+
+  prepared, manifest, tokenizer = corpus
+  assert manifest["eval_documents"] >= 2  # Evaluation reads the held-out split, not a sample of the training one.
+
+  def evaluation(masked_lm_prob, eval_masked_lm_prob):
+    config = tiny.get_config()
+    config.tokenizer.update(kind="wordpiece", path=os.path.join(os.path.dirname(prepared), "vocab.txt"))
+    config.data.update(embedded_corpus="", prepared_dir=prepared, max_seq_length=SEQ, max_predictions_per_seq=40)
+    config.data.update(shuffle_buffer=100, num_readers=1, masked_lm_prob=masked_lm_prob)
+    config.data.update(eval_masked_lm_prob=eval_masked_lm_prob)
+    config.update(batch_size=16)
+    model = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SEQ)
+    return _batches(Corpus(config, str(tmp_path), model, tokenizer).source(0, evaluation=True), 3)
+
+  def unmasked(batches):  # The rows' tokens before masking.
+    rows = []
+    for batch in batches:
+      tokens, weighted = batch["input_ids"].copy(), batch["masked_lm_weights"] > 0
+      row = np.arange(len(tokens))[:, None].repeat(weighted.shape[1], 1)
+      tokens[row[weighted], batch["masked_lm_positions"][weighted]] = batch["masked_lm_ids"][weighted]
+      rows.append(tokens)
+    return np.concatenate(rows)
+
+  def masked_share(batches):
+    return sum(b["masked_lm_weights"].sum() for b in batches) / sum(b["input_mask"].sum() for b in batches)
+
+  at_15 = evaluation(0.15, 0.15)
+  _assert_same(evaluation(0.3, 0.15), at_15)  # Training at 30%, evaluating at 15%: the same batches,
+  _assert_same(evaluation(0.15, 0.0), at_15)  # as evaluating at the training rate of 15% (0: today's).
+  at_30 = evaluation(0.3, 0.0)  # At the training rate of 30%: the same rows, twice the masks.
+  np.testing.assert_array_equal(unmasked(at_30), unmasked(at_15))
+  assert masked_share(at_15) == pytest.approx(0.15, abs=0.01) and masked_share(at_30) == pytest.approx(0.3, abs=0.01)

@@ -36,7 +36,7 @@ from bert_jax.finetune import glue, job, plan, rows
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.handoff import export, formats, pretrained
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
-from bert_jax.train.optim import LR_SCHEDULES
+from bert_jax.train.optim import LINEAR_SCHEDULES
 from configs import glue as glue_config
 
 _GLUE_DIR = flags.DEFINE_string("glue_dir", None, "Directory holding the GLUE task directories (SST-2, MRPC, ...).")
@@ -171,10 +171,10 @@ def _check_flags() -> list[tuple[str, str]]:
     raise app.UsageError(f"Unknown tasks {unknown}; expected GLUE tasks {sorted(glue.TASKS)}.")
   for contestant in _CONTESTANTS.value:
     who, _, schedule = contestant.partition(":")
-    if who not in ("bert_jax", "reference") or schedule not in LR_SCHEDULES:
+    if who not in ("bert_jax", "reference") or schedule not in LINEAR_SCHEDULES:
       raise app.UsageError(
         f"--contestants: {contestant!r}; expected bert_jax:<schedule> or reference:<schedule>, schedule one of "
-        f"{LR_SCHEDULES}."
+        f"{LINEAR_SCHEDULES}."
       )
   if "random" in _INITS.value and any(c.startswith("reference:") for c in _CONTESTANTS.value):
     logging.warning("The reference starts from --init_from's weights only: no random-initialisation reference runs.")

@@ -5,7 +5,7 @@ rows, as a plain PyTorch script trains it. What bert_jax's fine-tuning job is co
 The loop: the task model loaded from a Hugging Face BERT directory (float32, eager attention), its loss as
 `transformers` computes it (`outputs.loss`), `torch.optim.AdamW` with weight decay on Linear and Embedding weights
 only (bert_jax's `optim.weight_decay_mask`: kernels and embedding tables), `torch.nn.utils.clip_grad_norm_`, and a
-`LambdaLR` of the schedule's kind (`optim.LR_SCHEDULES`): "transformers" is `get_linear_schedule_with_warmup`
+`LambdaLR` of the schedule's kind (`optim.LINEAR_SCHEDULES`): "transformers" is `get_linear_schedule_with_warmup`
 itself, "bert" Google BERT's optimization.py. The rows of each step are given (`rows.training_rows`), so
 both sides read the same batches; dropout is off (eval mode) or drawn from `torch.manual_seed(seed)`.
 
@@ -20,12 +20,12 @@ import torch
 import transformers
 
 from bert_jax.model.heads import HF_ARCHITECTURES
-from bert_jax.train.optim import LR_SCHEDULES, Steps
+from bert_jax.train.optim import LINEAR_SCHEDULES, Steps
 
 
 @dataclasses.dataclass(frozen=True)
 class Hyperparameters:
-  """The optimizer and schedule of a fine-tuning run (`schedule`: one of LR_SCHEDULES)."""
+  """The optimizer and schedule of a fine-tuning run (`schedule`: one of LINEAR_SCHEDULES)."""
 
   learning_rate: float
   warmup_steps: int
@@ -96,7 +96,7 @@ def _lr_scheduler(optimizer, hp: Hyperparameters) -> torch.optim.lr_scheduler.La
   if hp.schedule == "transformers":
     return transformers.get_linear_schedule_with_warmup(optimizer, hp.warmup_steps, hp.total_steps)
   if hp.schedule != "bert":
-    raise ValueError(f"schedule={hp.schedule!r}; expected one of {LR_SCHEDULES}.")
+    raise ValueError(f"schedule={hp.schedule!r}; expected one of {LINEAR_SCHEDULES}.")
   warmup, total = hp.warmup_steps, hp.total_steps
 
   def bert(step: int) -> float:  # optimization.py: decay from step 0, overridden during warmup.

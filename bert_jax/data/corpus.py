@@ -3,6 +3,7 @@ the batch sources made from them for training and evaluation: the tf.data pipeli
 (`sources.pipeline_source`), or the synthetic source."""
 
 import jax
+import ml_collections
 from absl import logging
 from jax.experimental import multihost_utils
 
@@ -11,6 +12,14 @@ from bert_jax.data.manifest import check_documents, check_shards, paths_for_run,
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 from bert_jax.model.bert_config import BertConfig
+
+
+def evaluation_data(data):
+  """`data` (`config.data`) as the evaluation stream reads it: masked at `eval_masked_lm_prob` (0: at
+  `masked_lm_prob`). Nothing else differs, so the held-out rows are the same whatever the training rate."""
+  if not data.eval_masked_lm_prob:
+    return data
+  return ml_collections.ConfigDict(dict(data.to_dict(), masked_lm_prob=data.eval_masked_lm_prob))
 
 
 class Corpus:
@@ -100,7 +109,7 @@ class Corpus:
       )
     corpus = self._eval if evaluation else self._train
     return sources.pipeline_source(
-      config.data,
+      evaluation_data(config.data) if evaluation else config.data,
       corpus["prepared_dir"],
       corpus["manifest"],
       self.tokenizer,

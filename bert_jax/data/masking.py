@@ -38,9 +38,10 @@ class Masking:
     return cls(scheme=masking_scheme(data), **keys)
 
 
-def describe(masking: Masking, max_seq_length: int) -> tuple[str, str]:
+def describe(masking: Masking, max_seq_length: int, key: str = "data.masked_lm_prob") -> tuple[str, str]:
   """The run header's line (the rate a full-length sequence gets, the units, the replacements) and a warning ('' if
-  none) when `max_predictions_per_seq` caps what `masked_lm_prob` asks of a full-length sequence."""
+  none) when `max_predictions_per_seq` caps what `masked_lm_prob` asks of a full-length sequence; `key`: the config
+  key the rate came from."""
   asked = max(1, round(max_seq_length * masking.masked_lm_prob))  # As `mask_tokens` rounds.
   gets = min(asked, masking.max_predictions_per_seq)
   units = SCHEMES[masking.scheme].units(masking)
@@ -53,12 +54,12 @@ def describe(masking: Masking, max_seq_length: int) -> tuple[str, str]:
   if gets == asked:
     return f"{_percent(masking.masked_lm_prob)} of tokens ({full}), {units}; {replaced}", ""
   warning = (
-    f"data.masked_lm_prob={masking.masked_lm_prob:g} asks for {asked} masked tokens in a full {max_seq_length}-token "
+    f"{key}={masking.masked_lm_prob:g} asks for {asked} masked tokens in a full {max_seq_length}-token "
     f"sequence, but data.max_predictions_per_seq={masking.max_predictions_per_seq} allows {gets}: such a sequence "
     f"gets {_percent(gets / max_seq_length)} masked. Set data.max_predictions_per_seq={asked} to mask "
     f"{_percent(masking.masked_lm_prob)}."
   )
-  capped = f"data.max_predictions_per_seq caps data.masked_lm_prob={masking.masked_lm_prob:g}"
+  capped = f"data.max_predictions_per_seq caps {key}={masking.masked_lm_prob:g}"
   return f"{full}, {_percent(gets / max_seq_length)} ({capped}), {units}; {replaced}", warning
 
 

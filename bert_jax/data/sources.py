@@ -185,8 +185,10 @@ _ADDED_LATER = {
 }
 
 # Keys that do not define the stream: where files are, checks, and preparation's own settings (the manifest, which is
-# in the fingerprint, says what preparation made).
+# in the fingerprint, says what preparation made); the evaluation stream's rate (which it reads as its masked_lm_prob,
+# `corpus.evaluation_data`).
 _NOT_THE_STREAM = (
+  "eval_masked_lm_prob",
   "prepared_dir",
   "eval_prepared_dir",
   "prepare_unit_bytes",

@@ -58,6 +58,9 @@ RUN_KEYS = (
   "learning_rate",
   "optimizer",
   "lr_schedule",
+  "lr_decay",
+  "lr_decay_fraction",
+  "lr_decay_floor",
   "finetune.task",
   "finetune.data_dir",
   "finetune.tfds_name",
@@ -72,9 +75,17 @@ RUN_KEYS = (
   "distill.temperature",
   "distill.alpha_hard",
 )
-# What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was; no
-# teacher).
-RUN_KEYS_ABSENT = {"lr_schedule": "bert", "distill.teacher": "", "distill.temperature": 2.0, "distill.alpha_hard": 0.5}
+# What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was; wsd's
+# keys: their defaults, which no schedule then read; no teacher).
+RUN_KEYS_ABSENT = {
+  "lr_schedule": "bert",
+  "lr_decay": "1-sqrt",
+  "lr_decay_fraction": 0.2,
+  "lr_decay_floor": 0.0,
+  "distill.teacher": "",
+  "distill.temperature": 2.0,
+  "distill.alpha_hard": 0.5,
+}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from absl import logging
 
 from bert_jax import config_checks, progress, sharding
 from bert_jax.data import masking
-from bert_jax.data.corpus import Corpus
+from bert_jax.data.corpus import Corpus, evaluation_data
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.train import loop, pretraining_start, run, start_order
@@ -104,6 +104,12 @@ class PretrainingJob(loop.Job):
       if warning:
         logging.warning("%s", warning)
       rows.append(("masking", line))
+      if config.data.eval_masked_lm_prob:
+        held_out = masking.Masking.of(evaluation_data(config.data))
+        line, warning = masking.describe(held_out, config.data.max_seq_length, "data.eval_masked_lm_prob")
+        if warning:
+          logging.warning("%s", warning)
+        rows.append(("eval masking", line))
     rows.append(("workdir", self.workdir))
     if self.data.unigram:
       unigram = self.data.unigram
