@@ -83,7 +83,7 @@ def pretraining_loss(
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
   outputs = model.apply({"params": params}, **model_inputs(batch), deterministic=deterministic, rngs=rngs)
-  mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]  # float32
+  mlm_logits, nsp_logits = outputs["mlm_logits"], outputs.get("nsp_logits")  # float32; None: no sentence head
 
   mlm_normalizer, sentence_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
   metrics = dict(masked_lm_sums(mlm_logits, batch), **row_sums(batch))
