@@ -1,13 +1,16 @@
 """ModernBERT (model_type "modernbert") against transformers' `ModernBertForMaskedLM` built from a config with random
 weights: the sequence output, the MLM logits and every parameter's gradient, on padded rows longer than the local
-window, in both layer layouts and under remat; and packed rows, whose instances compute what they compute alone."""
+window, in both layer layouts and under remat; packed rows, whose instances compute what they compute alone; and
+the Hugging Face config.json both ways."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.handoff import hf_format
+from bert_jax.handoff import hf_configs, hf_format
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
@@ -164,3 +167,72 @@ def test_a_packed_row_computes_what_its_instances_compute_alone(reference):
   )
   np.testing.assert_allclose(packed[:14], run(first, np.ones(14), np.arange(14)), atol=2e-5, rtol=1e-5)
   np.testing.assert_allclose(packed[14:], run(second, np.ones(10), np.arange(10)), atol=2e-5, rtol=1e-5)
+
+
+# In and out of the Hugging Face format: config.json both ways.
+
+
+def test_the_defaults_bert_jax_reads_are_transformers_modernbert_config_s():
+  assert hf_configs.MODERNBERT_DEFAULTS == {
+    name: value
+    for name, value in transformers.ModernBertConfig().to_dict().items()
+    if name in hf_configs.MODERNBERT_DEFAULTS
+  }
+
+
+def test_a_modernbert_config_json_reads_as_bert_jax_s_fields_and_writes_back_the_same():
+  hf_config = _hf_config(
+    initializer_range=0.05, norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True
+  )
+  fields = hf_config.to_dict()
+  ours = hf_configs.config_from_hf(fields, "config.json")
+  assert ours == _ours(hf_config, initializer_range=0.05)
+  assert ours.norm_bias and ours.linear_bias and ours.local_rope_theta == 20.0
+  written = hf_configs.hf_config(ours)
+  assert written["architectures"] == ["ModernBertForMaskedLM"]
+  assert {name: fields[name] for name in written if name != "architectures" and not name.endswith("_token_id")} == {
+    name: value for name, value in written.items() if name != "architectures" and not name.endswith("_token_id")
+  }
+  assert hf_configs.config_from_hf(written, "written") == ours
+  # Left out, a field is transformers' default; local_rope_theta null is the global base (bert_jax's 0).
+  assert hf_configs.config_from_hf({"model_type": "modernbert"}, "config.json").num_layers == 22
+  assert hf_configs.config_from_hf(dict(fields, local_rope_theta=None), "config.json").local_rope_theta == 0.0
+  # bert_jax's local_attention 0 (every layer global) as transformers says it: no local layer.
+  every_global = hf_configs.hf_config(dataclasses.replace(ours, local_attention=0))
+  assert every_global["global_attn_every_n_layers"] == 1
+  assert all(
+    layer.attn.local_attention == (-1, -1)
+    for layer in transformers.ModernBertModel(transformers.ModernBertConfig(**every_global)).layers
+  )
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (dict(mlp_bias=True), "attention_bias=False and mlp_bias=True; bert_jax holds both as one, model.linear_bias"),
+    (dict(classifier_bias=True), "attention_bias=False and classifier_bias=True"),
+    (dict(classifier_activation="silu"), "hidden_activation='gelu' and classifier_activation='silu'"),
+    (dict(embedding_dropout=0.1), "embedding_dropout=0.1 and mlp_dropout=0.0; .*model.hidden_dropout_prob"),
+    (dict(decoder_bias=False), "decoder_bias=False; bert_jax's masked LM decodes"),
+    (dict(tie_word_embeddings=False), "tie_word_embeddings=False"),
+    (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling=.*'linear'.*unscaled"),
+    (dict(hidden_activation="relu", classifier_activation="relu"), "hidden_activation='relu'; bert_jax has"),
+    (dict(local_attention=0), "local_attention=0 with global_attn_every_n_layers=3"),
+    (dict(architectures=["ModernBertForSequenceClassification"]), "architectures=\\['ModernBertForSequenceClass"),
+    (dict(num_attention_heads=5), "config.json: model.hidden_size=32 is not divisible by model.num_heads=5"),
+  ],
+)
+def test_what_bert_jax_cannot_hold_is_refused_on_import_naming_the_field(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    hf_configs.config_from_hf(dict(_hf_config().to_dict(), **overrides), "config.json")
+
+
+def test_what_transformers_cannot_hold_is_refused_on_export_naming_the_field(small_model_config):
+  ours = _ours(_hf_config())
+  for field, value, needs in (("norm", "rms_norm", "'layer_norm'"), ("layer_sharing", "all", "'none'")):
+    with pytest.raises(ValueError, match=f"model.{field}={value!r}: transformers' ModernBERT has no such .*{needs}"):
+      hf_configs.hf_config(dataclasses.replace(ours, **{field: value}))
+  # The BERT families' files have no rotary positions, RMSNorm or bias switches.
+  for field, value in (("rope_theta", 10000.0), ("norm", "rms_norm"), ("linear_bias", False)):
+    with pytest.raises(ValueError, match=f"model.{field}={value!r}: transformers' BERT has no such setting"):
+      hf_configs.hf_config(dataclasses.replace(small_model_config, **{field: value}))
