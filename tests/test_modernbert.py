@@ -12,7 +12,7 @@ import pytest
 
 from bert_jax.handoff import hf_configs, hf_format
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import BertConfig, from_bert_json, to_bert_json
 from bert_jax.model.encoder import BertForPretraining
 
 torch = pytest.importorskip("torch")
@@ -236,3 +236,13 @@ def test_what_transformers_cannot_hold_is_refused_on_export_naming_the_field(sma
   for field, value in (("rope_theta", 10000.0), ("norm", "rms_norm"), ("linear_bias", False)):
     with pytest.raises(ValueError, match=f"model.{field}={value!r}: transformers' BERT has no such setting"):
       hf_configs.hf_config(dataclasses.replace(small_model_config, **{field: value}))
+
+
+def test_a_bundle_s_bert_config_json_keeps_every_modernbert_field():
+  ours = _ours(_hf_config(attention_bias=True), norm="rms_norm")
+  written = to_bert_json(ours)
+  assert {"rope_theta", "local_rope_theta", "local_attention", "global_attention_every", "norm", "norm_bias"} <= set(
+    written
+  )
+  assert from_bert_json(written, "bert_config.json") == ours
+  assert "rope_theta" not in to_bert_json(BertConfig())  # A BERT's is the original format.
