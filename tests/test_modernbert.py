@@ -5,17 +5,21 @@ the Hugging Face files both ways (config.json, weights, a byte-level BPE tokeniz
 
 import dataclasses
 import json
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax import config_checks
+from bert_jax.finetune import job
 from bert_jax.handoff import export, hf_configs, hf_format, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import BertConfig, from_bert_json, to_bert_json
 from bert_jax.model.encoder import BertForPretraining
-from tests.test_roberta import check_hf_round_trip
+from configs import glue
+from tests.test_roberta import check_hf_round_trip, write_hf_directory
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -171,8 +175,8 @@ def test_a_packed_row_computes_what_its_instances_compute_alone(reference):
   np.testing.assert_allclose(packed[14:], run(second, np.ones(10), np.arange(10)), atol=2e-5, rtol=1e-5)
 
 
-# In and out of the Hugging Face format: config.json both ways, a ModernBERT directory (weights and its byte-level
-# BPE tokenizer.json) through pretrained.load and the export.
+# In and out of the Hugging Face format: config.json both ways, a ModernBERT directory (weights and its byte-level BPE
+# tokenizer.json) through pretrained.load and the export, and fine-tuning refused.
 
 
 def test_the_defaults_bert_jax_reads_are_transformers_modernbert_config_s():
@@ -348,3 +352,22 @@ def test_modernbert_files_load_and_export_as_transformers_reads_them(bpe_files, 
   bundle = pretrained.load(export.export(str(exported), str(tmp_path / "bundle")))
   assert bundle.config == ours.config and bundle.tokenizer.identity()["sha256"] == tokenizer.identity()["sha256"]
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(bundle.params), jax.device_get(ours.params))
+
+
+def test_fine_tuning_refuses_a_modernbert_before_reading_its_weights(bpe_files, tmp_path, monkeypatch):
+  files, _ = bpe_files
+  source = tmp_path / "modernbert"
+  write_hf_directory(_masked_lm(bpe_files), source, 0, files)
+  monkeypatch.setattr(pretrained, "read_weights", lambda *args, **kwargs: pytest.fail("read the weights"))
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16)
+  config.init_from = str(source)
+  refusal = r"model.model_type='modernbert' has no pooler, and bert_jax's fine-tuning heads are BERT's"
+  with pytest.raises(ValueError, match=f"init_from={re.escape(str(source))}: {refusal}"):
+    job.finetune(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
+  # A baseline of a ModernBERT config, before anything is read.
+  config.init_from = ""
+  config.model.update(model_type="modernbert", rope_theta=160000.0)
+  with pytest.raises(ValueError, match=f"^{refusal}"):
+    config_checks.check(config, "finetune")
