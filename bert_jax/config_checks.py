@@ -325,6 +325,18 @@ def check_objective(config, model: BertConfig) -> None:
     )
 
 
+def check_fine_tunable(model: BertConfig, where: str = "") -> None:
+  """Raises ValueError naming model.model_type (after `where`, the source it came from) for an encoder the
+  fine-tuning heads have no input from: they are BERT's (model/heads.py), on its pooler's [CLS] output, which a
+  family without BERT's pooler (`Architecture.pooler` "none": ModernBERT) does not have."""
+  if model.architecture.pooler == "none":
+    raise ValueError(
+      f"{where}model.model_type={model.model_type!r} has no pooler, and bert_jax's fine-tuning heads are BERT's, on "
+      "the pooled [CLS] output (transformers' ModernBERT task models pool [CLS] or the tokens' mean into a head of "
+      "their own: dense, activation, norm). Fine-tuning it is not supported yet; pretrain it or export it."
+    )
+
+
 def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
   """Fine-tuning's keys; returns the configured encoder (a baseline's: `init_from` brings its own sizes) and the
   sweep's members."""
@@ -347,8 +359,10 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
     )
   if config.distill.teacher:
     check_ranges(config, DISTILLATION)
-  if not config.init_from and config.finetune.max_seq_length > model.max_sequence_length:
-    raise ValueError(f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds {model.max_sequence_text}.")
+  if not config.init_from:  # A baseline fine-tunes config.model; init_from's encoder is checked where it is described.
+    check_fine_tunable(model)
+    if config.finetune.max_seq_length > model.max_sequence_length:
+      raise ValueError(f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds {model.max_sequence_text}.")
   return model, sweep_members(config)
 
 

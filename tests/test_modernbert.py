@@ -1,16 +1,25 @@
 """ModernBERT (model_type "modernbert") against transformers' `ModernBertForMaskedLM` built from a config with random
 weights: the sequence output, the MLM logits and every parameter's gradient, on padded rows longer than the local
-window, in both layer layouts and under remat; and packed rows, whose instances compute what they compute alone."""
+window, in both layer layouts and under remat; packed rows, whose instances compute what they compute alone; and
+the Hugging Face files both ways (config.json, weights, a byte-level BPE tokenizer.json trained on a few lines)."""
+
+import dataclasses
+import json
+import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.handoff import hf_format
+from bert_jax import config_checks
+from bert_jax.finetune import job
+from bert_jax.handoff import export, hf_configs, hf_format, pretrained
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import BertConfig, from_bert_json, to_bert_json
 from bert_jax.model.encoder import BertForPretraining
+from configs import glue
+from tests.test_roberta import check_hf_round_trip, write_hf_directory
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -164,3 +173,201 @@ def test_a_packed_row_computes_what_its_instances_compute_alone(reference):
   )
   np.testing.assert_allclose(packed[:14], run(first, np.ones(14), np.arange(14)), atol=2e-5, rtol=1e-5)
   np.testing.assert_allclose(packed[14:], run(second, np.ones(10), np.arange(10)), atol=2e-5, rtol=1e-5)
+
+
+# In and out of the Hugging Face format: config.json both ways, a ModernBERT directory (weights and its byte-level BPE
+# tokenizer.json) through pretrained.load and the export, and fine-tuning refused.
+
+
+def test_the_defaults_bert_jax_reads_are_transformers_modernbert_config_s():
+  assert hf_configs.MODERNBERT_DEFAULTS == {
+    name: value
+    for name, value in transformers.ModernBertConfig().to_dict().items()
+    if name in hf_configs.MODERNBERT_DEFAULTS
+  }
+
+
+def test_a_modernbert_config_json_reads_as_bert_jax_s_fields_and_writes_back_the_same():
+  hf_config = _hf_config(
+    initializer_range=0.05, norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True
+  )
+  fields = hf_config.to_dict()
+  ours = hf_configs.config_from_hf(fields, "config.json")
+  assert ours == _ours(hf_config, initializer_range=0.05)
+  assert ours.norm_bias and ours.linear_bias and ours.local_rope_theta == 20.0
+  written = hf_configs.hf_config(ours)
+  assert written["architectures"] == ["ModernBertForMaskedLM"]
+  assert {name: fields[name] for name in written if name != "architectures" and not name.endswith("_token_id")} == {
+    name: value for name, value in written.items() if name != "architectures" and not name.endswith("_token_id")
+  }
+  assert hf_configs.config_from_hf(written, "written") == ours
+  # Left out, a field is transformers' default; local_rope_theta null is the global base (bert_jax's 0).
+  assert hf_configs.config_from_hf({"model_type": "modernbert"}, "config.json").num_layers == 22
+  assert hf_configs.config_from_hf(dict(fields, local_rope_theta=None), "config.json").local_rope_theta == 0.0
+  # bert_jax's local_attention 0 (every layer global) as transformers says it: no local layer.
+  every_global = hf_configs.hf_config(dataclasses.replace(ours, local_attention=0))
+  assert every_global["global_attn_every_n_layers"] == 1
+  assert all(
+    layer.attn.local_attention == (-1, -1)
+    for layer in transformers.ModernBertModel(transformers.ModernBertConfig(**every_global)).layers
+  )
+
+
+@pytest.mark.parametrize(
+  "overrides, message",
+  [
+    (dict(mlp_bias=True), "attention_bias=False and mlp_bias=True; bert_jax holds both as one, model.linear_bias"),
+    (dict(classifier_bias=True), "attention_bias=False and classifier_bias=True"),
+    (dict(classifier_activation="silu"), "hidden_activation='gelu' and classifier_activation='silu'"),
+    (dict(embedding_dropout=0.1), "embedding_dropout=0.1 and mlp_dropout=0.0; .*model.hidden_dropout_prob"),
+    (dict(decoder_bias=False), "decoder_bias=False; bert_jax's masked LM decodes"),
+    (dict(tie_word_embeddings=False), "tie_word_embeddings=False"),
+    (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling=.*'linear'.*unscaled"),
+    (dict(hidden_activation="relu", classifier_activation="relu"), "hidden_activation='relu'; bert_jax has"),
+    (dict(local_attention=0), "local_attention=0 with global_attn_every_n_layers=3"),
+    (dict(architectures=["ModernBertForSequenceClassification"]), "architectures=\\['ModernBertForSequenceClass"),
+    (dict(num_attention_heads=5), "config.json: model.hidden_size=32 is not divisible by model.num_heads=5"),
+  ],
+)
+def test_what_bert_jax_cannot_hold_is_refused_on_import_naming_the_field(overrides, message):
+  with pytest.raises(ValueError, match=message):
+    hf_configs.config_from_hf(dict(_hf_config().to_dict(), **overrides), "config.json")
+
+
+def test_what_transformers_cannot_hold_is_refused_on_export_naming_the_field(small_model_config):
+  ours = _ours(_hf_config())
+  for field, value, needs in (("norm", "rms_norm", "'layer_norm'"), ("layer_sharing", "all", "'none'")):
+    with pytest.raises(ValueError, match=f"model.{field}={value!r}: transformers' ModernBERT has no such .*{needs}"):
+      hf_configs.hf_config(dataclasses.replace(ours, **{field: value}))
+  # The BERT families' files have no rotary positions, RMSNorm or bias switches.
+  for field, value in (("rope_theta", 10000.0), ("norm", "rms_norm"), ("linear_bias", False)):
+    with pytest.raises(ValueError, match=f"model.{field}={value!r}: transformers' BERT has no such setting"):
+      hf_configs.hf_config(dataclasses.replace(small_model_config, **{field: value}))
+
+
+def test_a_bundle_s_bert_config_json_keeps_every_modernbert_field():
+  ours = _ours(_hf_config(attention_bias=True), norm="rms_norm")
+  written = to_bert_json(ours)
+  assert {"rope_theta", "local_rope_theta", "local_attention", "global_attention_every", "norm", "norm_bias"} <= set(
+    written
+  )
+  assert from_bert_json(written, "bert_config.json") == ours
+  assert "rope_theta" not in to_bert_json(BertConfig())  # A BERT's is the original format.
+
+
+@pytest.fixture(scope="module")
+def bpe_files():
+  """A ModernBERT-style tokenizer as `tokenizers` saves it: a byte-level BPE trained on a few lines, BERT's special
+  tokens added after its pieces (ids 400 to 404, as ModernBERT's follow its vocabulary), [CLS] x [SEP] around a text;
+  one tokenizer.json, with the tokenizer_config.json that names transformers' class. Returns (files, special ids)."""
+  from tokenizers import ByteLevelBPETokenizer, processors
+
+  from tests.test_tokenizer import BPE_TEXT
+
+  trainer = ByteLevelBPETokenizer()
+  trainer.train_from_iterator(BPE_TEXT * 2, vocab_size=400, show_progress=False)
+  specials = {"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]"}
+  specials["mask_token"] = "[MASK]"
+  trainer.add_special_tokens(list(specials.values()))
+  ids = {name: trainer.token_to_id(token) for name, token in specials.items()}
+  trainer.post_processor = processors.TemplateProcessing(
+    single="[CLS] $A [SEP]",
+    pair="[CLS] $A [SEP] $B [SEP]",
+    special_tokens=[("[CLS]", ids["cls_token"]), ("[SEP]", ids["sep_token"])],
+  )
+  files = {
+    "tokenizer.json": trainer._tokenizer.to_str().encode(),
+    "tokenizer_config.json": json.dumps(dict(specials, tokenizer_class="PreTrainedTokenizerFast")).encode(),
+  }
+  return files, ids
+
+
+def _masked_lm(bpe_files, seed: int = 0):
+  """transformers' ModernBertForMaskedLM of `_hf_config` with random weights, its table wider than the tokenizer's
+  405 ids (as ModernBERT's 50,368 rows hold 50,285 ids) and its special ids the tokenizer's."""
+  _, ids = bpe_files
+  hf_config = _hf_config(
+    vocab_size=416,
+    pad_token_id=ids["pad_token"],
+    cls_token_id=ids["cls_token"],
+    bos_token_id=ids["cls_token"],
+    sep_token_id=ids["sep_token"],
+    eos_token_id=ids["sep_token"],
+  )
+  torch.manual_seed(seed)
+  return transformers.ModernBertForMaskedLM(hf_config).float().eval()
+
+
+@pytest.mark.slow
+def test_modernbert_files_load_and_export_as_transformers_reads_them(bpe_files, tmp_path):
+  files, ids = bpe_files
+  reference = _masked_lm(bpe_files)
+  config = _ours(reference.config, initializer_range=reference.config.initializer_range)
+  loaded = check_hf_round_trip(reference, config, tmp_path / "mlm", files)
+  assert set(loaded.params) == {"bert", "mlm_transform", "mlm_layer_norm", "mlm_output_bias"}  # No pooler, no NSP.
+  assert "pooler" not in loaded.params["bert"]
+  tokenizer = loaded.tokenizer
+  assert (loaded.source.tokenizer_kind, tokenizer.vocab_size) == ("bpe", 405)
+  assert (tokenizer.pad_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == tuple(
+    ids[name] for name in ("pad_token", "cls_token", "sep_token", "mask_token")
+  )
+  exported = tmp_path / "mlm" / "exported"
+  written = json.loads((exported / "config.json").read_text())
+  assert (written["pad_token_id"], written["cls_token_id"], written["sep_token_id"]) == (
+    tokenizer.pad_id,
+    tokenizer.cls_id,
+    tokenizer.sep_id,
+  )
+
+  # transformers' model of the exported files computes what bert_jax computes, on padded rows longer than the local
+  # window, whose layers differ in span and rotary base.
+  again = transformers.ModernBertForMaskedLM.from_pretrained(exported, attn_implementation="eager").eval()
+  rng = np.random.default_rng(0)
+  mask = (np.arange(SEQ)[None] < np.asarray(LENGTHS)[:, None]).astype(np.int64)
+  input_ids = np.where(mask > 0, rng.integers(0, tokenizer.vocab_size, (len(LENGTHS), SEQ)), tokenizer.pad_id)
+  with torch.no_grad():
+    logits = again(input_ids=torch.tensor(input_ids), attention_mask=torch.tensor(mask)).logits.numpy()
+  ours = pretrained.load(str(exported))
+  positions = np.asarray(POSITIONS)
+  out = BertForPretraining(ours.config).apply(
+    {"params": ours.params}, *(jnp.asarray(x, jnp.int32) for x in (input_ids, mask, np.zeros_like(mask), positions))
+  )
+  expected = np.take_along_axis(logits, positions[:, :, None], axis=1)
+  np.testing.assert_allclose(out["mlm_logits"], expected, atol=5e-5, rtol=1e-5)
+
+  # The tokenizer beside the files, and the source's own tokenizer.json, give bert_jax's ids through AutoTokenizer.
+  from tests.test_tokenizer import BPE_TEXT, TEXT
+
+  for directory in (tmp_path / "mlm" / "source", exported):
+    auto = transformers.AutoTokenizer.from_pretrained(directory)
+    for line in TEXT[:4] + BPE_TEXT[-3:]:
+      assert auto(line)["input_ids"] == [tokenizer.cls_id, *tokenizer.encode(line), tokenizer.sep_id], line
+
+  # The bare encoder (ModernBertModel: no prefix, no head) both ways too.
+  torch.manual_seed(1)
+  encoder = check_hf_round_trip(transformers.ModernBertModel(reference.config), config, tmp_path / "encoder", files)
+  assert set(encoder.params) == {"bert"}
+
+  # A bundle keeps every ModernBERT field and the tokenizer as it was.
+  bundle = pretrained.load(export.export(str(exported), str(tmp_path / "bundle")))
+  assert bundle.config == ours.config and bundle.tokenizer.identity()["sha256"] == tokenizer.identity()["sha256"]
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(bundle.params), jax.device_get(ours.params))
+
+
+def test_fine_tuning_refuses_a_modernbert_before_reading_its_weights(bpe_files, tmp_path, monkeypatch):
+  files, _ = bpe_files
+  source = tmp_path / "modernbert"
+  write_hf_directory(_masked_lm(bpe_files), source, 0, files)
+  monkeypatch.setattr(pretrained, "read_weights", lambda *args, **kwargs: pytest.fail("read the weights"))
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16)
+  config.init_from = str(source)
+  refusal = r"model.model_type='modernbert' has no pooler, and bert_jax's fine-tuning heads are BERT's"
+  with pytest.raises(ValueError, match=f"init_from={re.escape(str(source))}: {refusal}"):
+    job.finetune(config, str(tmp_path / "run"))
+  assert not (tmp_path / "run").exists()
+  # A baseline of a ModernBERT config, before anything is read.
+  config.init_from = ""
+  config.model.update(model_type="modernbert", rope_theta=160000.0)
+  with pytest.raises(ValueError, match=f"^{refusal}"):
+    config_checks.check(config, "finetune")

@@ -81,19 +81,24 @@ def test_matches_hugging_face_roberta_for_masked_lm(roberta_config):
   np.testing.assert_allclose(packed[0, lengths[0] : sum(lengths)], sequence[2, : lengths[1]], atol=1e-5, rtol=0)
 
 
-def write_hf_directory(reference, directory, vocab_size: int) -> None:
-  """`reference` as `save_pretrained` writes it, with a WordPiece vocabulary of `vocab_size` pieces."""
+def write_hf_directory(reference, directory, vocab_size: int, tokenizer_files: dict | None = None) -> None:
+  """`reference` as `save_pretrained` writes it, with a WordPiece vocabulary of `vocab_size` pieces, or the
+  tokenizer's `tokenizer_files` (name -> bytes)."""
   reference.save_pretrained(directory)
+  if tokenizer_files is not None:
+    for name, content in tokenizer_files.items():
+      (directory / name).write_bytes(content)
+    return
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(vocab_size - 5)]]
   (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
 
 
-def check_hf_round_trip(reference, config, tmp_path) -> pretrained.Pretrained:
-  """`reference` (a transformers model of `config`) loads through `pretrained.load` with `config`'s architecture,
-  exports to a directory that transformers' class loads with nothing missing or unexpected, holding exactly the
-  tensors transformers writes, bitwise. Returns what was loaded."""
+def check_hf_round_trip(reference, config, tmp_path, tokenizer_files: dict | None = None) -> pretrained.Pretrained:
+  """`reference` (a transformers model of `config`, beside a WordPiece vocabulary or `tokenizer_files`) loads through
+  `pretrained.load` with `config`'s architecture, exports to a directory that transformers' class loads with nothing
+  missing or unexpected, holding exactly the tensors transformers writes, bitwise. Returns what was loaded."""
   source = tmp_path / "source"
-  write_hf_directory(reference, source, config.vocab_size)
+  write_hf_directory(reference, source, config.vocab_size, tokenizer_files)
   loaded = pretrained.load(str(source))
   assert loaded.config == config
   exported = tmp_path / "exported"

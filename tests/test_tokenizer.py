@@ -377,7 +377,7 @@ def test_byte_level_bpe_is_stored_as_one_tokenizer_json_and_written_back_as_robe
 def test_byte_level_bpe_refuses_what_is_not_roberta_s(tmp_path):
   vocab, merges = train_bpe(tmp_path / "no_mask", ROBERTA_SPECIALS[:-1])
   with pytest.raises(
-    ValueError, match=r"has no \['<mask>'\]; BERT needs \['<pad>', '<unk>', '<s>', '</s>', '<mask>'\]"
+    ValueError, match=r"has no \['<mask> or \[MASK\]'\]; BERT needs \['<pad> or \[PAD\]', '<unk> or \[UNK\]', "
   ):
     load_tokenizer("bpe", vocab)
   (tmp_path / "no_mask" / "merges.txt").unlink()

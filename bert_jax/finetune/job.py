@@ -369,15 +369,17 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   source = None
   mesh = sharding.make_mesh(config.mesh.to_dict())  # The one mesh: the source is read onto it, the run made on it.
   if config.init_from:  # Read, and so checked, before anything is written.
+    # The encoder from the source's metadata: one the task heads cannot go on is refused before its weights are read.
+    model_cfg = model_config(config, init_from.describe(config.init_from, "init_from"))
     rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
     source = pretrained.load(config.init_from, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
     tokenizer = source.tokenizer
   else:
+    model_cfg = model_config(config, None)
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
   newest = start_order.newest_saved(config, workdir)
   if newest is not None and "tokenizer" in newest[2]:  # A resume tokenizes as its checkpoint did.
     start_order.check_tokenizer(newest[2], tokenizer.identity())
-  model_cfg = model_config(config, source)
   if config.finetune.max_seq_length > model_cfg.max_sequence_length:
     raise ValueError(
       f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds the model's "

@@ -6,7 +6,7 @@ import dataclasses
 
 import ml_collections
 
-from bert_jax import flops
+from bert_jax import config_checks, flops
 from bert_jax.finetune import losses
 from bert_jax.finetune.contract import Task
 from bert_jax.finetune.members import Member
@@ -21,10 +21,12 @@ from bert_jax.train.optim import Steps, make_sweep_optimizer
 
 
 def model_config(config, source: pretrained.Pretrained | formats.Source | None) -> BertConfig:
-  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout."""
+  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout.
+  Raises ValueError for a source the fine-tuning heads cannot go on (`config_checks.check_fine_tunable`)."""
   ours = BertConfig(**config.model.to_dict())
   if source is None:
     return ours
+  config_checks.check_fine_tunable(source.config, f"init_from={config.init_from}: ")
   keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
   return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
 

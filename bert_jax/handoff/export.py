@@ -273,7 +273,7 @@ def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, dire
   with _writing(directory / hf_format.SAFETENSORS):
     hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
-  config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg))
+  config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg), loaded.tokenizer)
   if task is not None:
     config.update(_hf_task_config(task))
   _write(directory / "config.json", json.dumps(dict(config, torch_dtype="float32"), indent=2))

@@ -5,9 +5,9 @@
   directory `<workdir>/checkpoints/<step>`;
 * a fine-tuning workdir: its `best/` checkpoint (the best sweep member), or `best/<step>`;
 * an export bundle (`manifest.json`, written last by `bert_jax.handoff.export`);
-* a Hugging Face BERT, RoBERTa, ALBERT or ELECTRA directory (hf_configs.py, hf_names.py): `config.json` +
-  `model.safetensors` (or `pytorch_model.bin` with torch) + `vocab.txt` (or a SentencePiece `tokenizer.model` or
-  `spiece.model`, or a byte-level BPE's `vocab.json` + `merges.txt`);
+* a Hugging Face BERT, RoBERTa, ALBERT, ELECTRA or ModernBERT directory (hf_configs.py, hf_names.py): `config.json`
+  + `model.safetensors` (or `pytorch_model.bin` with torch) + `vocab.txt` (or a SentencePiece `tokenizer.model` or
+  `spiece.model`, or a byte-level BPE's `vocab.json` + `merges.txt`, or its `tokenizer.json` alone, as ModernBERT's);
 * an original Google BERT directory: `bert_config.json` + `bert_model.ckpt.{index,data-*}` + `vocab.txt`.
 
 Everything that can be checked from metadata is checked here, before any parameter is read: that the path exists
@@ -23,7 +23,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from bert_jax import paths
-from bert_jax.data.tokenizer import file_sha256, tokenizer_sha256
+from bert_jax.data.tokenizer import bpe, file_sha256, tokenizer_sha256
 from bert_jax.handoff import google_format, hf_configs, hf_format, hf_tokenizer
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, electra_generator, from_bert_json
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
@@ -240,7 +240,8 @@ def _vocab_is_uncased(vocab_file: epath.Path) -> bool:
 def _tokenizer_files(path: epath.Path, lower_case: bool | None, model_type: str) -> tuple[str, str, bool, dict | None]:
   """(file, kind, lower_case, albert_preprocessing) of the tokenizer in a Hugging Face or Google directory of a
   `model_type` model: BERT's `vocab.txt`, SentencePiece's `tokenizer.model` (ALBERT's `spiece.model`, DeBERTa's
-  `spm.model`: hf_tokenizer.py), RoBERTa's `vocab.json` + `merges.txt`."""
+  `spm.model`: hf_tokenizer.py), RoBERTa's `vocab.json` + `merges.txt`, else a byte-level BPE's `tokenizer.json`
+  (ModernBERT's: the one file; a hub directory of the other kinds holds a tokenizer.json beside their own files)."""
   if (path / "vocab.txt").exists():
     if lower_case is None:
       tokenizer_config = path / "tokenizer_config.json"
@@ -254,9 +255,11 @@ def _tokenizer_files(path: epath.Path, lower_case: bool | None, model_type: str)
       return str(path / name), "sentencepiece", False, hf_tokenizer.sentencepiece_preprocessing(path / name, model_type)
   if (path / "vocab.json").exists() and (path / "merges.txt").exists():
     return str(path / "vocab.json"), "bpe", False, None
+  if (path / bpe.TOKENIZER_JSON).exists():  # ModernBERT's byte-level BPE, in one file.
+    return str(path / bpe.TOKENIZER_JSON), "bpe", False, None
   raise FileNotFoundError(
     f"{path} has no tokenizer: expected vocab.txt (WordPiece), tokenizer.model, spiece.model or spm.model "
-    "(SentencePiece), or vocab.json and merges.txt (byte-level BPE)."
+    "(SentencePiece), or vocab.json and merges.txt, or a tokenizer.json (byte-level BPE)."
   )
 
 

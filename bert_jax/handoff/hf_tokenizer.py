@@ -11,7 +11,8 @@ Written (`AutoTokenizer.from_pretrained(directory)`, fast or slow, then gives [C
   SentencePiece, ALBERT's preprocessing AlbertTokenizer, `do_lower_case`, `remove_space`,  spiece.model
                                         `keep_accents` as bert_jax's
 
-each with `tokenizer_config.json` (the class, its flags, the special tokens under the vocabulary's names) and
+each with `tokenizer_config.json` (the class, its flags, the special tokens under the vocabulary's names: a byte-level
+BPE's with BERT's names, as ModernBERT's, is RobertaTokenizer's too, its <s> and </s> named [CLS] and [SEP]) and
 `special_tokens_map.json`, whatever the model's family. A raw SentencePiece model is DebertaV2Tokenizer's even in an
 ALBERT directory: that class is SentencePiece's own encoding, slow and fast, with [CLS] x [SEP]; AlbertTokenizer
 always rewrites "``" and "''" as '"', and its two forms also differ from each other (the slow one splits a piece "1,"
@@ -47,7 +48,11 @@ _RAW_FLAGS = {"do_lower_case": False, "split_by_punct": False}
 def files(tokenizer: Tokenizer) -> dict[str, bytes]:
   """File name -> content of `tokenizer` in a Hugging Face directory (the module docstring's table)."""
   if tokenizer.kind == "bpe":
-    model_files, settings = tokenizer.vocab_merges_files(), {"tokenizer_class": "RobertaTokenizer"}
+    # RobertaTokenizer's <s> and </s> are [CLS] and [SEP]: named, so that a vocabulary with BERT's names (ModernBERT's)
+    # does not get them as tokens of their own, which transformers would find in text.
+    _, _, cls, sep, _ = tokenizer.special_tokens
+    model_files = tokenizer.vocab_merges_files()
+    settings = {"tokenizer_class": "RobertaTokenizer", "bos_token": cls, "eos_token": sep}
   elif tokenizer.kind == "wordpiece":
     model_files = {"vocab.txt": tokenizer.file_content()}
     settings = {"tokenizer_class": "BertTokenizer", "do_lower_case": tokenizer.lower_case}

@@ -9,7 +9,7 @@ QuestionAnswering,TokenClassification,MultipleChoice}` directory) loads with its
 `classifier` or `qa_outputs`, and `task` (a `heads.TaskHead`) names the task, head and labels, so that
 `loaded.task.model(loaded.config)` is the model to apply them to. transformers' token and span models have no
 pooler, which those heads never read: from their files the pooler loads as zeros. RobertaForMaskedLM has none
-either: its pooler starts fresh (random, seed 0), as a new head does.
+either: its pooler starts fresh (random, seed 0), as a new head does. A ModernBERT has no pooler at all.
 
 Orbax sources restore straight into the requested shardings (each host reads only its shards: BERT-Large never
 exists whole on one host), in either layer layout whatever the checkpoint's. Foreign formats are read whole on
@@ -176,7 +176,8 @@ def _read_params(source: formats.Source, mesh, rules) -> dict:
       numpy_params = with_generator(numpy_params, generator, f"{formats.GENERATOR}/")
   except ValueError as error:
     raise ValueError(f"{source.path}: {error}") from None
-  if "pooler" not in numpy_params["bert"]:  # transformers' token and span models, and RobertaForMaskedLM.
+  # transformers' token and span models, and RobertaForMaskedLM (a family without BERT's pooler has none to fill).
+  if "pooler" not in numpy_params["bert"] and source.config.architecture.pooler == "tanh":
     config = source.config
     pooler = nn.meta.unbox(make_pooler(config).init(jax.random.key(0), np.zeros((1, config.hidden_size)))["params"])
     if source.task is not None:  # A task model whose head never reads it.

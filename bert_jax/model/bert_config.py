@@ -300,8 +300,20 @@ _BERT_JSON_NAMES = {
 
 
 # bert_jax's fields beyond the original's: a bundle's `bert_config.json` names those that differ from BERT's, so
-# that a BERT's file is the original format and a RoBERTa's or ALBERT's still says what it is.
-EXTENSION_FIELDS = ("model_type", "embedding_size", "position_offset", "layer_sharing")
+# that a BERT's file is the original format and a RoBERTa's, ALBERT's or ModernBERT's still says what it is.
+EXTENSION_FIELDS = (
+  "model_type",
+  "embedding_size",
+  "position_offset",
+  "layer_sharing",
+  "norm",
+  "norm_bias",
+  "linear_bias",
+  "rope_theta",
+  "local_rope_theta",
+  "local_attention",
+  "global_attention_every",
+)
 
 
 def to_bert_json(config: BertConfig) -> dict:

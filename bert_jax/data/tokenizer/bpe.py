@@ -1,9 +1,10 @@
 """Byte-level BPE (RoBERTa's and GPT-2's), through Hugging Face's `tokenizers`.
 
 Input: a `vocab.json` with `merges.txt` beside it (what RoBERTa and GPT-2 publish), or a `tokenizer.json` whose model
-is BPE over the byte-level pre-tokenizer (RoBERTa's hub repositories ship one). The pipeline is RoBERTa's: GPT-2's
-pre-tokenizing regex on the text's bytes (no prefix space, no normalizer), BPE merges, no unknown token (every byte
-has a piece).
+is BPE over the byte-level pre-tokenizer (RoBERTa's hub repositories ship one; ModernBERT's is its only file). The
+pipeline is RoBERTa's: GPT-2's pre-tokenizing regex on the text's bytes (no prefix space, no normalizer), BPE merges,
+no unknown token (every byte has a piece). The special tokens go by RoBERTa's names (`<pad> <unk> <s> </s> <mask>`)
+or, in a vocabulary without them, BERT's (`[PAD] [UNK] [CLS] [SEP] [MASK]`, ModernBERT's).
 
 **Corpus text never becomes a control token.** "The <mask> token" is encoded as the characters it is, as fairseq's
 encoder does; the ids equal `transformers`' `RobertaTokenizer(vocab, merges, split_special_tokens=True)` (by default
@@ -102,7 +103,7 @@ def _pipeline(path: str, vocab: dict[str, int], merges: list[tuple[str, str]]):
 
 class BytePairTokenizer(Tokenizer):
   kind = "bpe"
-  special_names = (("<pad>",), ("<unk>",), ("<s>",), ("</s>",), ("<mask>",))  # RoBERTa's names.
+  special_names = (("<pad>", "[PAD]"), ("<unk>", "[UNK]"), ("<s>", "[CLS]"), ("</s>", "[SEP]"), ("<mask>", "[MASK]"))
   pair_special_tokens = 4  # <s> a </s></s> b </s>
 
   def __init__(self, path: str):
