@@ -130,7 +130,15 @@ def _loss(model, params, reference):
   return loss, out
 
 
-@pytest.mark.parametrize("scan_layers, remat", [(False, "none"), (True, "none"), (True, "full"), (False, "save_dots")])
+@pytest.mark.parametrize(
+  "scan_layers, remat",
+  [
+    (False, "none"),
+    pytest.param(True, "none", marks=pytest.mark.slow),
+    pytest.param(True, "full", marks=pytest.mark.slow),
+    pytest.param(False, "save_dots", marks=pytest.mark.slow),
+  ],
+)
 def test_modernbert_equals_transformers_outputs_and_every_gradient(reference, scan_layers, remat):
   config = _ours(reference["hf_config"], scan_layers=scan_layers, remat=remat)
   params = jax.tree.map(jnp.asarray, hf_format.params_from_hf(reference["weights"], config))
