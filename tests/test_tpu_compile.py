@@ -140,6 +140,34 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
 
 @requires_libtpu
 @pytest.mark.slow
+def test_a_modernbert_step_with_local_splash_attention_compiles_for_a_v5e_8():
+  """ModernBERT's parts on the TPU: rotary positions, 128-token local windows (splash's local mask) and global layers
+  at 512 tokens, layers 1-3 scanned with each layer's span switched (56 s here, 2026-11-28)."""
+  config = _tiny("v5e-8", data=8)
+  config.model.update(
+    model_type="modernbert",
+    num_layers=4,
+    attention="splash",
+    max_position_embeddings=512,
+    rope_theta=160000.0,
+    local_rope_theta=10000.0,
+    local_attention=128,
+    global_attention_every=3,
+    norm_bias=False,
+    linear_bias=False,
+    hidden_dropout_prob=0.0,
+    attention_dropout_prob=0.0,
+  )
+  config.data.update(max_seq_length=512, max_predictions_per_seq=20, instances="full_sentences")
+  config.batch_size = 64
+  devices, _ = ahead_of_time.target_devices(config)
+  job = ahead_of_time.make_job(config, devices)
+  step = ahead_of_time.compile_step(job.run.train_step, job.train_args, None)
+  assert step["fits"] and step["tpu_kernels"] > 0, step  # The Pallas kernels, compiled by Mosaic.
+
+
+@requires_libtpu
+@pytest.mark.slow
 def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help_and_keeps_no_compilation_cache(tmp_path):
   command = [
     sys.executable,
