@@ -1,5 +1,5 @@
-"""Every shipped config passes the checks, every out-of-range value is refused before anything is written, and the
-two BERT-Large phases fit together."""
+"""Every shipped config passes the checks, every out-of-range value is refused before anything is written, the two
+BERT-Large phases fit together, as do ModernBERT's phase 1 and context extension."""
 
 import functools
 import importlib
@@ -14,15 +14,30 @@ import numpy as np
 import pytest
 
 from bert_jax import config_checks
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
 from bert_jax.train.optim import make_optimizer, make_schedule
-from configs import default, large, large_phase2, tiny
+from configs import (
+  default,
+  large,
+  large_phase2,
+  modernbert_base,
+  modernbert_context_extension,
+  modernbert_large,
+  modernbert_large_context_extension,
+  tiny,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NAMES = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__init__")
 
 
 # The shipped configs whose placeholder path (gs://BUCKET/...) must be replaced before they run: the key it is in.
-PLACEHOLDERS = {"distil": "distill.teacher", "large_phase2": "init_from"}
+PLACEHOLDERS = {
+  "distil": "distill.teacher",
+  "large_phase2": "init_from",
+  "modernbert_context_extension": "init_from",
+  "modernbert_large_context_extension": "init_from",
+}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -90,6 +105,36 @@ def test_phase_two_continues_phase_one_on_the_same_schedule():
   for step in (10_000, 899_999, 900_000):
     assert float(schedule_1(step)) == float(schedule_2(step))
   assert float(schedule_2(900_000)) == pytest.approx(1e-5, rel=1e-3)  # A tenth of the peak left for phase 2.
+
+
+@pytest.mark.parametrize(
+  "phase_1_module, extension_module",
+  [(modernbert_base, modernbert_context_extension), (modernbert_large, modernbert_large_context_extension)],
+  ids=["base", "large"],
+)
+def test_the_context_extension_continues_modernberts_phase_one_at_8192_tokens(phase_1_module, extension_module):
+  phase_1, extension = phase_1_module.get_config(), extension_module.get_config()
+  # Phase 1's checkpoints load as they are (same shapes, family and optimizer); only the global RoPE base rises.
+  for name in (*SIZE_FIELDS, *ARCHITECTURE_FIELDS):
+    assert phase_1.model[name] == extension.model[name], name
+  assert phase_1.optimizer == extension.optimizer == "stable_adamw" and extension.init_from
+  assert (phase_1.model.rope_theta, phase_1.model.local_rope_theta) == (10_000, 10_000)
+  assert (extension.model.rope_theta, extension.model.local_rope_theta) == (160_000, 10_000)
+  assert (phase_1.data.max_seq_length, extension.data.max_seq_length) == (1024, 8192)
+  for config in (phase_1, extension):  # 30% of a full row fits: the cap never lowers the masking rate.
+    assert config.data.max_predictions_per_seq >= round(0.3 * config.data.max_seq_length)
+  # Phase 1 holds its peak to its end; the extension continues its step count at its own peak, 250B tokens, then
+  # decays by 1-sqrt over its last 50B tokens to 0.001 of it.
+  end_1, end = phase_1_module.PHASE_1_STEPS, extension.num_train_steps
+  assert float(make_schedule(phase_1)(end_1)) == pytest.approx(phase_1.learning_rate)
+  schedule = make_schedule(extension)
+  tokens_per_step = extension.batch_size * extension.data.max_seq_length
+  decay_start = end - round(50e9 / tokens_per_step)
+  assert (decay_start - end_1) * tokens_per_step == pytest.approx(250e9, rel=1e-4)
+  for step in (end_1, decay_start):
+    assert float(schedule(step)) == pytest.approx(extension.learning_rate)
+  assert float(schedule(decay_start + 1)) < extension.learning_rate
+  assert float(schedule(end)) == pytest.approx(1e-3 * extension.learning_rate)
 
 
 # (key, bad value, what the error says): every value the issue names, and one per other range checked.
