@@ -18,10 +18,19 @@ def _param_count(config: BertConfig) -> int:
 
 
 @pytest.mark.parametrize(
-  "name, millions", [("base", 110), ("large", 340), ("configs.roberta_base", 125), ("configs.albert_base", 12)]
+  "name, millions",
+  [
+    ("base", 110),
+    ("large", 340),
+    ("configs.roberta_base", 125),
+    ("configs.albert_base", 12),
+    ("configs.modernbert_base", 149),
+    ("configs.modernbert_large", 395),
+  ],
 )
 def test_paper_sizes_have_the_papers_parameter_counts(name, millions):
-  """BERT's two sizes, and RoBERTa's and ALBERT's base configs (ALBERT: factorised embeddings, one shared layer)."""
+  """BERT's two sizes, and RoBERTa's, ALBERT's (factorised embeddings, one shared layer) and ModernBERT's configs
+  (gated feed-forward, no biases, no position table)."""
   if name.startswith("configs."):
     config = config_checks.model_config(importlib.import_module(name).get_config())
   else:

@@ -137,6 +137,26 @@ def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_
   assert progress.format_metrics(summary, ("mlm_loss", "nsp_accuracy")) == f" | mlm_loss {summary['mlm_loss']:.4f}"
 
 
+def test_a_family_without_a_sentence_head_trains_its_masked_lm_alone(small_config):
+  """ModernBERT's pretraining model has no sentence head (no `nsp_logits`), and its rows carry no sentence task: the
+  loss is the masked LM's, and it falls on a fixed batch."""
+  small_config.model.update(
+    model_type="modernbert", rope_theta=10_000.0, local_attention=8, global_attention_every=2, linear_bias=False
+  )
+  small_config.data.instances = "full_sentences"
+  run, state = _setup(small_config, jax.devices()[:1])
+  assert run.loss.value.keywords == {"sentence_task": None}
+  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
+  losses = []
+  for _ in range(4):
+    state, metrics = run.train_step(state, batch, jax.random.key(7))
+    losses.append(float(metrics["loss"]))
+  assert not [name for name in metrics if name.startswith(("nsp", "sop"))]
+  mlm_loss = float(metrics["mlm_loss"]) / (float(metrics["mlm_count"]) + 1e-5)
+  np.testing.assert_allclose(losses[-1], mlm_loss, rtol=1e-5)
+  assert losses[-1] < losses[0], losses
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_equals_the_full_batch(small_config):
   small_config.batch_size = 16

@@ -96,8 +96,9 @@ class BertConfig:
   norm_bias: bool = True
   linear_bias: bool = True
   # Rotary positions (RoPE, Su et al. 2021) on queries and keys for the families whose layers attend with them
-  # (model/attention_patterns.py): the base of global layers, and of local ones (0: rope_theta). ModernBERT: 160,000
-  # and 10,000 (phase 1), both 160,000 after context extension. 0: no rotary positions (BERT's position table).
+  # (model/attention_patterns.py): the base of global layers, and of local ones (0: rope_theta). ModernBERT: 10,000 in
+  # every layer in phase 1; context extension raises the global layers' to 160,000 (the released model's). 0: no
+  # rotary positions (BERT's position table).
   rope_theta: float = 0.0
   local_rope_theta: float = 0.0
   # Local attention (the "local_global" pattern): a local layer's query sees the keys within local_attention // 2

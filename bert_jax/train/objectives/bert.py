@@ -83,13 +83,15 @@ def pretraining_loss(
   deterministic = dropout_key is None
   rngs = {} if deterministic else {"dropout": dropout_key}
   outputs = model.apply({"params": params}, **model_inputs(batch), deterministic=deterministic, rngs=rngs)
-  mlm_logits, nsp_logits = outputs["mlm_logits"], outputs.get("nsp_logits")  # float32; None: no sentence head
+  mlm_logits = outputs["mlm_logits"]  # float32
 
   mlm_normalizer, sentence_normalizer = loss_normalizers(batch) if normalizers is None else normalizers
   metrics = dict(masked_lm_sums(mlm_logits, batch), **row_sums(batch))
   loss = metrics["mlm_loss"] / mlm_normalizer
   instances = next_sentence_weights(batch)
   if sentence_task:
+    # A family without a sentence head returns no nsp_logits; config_checks gives it no sentence task.
+    nsp_logits = outputs["nsp_logits"]  # float32
     labels = batch["next_sentence_labels"]  # [batch], or [batch, instances] for packed rows
     xent = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, labels) * instances
     loss += jnp.sum(xent) / sentence_normalizer

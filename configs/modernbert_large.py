@@ -1,0 +1,46 @@
+"""ModernBERT-large pretraining (Warner et al. 2024), phase 1 at 1,024 tokens per row: configs/modernbert_base.py's
+recipe and differences at the large size (28 layers, hidden 1,024, 16 heads, GeGLU feed-forward 2,624), batch
+4,928 rows (5.0M tokens), warmup over 2B tokens, peak learning rate 5e-4 and a fully decoupled weight decay of 1e-5
+(bert_jax's weight_decay = 1e-5 / 5e-4 = 0.02).
+
+    python -m bert_jax.main --config=configs/modernbert_large.py --workdir=gs://BUCKET/modernbert-large \\
+        --config.tokenizer.path=gs://BUCKET/vocab/bpe/tokenizer.json --config.data.prepared_dir=gs://BUCKET/web_bpe
+
+The paper trained large at 5e-4 for 900B tokens, where its loss had plateaued, then at 5e-5 (weight decay 1e-6:
+still 0.02 here) for the remaining 800B. This config stops at the first 900B (step 178,349); the second part
+continues from it in its own workdir, as configs/large_phase2.py continues configs/large.py (parameters, optimizer
+state and step), to step 336,882 (1.7T tokens in all):
+
+    python -m bert_jax.main --config=configs/modernbert_large.py --workdir=gs://BUCKET/modernbert-large-5e-5 \\
+        --config.init_from=gs://BUCKET/modernbert-large --config.learning_rate=5e-5 \\
+        --config.num_train_steps=336882 \\
+        --config.tokenizer.path=gs://BUCKET/vocab/bpe/tokenizer.json --config.data.prepared_dir=gs://BUCKET/web_bpe
+
+`configs/modernbert_large_context_extension.py` continues from there at 8,192 tokens. The paper started large from
+base's weights (tiled); this one starts from the seed.
+
+Planned for a v5p-64 slice (32 chips: 154 rows of 1,024 tokens per chip, in 7 microbatches of 22, below the
+training code's 56 rows per 80 GB GPU), in bfloat16 with the splash kernel; not yet compiled for it: `--mode=dry_run`
+compiles for the slice (libtpu, no TPU) and `--mode=plan` chooses the remat policy there.
+"""
+
+from configs import modernbert_base
+
+BATCH_SIZE = 4928
+TOKENS_PER_STEP = BATCH_SIZE * modernbert_base.SEQ_LENGTH
+# The first 900B tokens at 5e-4 (this config), then 800B at 5e-5 (its second launch, above).
+FIRST_PART_STEPS = round(900e9 / TOKENS_PER_STEP)  # 178,349
+PHASE_1_STEPS = round(1_700e9 / TOKENS_PER_STEP)  # 336,882
+PEAK_LEARNING_RATE = 5e-4
+
+
+def get_config():
+  config = modernbert_base.get_config()
+  config.model.update(num_layers=28, hidden_size=1024, num_heads=16, intermediate_size=2624)
+  config.batch_size = BATCH_SIZE
+  config.num_microbatches = 7
+  config.num_train_steps = FIRST_PART_STEPS
+  config.warmup_steps = round(2e9 / TOKENS_PER_STEP)  # 396
+  config.learning_rate = PEAK_LEARNING_RATE
+  config.weight_decay = modernbert_base.DECOUPLED_WEIGHT_DECAY / PEAK_LEARNING_RATE
+  return config
