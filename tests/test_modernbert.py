@@ -57,26 +57,9 @@ def _hf_config(**overrides):
 
 
 def _ours(hf_config, **overrides) -> BertConfig:
-  return BertConfig(
-    model_type="modernbert",
-    vocab_size=hf_config.vocab_size,
-    hidden_size=hf_config.hidden_size,
-    num_layers=hf_config.num_hidden_layers,
-    num_heads=hf_config.num_attention_heads,
-    intermediate_size=hf_config.intermediate_size,
-    max_position_embeddings=hf_config.max_position_embeddings,
-    hidden_dropout_prob=0.0,
-    attention_dropout_prob=0.0,
-    layer_norm_eps=hf_config.norm_eps,
-    hidden_act=hf_config.hidden_activation,
-    norm_bias=hf_config.norm_bias,
-    linear_bias=hf_config.attention_bias,
-    rope_theta=hf_config.global_rope_theta,
-    local_rope_theta=hf_config.local_rope_theta,
-    local_attention=hf_config.local_attention,
-    global_attention_every=hf_config.global_attn_every_n_layers,
-    **overrides,
-  )
+  """bert_jax's config of `hf_config`, read as a `config.json` is (handoff/hf_configs.py), with `overrides`."""
+  read = hf_configs.config_from_hf(hf_config.to_dict(), "the test's config.json")
+  return dataclasses.replace(read, **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -201,8 +184,11 @@ def test_a_modernbert_config_json_reads_as_bert_jax_s_fields_and_writes_back_the
   )
   fields = hf_config.to_dict()
   ours = hf_configs.config_from_hf(fields, "config.json")
-  assert ours == _ours(hf_config, initializer_range=0.05)
-  assert ours.norm_bias and ours.linear_bias and ours.local_rope_theta == 20.0
+  read = [getattr(ours, name) for name in ("model_type", "num_layers", "hidden_size", "num_heads", "intermediate_size")]
+  assert read == ["modernbert", 4, 32, 4, 48]
+  assert (ours.rope_theta, ours.local_rope_theta, ours.local_attention, ours.global_attention_every) == (1000, 20, 8, 3)
+  assert (ours.layer_norm_eps, ours.initializer_range, ours.hidden_act) == (1e-5, 0.05, "gelu")
+  assert ours.norm_bias and ours.linear_bias and (ours.hidden_dropout_prob, ours.attention_dropout_prob) == (0, 0)
   written = hf_configs.hf_config(ours)
   assert written["architectures"] == ["ModernBertForMaskedLM"]
   assert {name: fields[name] for name in written if name != "architectures" and not name.endswith("_token_id")} == {
@@ -254,7 +240,7 @@ def test_what_transformers_cannot_hold_is_refused_on_export_naming_the_field(sma
 
 
 def test_a_bundle_s_bert_config_json_keeps_every_modernbert_field():
-  ours = _ours(_hf_config(attention_bias=True), norm="rms_norm")
+  ours = _ours(_hf_config(), norm="rms_norm", linear_bias=True)
   written = to_bert_json(ours)
   assert {"rope_theta", "local_rope_theta", "local_attention", "global_attention_every", "norm", "norm_bias"} <= set(
     written
