@@ -29,8 +29,12 @@ Where it differs from the training code, and why:
 - Parameters start from bert_jax's initialiser (truncated normal, 0.02), not the training code's Megatron one.
 
 Planned for a v5p-64 slice (32 chips: 144 rows of 1,024 tokens per chip, in 2 microbatches of 72, below the
-training code's 96 rows per 80 GB GPU), in bfloat16 with the splash kernel; not yet compiled for it: `--mode=dry_run`
-compiles for the slice (libtpu, no TPU) and `--mode=plan` chooses the remat policy there.
+training code's 96 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-28, XLA's TPU
+compiler on a 2-core CPU machine, `--mode=dry_run` as below): the train step fits at remat none, peak 33.83 GiB of
+95.74 usable per chip, compiled in 110 s; the eval step 9.32 GiB. `--mode=plan` would choose the remat policy and
+microbatches there (not run: the margin suggests one microbatch may fit).
+
+    python -m bert_jax.main --config=configs/modernbert_base.py --workdir=/tmp/mb --mode=dry_run
 """
 
 from configs import default
