@@ -20,8 +20,10 @@ state and step), to step 336,882 (1.7T tokens in all):
 base's weights (tiled); this one starts from the seed.
 
 Planned for a v5p-64 slice (32 chips: 154 rows of 1,024 tokens per chip, in 7 microbatches of 22, below the
-training code's 56 rows per 80 GB GPU), in bfloat16 with the splash kernel; not yet compiled for it: `--mode=dry_run`
-compiles for the slice (libtpu, no TPU) and `--mode=plan` chooses the remat policy there.
+training code's 56 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-28, XLA's TPU
+compiler on a 2-core CPU machine, `python -m bert_jax.main --config=configs/modernbert_large.py --workdir=/tmp/ml
+--mode=dry_run`): the train step fits at remat none, peak 27.55 GiB of 95.74 usable per chip, compiled in 105 s;
+`--mode=plan` would choose fewer microbatches there (not run).
 """
 
 from configs import modernbert_base
