@@ -1,19 +1,29 @@
-"""Pretraining objectives at equal compute: BERT (MLM + NSP), RoBERTa's recipe (MLM on FULL-SENTENCES rows), ALBERT
-(factorised embeddings, every layer shared, sentence-order prediction) and ELECTRA (a generator's samples, a
-discriminator that finds them), one encoder size, one prepared corpus, the same model FLOPs each; then each
-pretrained encoder fine-tuned on GLUE with seeds.
+"""Pretraining objectives and recipes at equal compute: BERT (MLM + NSP), RoBERTa's recipe (MLM on FULL-SENTENCES
+rows), ALBERT (factorised embeddings, every layer shared, sentence-order prediction), ELECTRA (a generator's samples,
+a discriminator that finds them), BERT at 30% masking, and ModernBERT's architecture with BERT's recipe and with its
+own (30% masking, warmup-stable-decay, StableAdamW); one encoder size, one prepared corpus, the same model FLOPs each;
+then each pretrained encoder fine-tuned on GLUE with seeds.
 
     python -m bert_jax.benchmarks.objectives --prepared_dir=/tmp/english_prepared \
         --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt --workdir=/tmp/objectives \
         --glue_dir=../shared/data/glue --seeds=5 --bert_steps=500 --tasks=rte,sst2 --num_epochs=sst2:0.1,default:2
 
-(the run in docs/benchmarks.md, "Pretraining objectives at equal compute": about 4 hours on a 2-core CPU).
+(the run in docs/benchmarks.md, "Pretraining objectives at equal compute": about 4 hours on a 2-core CPU), and the
+modern encoders' comparison, "ModernBERT's recipe at equal compute":
+
+    python -m bert_jax.benchmarks.objectives --prepared_dir=/tmp/english_prepared \
+        --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt --workdir=/tmp/modern \
+        --contestants=bert,bert_mlm30,modernbert_bert_recipe,modernbert --glue_dir=../shared/data/glue --seeds=5 \
+        --bert_steps=500 --tasks=sst2,cola,rte --num_epochs=sst2:0.1,default:2
 
 Every contestant starts from configs/tiny_english.py (BERT-Tiny, L2 H128, WordPiece; the corpus its docstring
 prepares) and changes only what its recipe changes (`CONTESTANTS`). The budget is BERT's model FLOPs per step
 (`flops.py`) times `--bert_steps`; a contestant runs as many steps as its own objective's FLOPs per step allow
 (ELECTRA counts its generator and its discriminator's every-token head), evaluating its own held-out loss every
-tenth of them. Fine-tuning is `finetune_glue` (bert_jax:transformers, the pretrained encoder; for ELECTRA its
+tenth of them. Each contestant is also evaluated on one held-out stream that is the same for all (`common_evaluation`:
+the ModernBERT contestants' rows, one document's text per instance packed into rows, masked at 15% with the same
+seed), at every checkpoint: a loss that does not depend on the contestant's own masking rate or row format.
+Fine-tuning is `finetune_glue` (bert_jax:transformers, the pretrained encoder; for ELECTRA its
 discriminator) on each workdir. Everything is resumable: a finished pretraining or fine-tuning is read back.
 
 Writes `<workdir>/objectives.json` (the table's figures), `objectives_curves.csv` (held-out loss against FLOPs)
@@ -34,7 +44,7 @@ from etils import epath
 from bert_jax import config_checks
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import registry
-from configs import tiny_english
+from configs import modernbert_base, tiny_english
 
 _PREPARED_DIR = flags.DEFINE_string("prepared_dir", None, "The prepared corpus (configs/tiny_english.py's).")
 _VOCAB = flags.DEFINE_string("vocab", None, "The WordPiece vocabulary the corpus was prepared with.")
@@ -47,7 +57,51 @@ _SEEDS = flags.DEFINE_integer("seeds", 5, "Fine-tuning seeds per task.")
 _EVALS = flags.DEFINE_integer("evals", 10, "Held-out evaluations per contestant (the curves' points).")
 _EPOCHS = flags.DEFINE_string("num_epochs", "sst2:0.25,default:2", "finetune_glue's --num_epochs (task:epochs pairs).")
 
-# What each recipe changes from BERT's (configs/tiny_english.py); the encoder (L2 H128 A2, FFN 512) is the same.
+# ModernBERT's architecture at the encoder's size (L2 H128 A2; configs/modernbert_base.py's choices): pre-norm
+# LayerNorm without biases, no bias in any dense layer, a GeGLU feed-forward 1.5 times the width (192, as base's
+# 1,152 for 768), rotary positions (base 10,000, phase 1's), layer 0 global and layer 1 local over 32 tokens (16 each
+# side: ModernBERT's 128 of 1,024, scaled to the 128-token rows), no dropout; its rows: one document's text per
+# instance, packed, attention within each instance.
+MODERNBERT_ARCHITECTURE = {
+  "model.model_type": "modernbert",
+  "model.intermediate_size": 192,
+  "model.layer_norm_eps": 1e-5,
+  "model.hidden_act": "gelu",
+  "model.norm_bias": False,
+  "model.linear_bias": False,
+  "model.rope_theta": 10_000.0,
+  "model.local_rope_theta": 10_000.0,
+  "model.local_attention": 32,
+  "model.global_attention_every": 3,
+  "model.hidden_dropout_prob": 0.0,
+  "model.attention_dropout_prob": 0.0,
+  "data.instances": "doc_sentences",
+  "data.pack_instances": True,
+  "data.short_seq_prob": 0.0,
+}
+# 30% of tokens masked (80/10/10), evaluated at 15% on the same held-out rows; the masked positions' cap follows.
+MASKING_30 = {
+  "data.masked_lm_prob": modernbert_base.MASKED_LM_PROB,
+  "data.eval_masked_lm_prob": modernbert_base.EVAL_MASKED_LM_PROB,
+  "data.max_predictions_per_seq": modernbert_base.max_predictions(tiny_english.get_config().data.max_seq_length),
+}
+# ModernBERT's recipe beyond the masking (configs/modernbert_base.py): warmup-stable-decay with a 1-sqrt decay over
+# the last fifth, StableAdamW with its betas and eps, no gradient clipping; the same peak learning rate and warmup
+# as the others, and its fully decoupled weight decay (1e-5 per step at the peak) as bert_jax's weight_decay.
+MODERNBERT_RECIPE = {
+  **MASKING_30,
+  "lr_schedule": "wsd",
+  "lr_decay": "1-sqrt",
+  "lr_decay_fraction": 0.2,
+  "optimizer": "stable_adamw",
+  "adam_b1": 0.9,
+  "adam_b2": 0.98,
+  "adam_eps": 1e-6,
+  "weight_decay": modernbert_base.DECOUPLED_WEIGHT_DECAY / tiny_english.get_config().learning_rate,
+  "max_grad_norm": float("inf"),
+}
+
+# What each recipe changes from BERT's (configs/tiny_english.py); the encoder's size (L2 H128 A2) is the same.
 CONTESTANTS = {
   "bert": {},
   "roberta": {"data.instances": "full_sentences"},
@@ -65,7 +119,12 @@ CONTESTANTS = {
     "data.mask_token_fraction": 0.85,
     "data.random_token_fraction": 0.0,
   },
+  "bert_mlm30": MASKING_30,  # BERT's recipe with 30% masking alone.
+  "modernbert_bert_recipe": MODERNBERT_ARCHITECTURE,  # 15% masking, BERT's linear schedule, AdamW; no sentence task.
+  "modernbert": {**MODERNBERT_ARCHITECTURE, **MODERNBERT_RECIPE},
 }
+# The held-out stream every contestant is also evaluated on (`common_evaluation`): the ModernBERT contestants' rows.
+COMMON_EVALUATION = "modernbert_bert_recipe"
 
 
 def contestant_config(name: str, steps: int | None = None):
@@ -84,6 +143,7 @@ def contestant_config(name: str, steps: int | None = None):
     config.warmup_steps = steps // 10
     config.eval_every_steps = max(steps // _EVALS.value, 1)
     config.checkpoint_every_steps = config.eval_every_steps
+    config.keep_checkpoints = _EVALS.value + 1  # Every evaluated step, for the common evaluation.
   return config
 
 
@@ -105,12 +165,49 @@ def _read_events(directory: epath.Path) -> dict[str, dict[int, float]]:
   return values
 
 
+def common_evaluation(name: str, flops_per_step: float) -> list[dict]:
+  """The contestant's held-out MLM loss and accuracy at each of its checkpoints, on one stream that is the same for
+  every contestant: COMMON_EVALUATION's held-out rows masked at 15% (its config's seed and `eval_steps` batches),
+  read by the contestant's own masked-LM head. ELECTRA's checkpoint holds its discriminator, which has none: []."""
+  import jax
+  import numpy as np
+
+  from bert_jax import progress, sharding
+  from bert_jax.data.corpus import Corpus
+  from bert_jax.handoff import pretrained
+  from bert_jax.workdir import checkpoints
+
+  if CONTESTANTS[name].get("objective", "bert") != "bert":
+    return []
+  workdir = epath.Path(_WORKDIR.value) / name
+  config = contestant_config(COMMON_EVALUATION)
+  curve = []
+  for step in checkpoints.committed_steps(checkpoints.checkpoint_dir(str(workdir))):
+    loaded = pretrained.load(str(workdir / "checkpoints" / str(step)))
+    objective_run = pretraining.make_run(config, model_cfg=loaded.config)
+    corpus = Corpus(config, str(workdir), loaded.config, loaded.tokenizer)
+    source = corpus.source(0, evaluation=True)
+    totals = None
+    for _ in range(config.eval_steps):
+      batch = sharding.global_batch(next(source), objective_run.mesh)
+      metrics = jax.device_get(objective_run.eval_step(loaded.params, batch))
+      totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
+    summary = progress.summarize(totals, config.eval_steps)
+    curve.append(dict(step=step, model_flops=step * flops_per_step, **{k: float(v) for k, v in summary.items()}))
+    logging.info("%s, step %d, common held-out stream: %s", name, step, curve[-1])
+  return curve
+
+
 def pretrain(name: str, budget: float) -> dict:
   """The contestant's run (resumed or read back), with its curve and wall time."""
   workdir = epath.Path(_WORKDIR.value) / name
   result_file = workdir / "objective_result.json"
   if result_file.exists():
-    return json.loads(result_file.read_text())
+    result = json.loads(result_file.read_text())
+    if "common_curve" not in result:  # Pretrained before the common evaluation existed.
+      result["common_curve"] = common_evaluation(name, result["flops_per_step"])
+      result_file.write_text(json.dumps(result, indent=1))
+    return result
   per_step = flops_per_step(contestant_config(name))
   steps = math.floor(budget / per_step)
   config = contestant_config(name, steps)
@@ -129,6 +226,7 @@ def pretrain(name: str, budget: float) -> dict:
     flops_per_step=per_step,
     seconds=seconds,
     curve=curve,
+    common_curve=common_evaluation(name, per_step),
     final={tag: by_step[max(by_step)] for tag, by_step in evaluation.items()},
   )
   result_file.write_text(json.dumps(result, indent=1))
@@ -163,16 +261,19 @@ def _plot(results: list[dict], path: str) -> None:
   from matplotlib import pyplot as plt
 
   figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(11, 4.2))
-  for result in results:
-    flops = [point["model_flops"] / 1e15 for point in result["curve"]]
-    loss_axes.plot(flops, [point["mlm_loss"] for point in result["curve"]], marker="o", label=result["name"])
-    accuracy_axes.plot(flops, [point["mlm_accuracy"] for point in result["curve"]], marker="o", label=result["name"])
-  for axes, what in ((loss_axes, "held-out MLM loss"), (accuracy_axes, "held-out MLM accuracy")):
+  for result in results:  # The common stream's curve; ELECTRA's own (its generator's, on its own rows), dashed.
+    curve, style, label = result["common_curve"], "-", result["name"]
+    if not curve:
+      curve, style, label = result["curve"], "--", f"{result['name']} (own rows)"
+    flops = [point["model_flops"] / 1e15 for point in curve]
+    loss_axes.plot(flops, [point["mlm_loss"] for point in curve], style, marker="o", label=label)
+    accuracy_axes.plot(flops, [point["mlm_accuracy"] for point in curve], style, marker="o", label=label)
+  for axes, what in ((loss_axes, "held-out MLM loss (15%)"), (accuracy_axes, "held-out MLM accuracy (15%)")):
     axes.set_xlabel("model FLOPs (PFLOP)")
     axes.set_ylabel(what)
     axes.grid(alpha=0.3)
     axes.legend()
-  figure.suptitle("Pretraining objectives at equal compute (L2 H128; ELECTRA's MLM is its generator's)")
+  figure.suptitle("Pretraining recipes at equal compute (L2 H128; one held-out stream for all, masked at 15%)")
   figure.tight_layout()
   figure.savefig(path, dpi=120)
 
@@ -192,19 +293,24 @@ def main(argv):
       result["glue"] = finetune(result["name"])
   out = epath.Path(_WORKDIR.value)
   (out / "objectives.json").write_text(json.dumps(dict(budget_flops=budget, results=results), indent=1))
-  tags = sorted({tag for result in results for point in result["curve"] for tag in point} - {"step", "model_flops"})
+  curves = ("curve", "common_curve")  # Each contestant's own held-out rows, and the stream common to all.
+  points = [point for result in results for kind in curves for point in result[kind]]
+  tags = sorted({tag for point in points for tag in point} - {"step", "model_flops"})
   with open(os.path.join(out, "objectives_curves.csv"), "w", newline="") as handle:
     writer = csv.writer(handle)
-    writer.writerow(["objective", "step", "model_flops", *tags])
+    writer.writerow(["objective", "evaluation", "step", "model_flops", *tags])
     for result in results:
-      for point in result["curve"]:
-        values = [f"{point[tag]:.5f}" if tag in point else "" for tag in tags]
-        writer.writerow([result["name"], point["step"], f"{point['model_flops']:.6g}", *values])
+      for kind in curves:
+        for point in result[kind]:
+          values = [f"{point[tag]:.5f}" if tag in point else "" for tag in tags]
+          where = "own" if kind == "curve" else "common"
+          writer.writerow([result["name"], where, point["step"], f"{point['model_flops']:.6g}", *values])
   _plot(results, os.path.join(out, "objectives_curves.png"))
 
   tasks = _TASKS.value if _GLUE_DIR.value else []
   print(f"\nBudget {budget:.3g} model FLOPs ({_BERT_STEPS.value} BERT steps).")
-  header = ["objective", "steps", "held-out MLM loss", "MLM accuracy", "its other task", *tasks]
+  header = ["objective", "steps", "own held-out MLM loss", "MLM accuracy", "common held-out MLM loss", "accuracy"]
+  header += ["its other task", *tasks]
   header += ["GLUE mean"] * bool(tasks) + ["pretraining time"]
   print("| " + " | ".join(header) + " |")
   print("|" + "---|" * len(header))
@@ -213,6 +319,8 @@ def main(argv):
     other = ", ".join(f"{tag} {final[tag]:.3f}" for tag in SENTENCE_METRICS if tag in final) or "-"
     whose = " (generator)" if result["name"] == "electra" else ""  # ELECTRA's MLM is its small generator's.
     cells = [result["name"], str(result["steps"]), f"{final['mlm_loss']:.3f}{whose}", f"{final['mlm_accuracy']:.3f}"]
+    common = result["common_curve"][-1] if result["common_curve"] else None
+    cells += [f"{common['mlm_loss']:.3f}", f"{common['mlm_accuracy']:.3f}"] if common else ["-", "-"]
     cells.append(other)
     means = []
     for task in tasks:
@@ -220,7 +328,8 @@ def main(argv):
       rate = next(iter(summary["sweep"].values()))
       means.append(100 * rate["mean"])
       cells.append(f"{100 * rate['mean']:.1f} +- {100 * rate['std']:.1f}")
-    cells += [f"{sum(means) / len(means):.1f}"] * bool(tasks) + [f"{result['seconds'] / 60:.0f} min"]
+    cells += [f"{sum(means) / len(means):.1f}"] if means else []
+    cells.append(f"{result['seconds'] / 60:.0f} min")
     print("| " + " | ".join(cells) + " |")
 
 
