@@ -204,3 +204,21 @@ def test_an_attention_pattern_gives_each_layer_its_span(monkeypatch, small_model
   )
   with pytest.raises(ValueError, match=r"pattern 'alternating', whose layers differ, and model.layer_sharing='all'"):
     init_params(BertModel(dataclasses.replace(config, layer_sharing="all")), jax.random.key(0))
+
+
+@pytest.mark.parametrize(
+  "model_type, name",
+  [
+    ("bert", "BERT"),
+    ("roberta", "RoBERTa"),
+    ("albert", "ALBERT"),
+    ("electra", "ELECTRA"),
+    ("modernbert", "ModernBERT"),
+  ],
+)
+def test_a_run_header_names_the_family_it_trains(model_type, name):
+  from bert_jax import progress
+
+  extra = dict(rope_theta=10_000.0) if model_type == "modernbert" else {}
+  config = BertConfig(model_type=model_type, vocab_size=99, num_layers=2, hidden_size=32, num_heads=2, **extra)
+  assert progress.model_row(config, 1234).startswith(f"{name} L2 H32 A2 (feed-forward ")

@@ -25,6 +25,8 @@ import dataclasses
 class Architecture:
   """One family's parts, by role; each name is a key of that role's table in model/parts.py."""
 
+  # The family's name as people write it (a run header's model row).
+  name: str = "BERT"
   # The token embeddings (parts.EMBEDDINGS): the module named `embeddings` under the encoder.
   embeddings: str = "absolute"
   # One encoder layer (parts.LAYERS): the order of attention, feed-forward, norms and residuals.
@@ -53,14 +55,15 @@ ARCHITECTURES = {
   "bert": Architecture(),
   # Post-LN BERT with positions from `position_offset` on (model/embeddings.py); trained without a sentence task,
   # its pretraining model keeps BERT's heads (the Hugging Face file has no sentence head).
-  "roberta": Architecture(),
+  "roberta": Architecture(name="RoBERTa"),
   # BERT's parts; `embedding_size`-wide tables projected to the hidden width, `layer_sharing` (model/stack.py).
-  "albert": Architecture(),
+  "albert": Architecture(name="ALBERT"),
   # BERT's encoder; ELECTRA's model (model/electra.py) takes the generator's and the discriminator's heads.
-  "electra": Architecture(pretraining_head="electra"),
+  "electra": Architecture(name="ELECTRA", pretraining_head="electra"),
   # ModernBERT (Warner et al. 2024): token embeddings and a norm, pre-norm layers with a gated feed-forward, rotary
   # positions, local attention with a global layer every `global_attention_every`, a final norm; masked LM alone.
   "modernbert": Architecture(
+    name="ModernBERT",
     embeddings="token",
     layer="pre_norm",
     feed_forward="glu",
