@@ -1,6 +1,6 @@
 """BERT-Base and BERT-Large compiled for Cloud TPU slices on this machine (XLA's TPU compiler; no TPU): per-chip peak
 HBM at the configs' batch, the largest per-chip batch per remat policy, compile times, and transformers'
-`FlaxBertForPreTraining` compiled for the same slice and batch.
+`FlaxBertForPreTraining` compiled for the same slice and batch; and the ModernBERT configs (`--sections=modernbert`).
 
     pip install -e '.[test]'   # libtpu (bert_jax[tpu]) and transformers, the reference
     python -m bert_jax.benchmarks.tpu_compile --sections=config,plan,reference --presets=base,large --seqs=128,512 \\
@@ -37,6 +37,11 @@ _ALL_FLOPS = flags.DEFINE_bool("all_flops", True, "config: XLA's FLOPs of every 
 _PER_CHIP = flags.DEFINE_integer("per_chip", 16, "layouts, policies, side_by_side: the per-chip batch compared.")
 _LAYOUT_REMAT = flags.DEFINE_list("layout_remat", ["none", "save_dots", "full"], "layouts: the policies compared.")
 _SIDE_REMAT = flags.DEFINE_list("side_remat", ["none", "full"], "side_by_side: none and/or full.")
+_MODERN_CONFIGS = flags.DEFINE_list("modern_configs", ["modernbert_base", "modernbert_large"], "modernbert: configs.")
+_MODERN_SEQS = flags.DEFINE_list("modern_seqs", ["1024", "8192"], "modernbert: sequence lengths.")
+_MODERN_TOPOLOGIES = flags.DEFINE_list("modern_topologies", ["v5e-8", "v5p-8", "v6e-8"], "modernbert: slices.")
+_MODERN_REMAT = flags.DEFINE_list("modern_remat", ["none", "save_dots", "full"], "modernbert: the planner's policies.")
+_MODERN_TOKENS = flags.DEFINE_integer("modern_tokens", 8192, "modernbert: tokens per chip of the peak columns.")
 _SECTIONS = flags.DEFINE_list(
   "sections",
   ["config", "plan", "reference"],
@@ -44,7 +49,10 @@ _SECTIONS = flags.DEFINE_list(
   "planner with xla and splash attention (attention dropout 0); reference: transformers' model beside bert_jax's; "
   "layouts: scanned against unrolled layers per remat policy at --per_chip rows; policies: every remat policy's "
   "peak at --per_chip rows, XLA FLOPs (every layer counted) and largest per-chip batch; side_by_side: bert_jax and "
-  "transformers at --per_chip rows and their largest per-chip batches, remat none and full (and splash at 512).",
+  "transformers at --per_chip rows and their largest per-chip batches, remat none and full (and splash at 512); "
+  "modernbert: the ModernBERT configs at each of --modern_seqs on --modern_topologies, peak at --modern_tokens per "
+  "chip with XLA's attention and with splash (its local mask), and the largest per-chip batch per remat policy "
+  "with splash.",
 )
 _BATCH = 256
 
@@ -268,6 +276,59 @@ def _side_by_side_table() -> None:
           )
 
 
+def _modern_config(name: str, seq: int, topology: str, per_chip: int, **model):
+  """configs/<name>.py at `seq` tokens (beyond 1,024: the context extension's, RoPE's global base raised) on
+  `topology`, `per_chip` rows a chip in one microbatch, with `model`'s changes."""
+  import importlib
+
+  from configs import modernbert_base, modernbert_context_extension
+
+  config = importlib.import_module(f"configs.{name}").get_config()
+  if seq > modernbert_base.SEQ_LENGTH:
+    config.model.rope_theta = modernbert_context_extension.GLOBAL_ROPE_THETA
+  config.data.update(max_seq_length=seq, max_predictions_per_seq=modernbert_base.max_predictions(seq))
+  config.dry_run.topology = topology
+  devices, _ = ahead_of_time.target_devices(config)
+  config.batch_size = per_chip * sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
+  config.num_microbatches = 1
+  config.model.update(model)
+  return config, devices
+
+
+def _modern(name, seq, topology, per_chip, **model) -> dict:
+  config, devices = _modern_config(name, seq, topology, per_chip, **model)
+  job = ahead_of_time.make_job(config, devices)
+  return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))
+
+
+def _modern_table() -> None:
+  print(
+    "\n| config | seq | topology | rows/chip | peak, XLA attention (GiB) | peak, splash (GiB) | "
+    + " | ".join(f"largest batch, remat {r}" for r in _MODERN_REMAT.value)
+    + " | compiles (s) |"
+  )
+  print("|---|---|---|---|---|---|" + "---|" * (len(_MODERN_REMAT.value) + 1))
+  for name in _MODERN_CONFIGS.value:
+    for seq in map(int, _MODERN_SEQS.value):
+      per_chip = max(_MODERN_TOKENS.value // seq, 1)
+      for topology in _MODERN_TOPOLOGIES.value:
+        start = time.perf_counter()
+        peaks = [_modern(name, seq, topology, per_chip, remat="none", attention=kind) for kind in ("xla", "splash")]
+        cells = [f"{_gib(p['peak_bytes'])}{'' if p['fits'] else ' (does not fit)'}" for p in peaks]
+        for remat in _MODERN_REMAT.value:
+          # Multiples of 8 rows of 1,024 tokens (of one row of 8,192), up to a million tokens a chip.
+          unit = max(8 * 1024 // seq, 1)
+          batch, _, _ = planner.search(
+            lambda b, n=name, s=seq, t=topology, r=remat: _modern(n, s, t, b, remat=r, attention="splash"),
+            unit,
+            2**20 // seq,
+            start=per_chip,
+          )
+          cells.append(str(batch))
+        seconds = time.perf_counter() - start
+        print(f"| {name} | {seq} | {topology} | {per_chip} | " + " | ".join(cells) + f" | {seconds:.0f} |", flush=True)
+
+
 def main(argv):
   del argv
   print(f"jax {jax.__version__}, libtpu compile-only devices; global batch {_BATCH}, bfloat16, scanned layers")
@@ -286,6 +347,8 @@ def main(argv):
       _policies_table()
     elif section == "side_by_side":
       _side_by_side_table()
+    elif section == "modernbert":
+      _modern_table()
     else:
       raise app.UsageError(f"Unknown section {section!r}.")
 
