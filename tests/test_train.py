@@ -77,7 +77,7 @@ def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_un
   # Sizes 8 and 16 for 2 steps each: 2 x (8 + 16) rows of 32 token positions; then 24.
   config.update(batch_size=24, batch_warmup_start=8, batch_warmup_tokens=2 * 24 * 32, num_train_steps=7)
   config.update(checkpoint_every_steps=2, keep_checkpoints=4, eval_steps=0)
-  caplog.set_level(logging.INFO)
+  caplog.set_level(logging.INFO, logger="absl")  # Whatever verbosity an earlier run in this process left.
   batches = {"a": [], "b": []}
   with monkeypatch.context() as patch:
     _crash_after(patch, None, batches["a"])
