@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 
 from bert_jax import distributed
+from bert_jax.data.batch_warmup import MAX_SIZES
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
@@ -129,6 +130,7 @@ PRETRAINING = (
   ("profile.start_step", NON_NEGATIVE, "0: no profile."),
   ("profile.num_steps", AT_LEAST_ONE),
   ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
+  ("batch_warmup_tokens", NON_NEGATIVE, "0: no batch-size warmup."),
 )
 
 # ELECTRA (objective="electra"): the generator's size and the loss; checked in every pretraining config.
@@ -268,8 +270,45 @@ def check_pretraining(config) -> BertConfig:
       f"batch_size={config.batch_size} does not split over data.num_readers={readers}: each reader makes an equal "
       "part of every batch."
     )
+  _check_batch_warmup(config)
   check_objective(config, model)
   return model
+
+
+def _check_batch_warmup(config) -> None:
+  """The batch-size warmup's keys (data/batch_warmup.py; `batch_warmup_tokens`' range: PRETRAINING): its sizes,
+  batch_warmup_start, 2 x, ... up to batch_size, split as batch_size must (the mesh's share: `pretraining.make_run`;
+  the readers a resume takes from its checkpoint: `pretraining_start.run_readers`)."""
+  tokens, start, batch = config.batch_warmup_tokens, config.batch_warmup_start, config.batch_size
+  if not tokens:
+    return
+  if not 0 < start < batch:
+    raise ValueError(
+      f"batch_warmup_start={start} must be in [1, batch_size={batch}): the warmup's first batch, in rows "
+      f"(batch_warmup_tokens={tokens})."
+    )
+  if batch % start:
+    raise ValueError(
+      f"batch_size={batch} is not a multiple of batch_warmup_start={start}: the warmup's sizes are {start}, "
+      f"{2 * start}, ... up to batch_size."
+    )
+  if batch // start > MAX_SIZES:
+    raise ValueError(
+      f"batch_warmup_start={start} makes {batch // start} batch sizes up to batch_size={batch}, each its own compiled "
+      f"train step; expected at most {MAX_SIZES}: a batch_warmup_start of at least {-(-batch // MAX_SIZES)} that "
+      "divides batch_size."
+    )
+  if start % config.num_microbatches:
+    raise ValueError(
+      f"batch_warmup_start={start} does not split into num_microbatches={config.num_microbatches}: every size of the "
+      "warmup is processed in them, as batch_size is."
+    )
+  readers = config.data.num_readers
+  if config.data.source == "pretraining" and readers and start % readers:
+    raise ValueError(
+      f"batch_warmup_start={start} does not split over data.num_readers={readers}: each reader makes an equal part "
+      "of every batch, the warmup's too."
+    )
 
 
 def _check_masking(data) -> None:
@@ -342,6 +381,11 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
   sweep's members."""
   model = check_training(config)
   check_ranges(config, FINETUNING)
+  if config.batch_warmup_tokens:
+    raise ValueError(
+      f"batch_warmup_tokens={config.batch_warmup_tokens}: the batch-size warmup is pretraining's; fine-tuning has "
+      "none (set it to 0)."
+    )
   if config.lr_schedule == "wsd" and config.finetune.warmup_fraction + config.lr_decay_fraction > 1:
     raise ValueError(
       f"lr_decay_fraction={config.lr_decay_fraction} and finetune.warmup_fraction={config.finetune.warmup_fraction} "

@@ -5,6 +5,7 @@ Only process 0 writes; other processes create no files.
 
 import tempfile
 import time
+from collections.abc import Callable
 
 import jax
 from absl import logging
@@ -127,10 +128,13 @@ def lines_row(job: str, lines: int, total_lines: int, tokens: int, seconds: floa
 
 class Progress:
   """Console lines: step, loss, the metrics named in `shown` (beside each, in brackets, its value in `baseline`:
-  the unigram model's, see `shards.unigram_baseline`), the rows' fill (and instances per row when `packed`),
-  tokens/s, model FLOPs utilisation and ETA, measured since the previous line. Tokens/s and MFU count real tokens
-  only: a step's tokens and model FLOPs are scaled by the fill of its rows (`row_fill` in the summary), so padding
-  earns nothing. MFU needs the model FLOPs of a full step and the peak FLOP/s of all devices (see flops.py)."""
+  the unigram model's, see `shards.unigram_baseline`), the rows' fill (and instances per row when `packed`), the
+  batch while a summary has one (`batch_size`: a batch-size warmup's), tokens/s, model FLOPs utilisation and ETA,
+  measured since the previous line. Tokens/s and MFU count real tokens only: a step's tokens and model FLOPs are
+  scaled by the fill of its rows (`row_fill` in the summary), so padding earns nothing. MFU needs the model FLOPs of a
+  step of `tokens_per_step` and the peak FLOP/s of all devices (see flops.py). `tokens_through(step)`: the token
+  positions of steps 1 to `step` when steps differ (a batch-size warmup's), else `step x tokens_per_step`; the ETA is
+  the tokens left at the measured rate."""
 
   def __init__(
     self,
@@ -142,9 +146,11 @@ class Progress:
     shown: tuple[str, ...] = ("mlm_loss", "mlm_accuracy", "nsp_accuracy"),
     packed: bool = False,
     baseline: dict | None = None,
+    tokens_through: Callable[[int], int] | None = None,
   ):
     self._shown, self._packed, self._baseline = shown, packed, baseline or {}
     self._total, self._tokens_per_step = total_steps, tokens_per_step
+    self._tokens_through = tokens_through or (lambda step: step * tokens_per_step)
     self._flops_per_step, self._peak_flops = flops_per_step, peak_flops
     self._last_step, self._last_time = first_step, time.perf_counter()
     # What the lines measured, for the run's summary: steps timed, their seconds and real tokens.
@@ -166,22 +172,25 @@ class Progress:
       rate += f" {self.first_step_seconds:.1f} s"
     eta = "-"
     if steps > 0:  # Not the line of the first (compiling, untimed) step.
-      seconds_per_step = (now - self._last_time) / steps
+      seconds = now - self._last_time
+      tokens = self._tokens_through(step) - self._tokens_through(self._last_step)
       self.timed_steps += steps
-      self.timed_seconds += now - self._last_time
-      self.real_tokens += steps * fill * self._tokens_per_step
-      speed = {"tokens_per_sec": fill * self._tokens_per_step / seconds_per_step, "seconds_per_step": seconds_per_step}
+      self.timed_seconds += seconds
+      self.real_tokens += fill * tokens
+      speed = {"tokens_per_sec": fill * tokens / seconds, "seconds_per_step": seconds / steps}
       rate = f"{speed['tokens_per_sec']:,.0f} tok/s"
-      if self._flops_per_step and self._peak_flops:
-        speed["mfu"] = fill * self._flops_per_step / seconds_per_step / self._peak_flops
+      if self._flops_per_step and self._peak_flops:  # The model FLOPs of these steps' tokens.
+        speed["mfu"] = fill * self._flops_per_step * tokens / self._tokens_per_step / seconds / self._peak_flops
         rate += f" | MFU {100 * speed['mfu']:.1f}%"
-      eta = duration(seconds_per_step * (self._total - step))
+      eta = duration(seconds / tokens * (self._tokens_through(self._total) - self._tokens_through(step)))
     self._last_step, self._last_time = step, now
     metrics = format_metrics(summary, self._shown, self._baseline)
     if summary.get("skipped_steps"):
       metrics += f" | skipped {summary['skipped_steps']:.0f}"
     if "row_fill" in summary:
       metrics += f" | fill {fill:.3f}"
+    if "batch_size" in summary:
+      metrics += f" | batch {summary['batch_size']:,}"
     if self._packed:
       metrics += f" | {summary.get('row_instances', float('nan')):.2f} inst/row"
     logging.info(

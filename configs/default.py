@@ -193,6 +193,14 @@ def get_config() -> ml_collections.ConfigDict:
   # Each step's batch is processed as this many sequential microbatches whose gradients are summed (gradient
   # accumulation): the same update as the whole batch, with one microbatch's activation memory.
   config.num_microbatches = 1
+  # Batch-size warmup (ModernBERT's; bert_jax/data/batch_warmup.py), pretraining only: the first steps read
+  # batch_warmup_start rows, then 2, 3, ... times that, each size for as many steps, until the sizes below batch_size
+  # have read this many token positions (rows x data.max_seq_length); then batch_size. Each size compiles its own
+  # train step. Steps stay steps: num_train_steps, warmup_steps and the learning-rate schedule count them. 0: none.
+  config.batch_warmup_tokens = 0
+  # The warmup's first batch, in rows: it divides batch_size (at most 16 sizes), and splits as batch_size must (over
+  # the data-parallel devices x num_microbatches, the hosts and data.num_readers).
+  config.batch_warmup_start = 0
   # Training stops at this step (the optimizer's step count, which continues across phases).
   config.num_train_steps = 1_000_000
   # Linear warmup steps, then the decay (lr_schedule) to its end at schedule_end_step.

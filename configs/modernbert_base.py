@@ -12,9 +12,18 @@ byte-level BPE vocabulary (`tokenizer.kind="bpe"`: a tokenizer.json with RoBERTa
 ModernBERT's [CLS]/[SEP]/[MASK]; a tokenizer.json with a normalizer is refused naming it, and the published file is
 not checked here: docs/handoff.md). The recipe: 30% of tokens masked (80/10/10), evaluation at 15%;
 instances of one document's text each (`doc_sentences`), packed into rows, attention within each instance; batch
-4,608 rows (4.7M tokens); warmup over 3B tokens, then the peak 8e-4 to the end (warmup-stable-decay with no decay:
-the decay comes at the end of the context extension); StableAdamW, betas (0.9, 0.98), eps 1e-6, no gradient
-clipping (StableAdamW's update clipping replaces it); no dropout.
+4,608 rows (4.7M tokens) after a batch-size warmup from 768 rows over the first 50B tokens; learning-rate warmup over
+3B tokens, then the peak 8e-4 to the end (warmup-stable-decay with no decay: the decay comes at the end of the
+context extension); StableAdamW, betas (0.9, 0.98), eps 1e-6, no gradient clipping (StableAdamW's update clipping
+replaces it); no dropout.
+
+The batch-size warmup (`batch_warmup_tokens`, `batch_warmup_start`; bert_jax/data/batch_warmup.py) is the training
+code's: its `batch_size_warmup_min_size` is its 96-row microbatch on each of its 8 GPUs, 768 rows, and it adds a
+microbatch per GPU at a time over `batch_size_warmup_tokens: 50_000_000_000tok`. Here the same figures: 768, 1,536,
+... 3,840 rows for 4,239 steps each (steps 1 to 21,195, 50.005B token positions), then 4,608; six compiled train
+steps. On the v5p-64 below 768 rows are 24 per chip, 12 per microbatch. The training code schedules its learning rate
+and its length in tokens, and bert_jax in steps: `warmup_steps` and `num_train_steps` are the steps that read 3B and
+1.719T tokens under the batch warmup (`BatchSchedule.step_reaching`), 3,815 (all at 768 rows) and 374,902.
 
 Where it differs from the training code, and why:
 - RoPE base 10,000 in every layer, as the training code's phase 1 (`rotary_emb_base: 10000`); the context extension
@@ -22,7 +31,8 @@ Where it differs from the training code, and why:
 - Weight decay: ModernBERT's is "fully decoupled", 1e-5 x lr_t / peak per step; bert_jax's decays by lr_t x
   weight_decay, so the same decay is weight_decay = 1e-5 / 8e-4 = 0.0125 (also divided by StableAdamW's per-tensor
   RMS, as optimi's is).
-- The batch is 4,608 rows from the first step: the training code grows it from 768 over the first 50B tokens.
+- The warmup's batch grows at fixed steps, computed ahead from token positions (padding included); the training
+  code counts the real tokens its packer emits, so its sizes change a little later.
 - Its attention-output dropout of 0.1 is left out: `model.attention_dropout_prob` covers the attention's
   probabilities and output together (as transformers' ModernBERT), and the splash kernel takes none (the released
   config has every dropout at 0).
@@ -31,19 +41,23 @@ Where it differs from the training code, and why:
 Planned for a v5p-64 slice (32 chips: 144 rows of 1,024 tokens per chip, in 2 microbatches of 72, below the
 training code's 96 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-28, XLA's TPU
 compiler on a 2-core CPU machine, `--mode=dry_run` as below): the train step fits at remat none, peak 33.83 GiB of
-95.74 usable per chip, compiled in 110 s; the eval step 9.32 GiB. `--mode=plan` would choose the remat policy and
-microbatches there (not run: the margin suggests one microbatch may fit).
+95.74 usable per chip, compiled in 110 s; the eval step 9.32 GiB (the dry run compiles the full batch: the warmup's
+smaller ones take less). `--mode=plan` would choose the remat policy and microbatches there (not run: the margin
+suggests one microbatch may fit).
 
     python -m bert_jax.main --config=configs/modernbert_base.py --workdir=/tmp/mb --mode=dry_run
 """
 
+from bert_jax.data.batch_warmup import BatchSchedule
 from configs import default
 
-# The training code's figures, in tokens; steps follow from the batch.
+# The training code's figures, in tokens; steps follow from the batches.
 BATCH_SIZE, SEQ_LENGTH = 4608, 1024
 TOKENS_PER_STEP = BATCH_SIZE * SEQ_LENGTH
-PHASE_1_STEPS = round(1_719e9 / TOKENS_PER_STEP)  # 364,307
-WARMUP_STEPS = round(3e9 / TOKENS_PER_STEP)  # 636
+BATCH_WARMUP_START, BATCH_WARMUP_TOKENS = 768, 50_000_000_000
+BATCHES = BatchSchedule.warmup(BATCH_SIZE, BATCH_WARMUP_START, BATCH_WARMUP_TOKENS, SEQ_LENGTH)
+PHASE_1_STEPS = BATCHES.step_reaching(1_719e9)  # 374,902
+WARMUP_STEPS = BATCHES.step_reaching(3e9)  # 3,815
 PEAK_LEARNING_RATE = 8e-4
 # ModernBERT's fully decoupled weight decay per step at the peak, before it becomes bert_jax's weight_decay.
 DECOUPLED_WEIGHT_DECAY = 1e-5
@@ -90,6 +104,7 @@ def get_config():
   config.data.max_seq_length = SEQ_LENGTH
   config.data.max_predictions_per_seq = max_predictions(SEQ_LENGTH)
   config.batch_size = BATCH_SIZE
+  config.batch_warmup_start, config.batch_warmup_tokens = BATCH_WARMUP_START, BATCH_WARMUP_TOKENS
   config.num_microbatches = 2
   config.num_train_steps = PHASE_1_STEPS
   config.warmup_steps = WARMUP_STEPS

@@ -44,6 +44,7 @@ def extend(
   decay_steps = round(DECAY_TOKENS / tokens_per_step)
   config.num_train_steps = phase_1_steps + round(STABLE_TOKENS / tokens_per_step) + decay_steps
   config.batch_size, config.num_microbatches = batch_size, num_microbatches
+  config.batch_warmup_tokens = config.batch_warmup_start = 0  # Phase 1 warmed the batch up; its steps are past it.
   config.model.rope_theta = GLOBAL_ROPE_THETA
   config.data.max_seq_length = SEQ_LENGTH
   config.data.max_predictions_per_seq = modernbert_base.max_predictions(SEQ_LENGTH)

@@ -1,5 +1,5 @@
 """ModernBERT-large's context extension: configs/modernbert_context_extension.py's, from configs/modernbert_large.py's
-second part (step 336,882), at the training code's large figures (yamls/modernbert/modernbert-large-context-
+second part (step 338,868), at the training code's large figures (yamls/modernbert/modernbert-large-context-
 extension.yaml): batch 616 rows of 8,192 tokens, learning rate 5e-5 and weight decay 1e-6, fully decoupled (so
 weight_decay = 1e-6 / 5e-5 = 0.02 here, as in phase 1).
 

@@ -6,7 +6,8 @@ python -m bert_jax.main --config=configs/modernbert_tiny.py --workdir=/tmp/moder
 
 Four layers of hidden 128 (2 heads, GeGLU feed-forward 192, 1.5x as base's), layers 0 and 3 global, 1 and 2 local
 over 16 tokens (8 each side) of 64-token rows; no biases, no dropout, RoPE base 10,000. The recipe: 30% of tokens
-masked, evaluation at 15%, StableAdamW, warmup-stable-decay with a 1-sqrt decay over the last fifth of the steps.
+masked, evaluation at 15%, StableAdamW, warmup-stable-decay with a 1-sqrt decay over the last fifth of the steps;
+no batch-size warmup (base's grows its batch over 50B tokens).
 Float32, unscanned, XLA's attention: what a CPU runs fastest.
 """
 
@@ -33,6 +34,7 @@ def get_config():
   config.data.max_seq_length = 64
   config.data.max_predictions_per_seq = modernbert_base.max_predictions(64)
   config.batch_size = 32
+  config.batch_warmup_tokens = config.batch_warmup_start = 0  # No batch-size warmup in a run of a CPU minute.
   config.num_microbatches = 1
   config.num_train_steps = 550
   config.warmup_steps = 50

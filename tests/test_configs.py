@@ -176,6 +176,7 @@ BAD_VALUES = [
   ("electra.generator_layers_fraction", 1.5, "electra.generator_layers_fraction=1.5 must be in (0, 1]."),
   ("electra.rtd_weight", -1.0, "electra.rtd_weight=-1.0 must be non-negative."),
   ("electra.sampling_temperature", 0.0, "electra.sampling_temperature=0.0 must be positive."),
+  ("batch_warmup_tokens", -1, "batch_warmup_tokens=-1 must be non-negative. 0: no batch-size warmup."),
 ]
 # Values at the edges of those ranges, and the sentinels, that must pass.
 GOOD_VALUES = [
@@ -213,6 +214,49 @@ def test_an_out_of_range_value_is_refused_naming_key_value_and_range(key, value,
 @pytest.mark.parametrize("key,value", GOOD_VALUES, ids=[f"{key}={value}" for key, value in GOOD_VALUES])
 def test_the_edges_of_each_range_pass(key, value):
   config_checks.check_pretraining(_tiny_with(key, value))
+
+
+# (keys with a warmup on configs/tiny.py's batch of 32, what the error says); the mesh's share: tests/test_train.py.
+BAD_BATCH_WARMUPS = [
+  (dict(), "batch_warmup_start=0 must be in [1, batch_size=32): the warmup's first batch, in rows"),
+  (dict(batch_warmup_start=64), "batch_warmup_start=64 must be in [1, batch_size=32)"),
+  (dict(batch_warmup_start=32), "batch_warmup_start=32 must be in [1, batch_size=32)"),
+  (
+    dict(batch_warmup_start=12),
+    "batch_size=32 is not a multiple of batch_warmup_start=12: the warmup's sizes are 12, 24",
+  ),
+  (
+    dict(batch_warmup_start=1),
+    "batch_warmup_start=1 makes 32 batch sizes up to batch_size=32, each its own compiled train step; expected at "
+    "most 16: a batch_warmup_start of at least 2",
+  ),
+  (dict(batch_warmup_start=8, num_microbatches=16), "batch_warmup_start=8 does not split into num_microbatches=16"),
+  (
+    dict(batch_warmup_start=8, data=dict(num_readers=16)),
+    "batch_warmup_start=8 does not split over data.num_readers=16",
+  ),
+]
+
+
+@pytest.mark.parametrize("keys, message", BAD_BATCH_WARMUPS, ids=[message[:40] for _, message in BAD_BATCH_WARMUPS])
+def test_a_bad_batch_warmup_is_refused_naming_its_keys(keys, message):
+  config = tiny.get_config()
+  config.update(dict(batch_warmup_tokens=10_000, **keys))
+  with pytest.raises(ValueError, match=re.escape(message)):
+    config_checks.check_pretraining(config)
+
+
+def test_a_batch_warmup_passes_its_checks_in_pretraining_and_is_refused_in_fine_tuning():
+  from configs import glue
+
+  config = tiny.get_config()
+  config.update(dict(batch_warmup_tokens=10_000, batch_warmup_start=8, num_microbatches=8))
+  config.data.num_readers = 4
+  config_checks.check_pretraining(config)
+  config = glue.get_config()
+  config.update(dict(batch_warmup_tokens=10_000, batch_warmup_start=8))
+  with pytest.raises(ValueError, match=re.escape("batch_warmup_tokens=10000: the batch-size warmup is pretraining's")):
+    config_checks.check(config, "finetune")
 
 
 def test_data_masking_and_the_older_masking_keys_are_checked_together(caplog):

@@ -261,6 +261,36 @@ def test_a_resume_on_another_host_count_continues_the_same_global_stream(corpus,
     _assert_same([_concat([next(host) for host in hosts]) for _ in range(2)], uninterrupted[3:])
 
 
+@pytest.mark.slow
+def test_a_batch_warmups_steps_take_each_readers_next_batches_and_resume_exactly(
+  corpus, data_config, tmp_path, monkeypatch
+):
+  """Steps of 16, 32 and 48 rows over 2 readers batching 8 each (a warmup from 16): a step's rows are each reader's
+  next 1, 2 or 3 batches joined, in reader order, as the stream of 16-row batches holds them. A state saved after the
+  second step restores on 1 and 4 hosts (each reader shared by two), which take their parts of the third."""
+  restores = _restores(monkeypatch)
+  settings = dict(batch_size=16, num_readers=2, shuffle_buffer=200)
+  batches = _batches(_source(corpus, data_config, **settings), 6)  # Each: reader 0's 8 rows, then reader 1's.
+  expected = [  # Steps of 1, 2 and 3 batches: reader 0's rows of those batches, then reader 1's.
+    _concat([{name: batch[name][rows] for name in batch} for rows in (slice(0, 8), slice(8, 16)) for batch in steps])
+    for steps in (batches[:1], batches[1:3], batches[3:6])
+  ]
+  two_hosts = [_source(corpus, data_config, host=(index, 2), **settings) for index in range(2)]
+  _assert_same([_concat([host.take(rows) for host in two_hosts]) for rows in (16, 32)], expected[:2])
+  for host in two_hosts:
+    host.save_state(str(tmp_path / "state"))
+  with pytest.raises(ValueError, match="24 rows are not a whole number of the pipeline's batches of 16"):
+    two_hosts[0].take(24)
+  for count in (1, 4):
+    restores.clear()
+    hosts = [
+      _source(corpus, data_config, host=(i, count), start_example=48, state_dir=str(tmp_path / "state"), **settings)
+      for i in range(count)
+    ]
+    assert restores and all(restored for _, restored in restores)  # Restored, not replayed.
+    _assert_same([_concat([host.take(48) for host in hosts])], expected[2:])
+
+
 def _concat(host_batches: list[dict]) -> dict:
   return {name: np.concatenate([batch[name] for batch in host_batches]) for name in host_batches[0]}
 

@@ -42,3 +42,17 @@ def test_hosts_take_consecutive_slices_of_the_global_batch():
   parts = [next(_source(process_index=i, process_count=2)) for i in range(2)]
   for name in whole:
     np.testing.assert_array_equal(np.concatenate([p[name] for p in parts]), whole[name])
+
+
+def test_a_batch_of_any_size_is_the_streams_next_examples_split_over_the_hosts():
+  """A batch-size warmup's steps: `take(rows)` gives the next `rows` examples, whatever the source's batch."""
+  source = _source()
+  whole = [next(source) for _ in range(3)]  # Examples 0-23 in batches of 8.
+  hosts = [_source(process_index=i, process_count=2) for i in range(2)]
+  taken = [[host.take(rows) for rows in (4, 12, 8)] for host in hosts]  # Examples 0-3, 4-15 and 16-23.
+  assert [host.position for host in hosts] == [24, 24]
+  for name in whole[0]:
+    stream = np.concatenate([batch[name] for batch in whole])
+    for step, (first, rows) in enumerate([(0, 4), (4, 12), (16, 8)]):
+      joined = np.concatenate([taken[i][step][name] for i in range(2)])
+      np.testing.assert_array_equal(joined, stream[first : first + rows])

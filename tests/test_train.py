@@ -1,7 +1,9 @@
 """The loop: resumption is exact, bad configs stop before anything is compiled or written."""
 
+import copy
 import dataclasses
 import json
+import logging
 import os
 import shutil
 
@@ -20,18 +22,21 @@ class Crash(Exception):
   pass
 
 
-def _crash_after(monkeypatch, steps: int):
-  """Makes the train step raise on call `steps + 1`, as a machine lost mid-run would."""
+def _crash_after(monkeypatch, steps: int | None, batches: list | None = None):
+  """Makes the train step raise on call `steps + 1`, as a machine lost mid-run would (None: never); `batches` gets
+  each step's input_ids."""
   real = pretraining.make_run
 
   def make(*args, **kwargs):
     run, calls = real(*args, **kwargs), []
 
-    def counted(*a):
+    def counted(state, batch, *a):
       calls.append(1)
-      if len(calls) > steps:
+      if steps is not None and len(calls) > steps:
         raise Crash()
-      return run.train_step(*a)
+      if batches is not None:
+        batches.append(np.asarray(batch["input_ids"]))
+      return run.train_step(state, batch, *a)
 
     return dataclasses.replace(run, train_step=counted)
 
@@ -59,6 +64,58 @@ def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints"))[-1] == "4"
   resumed = _params(pretraining.pretrain(small_config, str(tmp_path / "b")))
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_uninterrupted_run(
+  wordpiece_run, tmp_path, monkeypatch, caplog
+):
+  """8, 16 and then 24 rows a step from the prepared corpus's pipeline: the checkpoints record the rows read, the
+  progress lines the batch, the speed leaves out each new size's compilation. A run lost in step 4 resumes from step
+  2's checkpoint, across both changes of size, to the uninterrupted run's batches and parameters, bit for bit."""
+  config = copy.deepcopy(wordpiece_run[1])
+  # Sizes 8 and 16 for 2 steps each: 2 x (8 + 16) rows of 32 token positions; then 24.
+  config.update(batch_size=24, batch_warmup_start=8, batch_warmup_tokens=2 * 24 * 32, num_train_steps=7)
+  config.update(checkpoint_every_steps=2, keep_checkpoints=4, eval_steps=0)
+  caplog.set_level(logging.INFO, logger="absl")  # Whatever verbosity an earlier run in this process left.
+  batches = {"a": [], "b": []}
+  with monkeypatch.context() as patch:
+    _crash_after(patch, None, batches["a"])
+    uninterrupted = _params(pretraining.pretrain(config, str(tmp_path / "a")))
+  assert [len(batch) for batch in batches["a"]] == [8, 8, 16, 16, 24, 24, 24]
+  for step, rows in {2: 16, 4: 48, 6: 96, 7: 120}.items():  # The rows of steps 1 to each checkpoint.
+    saved = {
+      item: json.loads((tmp_path / "a" / "checkpoints" / str(step) / item / "metadata").read_text())
+      for item in ("data", "history")
+    }
+    assert saved["data"]["examples"] == saved["history"]["examples_seen"] == rows
+    assert saved["history"]["token_positions_seen"] == rows * 32
+  lines = [record.getMessage() for record in caplog.records]
+  assert [line.split()[1] for line in lines if "compiled a new train step" in line] == ["3", "5"]
+  assert [line.split("| batch ")[1].split()[0] for line in lines if line.startswith("step ")] == [
+    "8",
+    "8",
+    "16",
+    "16",
+    "24",
+    "24",
+    "24",
+  ]
+
+  with monkeypatch.context() as patch:
+    _crash_after(patch, 3)
+    with pytest.raises(Crash):
+      pretraining.pretrain(config, str(tmp_path / "b"))
+  assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2"]
+  with monkeypatch.context() as patch:
+    _crash_after(patch, None, batches["b"])
+    resumed = _params(pretraining.pretrain(config, str(tmp_path / "b")))
+  assert len(batches["b"]) == 5
+  for batch, expected in zip(batches["b"], batches["a"][2:], strict=True):
+    np.testing.assert_array_equal(batch, expected)
+  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+  history = json.loads((tmp_path / "b" / "checkpoints" / "7" / "history" / "metadata").read_text())
+  assert history["examples_seen"] == 120 and history["token_positions_seen"] == 120 * 32
 
 
 @pytest.mark.slow
@@ -115,6 +172,12 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
     (dict(optimizer="sgd"), r"optimizer='sgd' is not supported"),
     (dict(model=dict(remat="some")), r"model.remat='some' is not supported"),
     (dict(init_from="/nonexistent/run"), r"init_from=/nonexistent/run: /nonexistent/run does not exist"),
+    (dict(batch_warmup_tokens=-1), r"batch_warmup_tokens=-1 must be non-negative"),
+    (dict(batch_warmup_tokens=1000, batch_warmup_start=16), r"batch_warmup_start=16 must be in \[1, batch_size=8\)"),
+    (
+      dict(batch_size=16, batch_warmup_tokens=1000, batch_warmup_start=4),
+      r"batch_warmup_start=4 is not divisible by the data-parallel size 8 \(mesh data x fsdp\) x 1 microbatch",
+    ),
   ],
 )
 def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, override, message):
@@ -181,6 +244,27 @@ def test_progress_reports_model_flops_utilisation():
   np.testing.assert_allclose(speed["mfu"], 0.25, rtol=0.01)
   np.testing.assert_allclose(speed["tokens_per_sec"], 1000, rtol=0.01)
   assert "mfu" not in progress.Progress(10, 1000, 0).report(2, dict(mlm_loss=1, mlm_accuracy=0, nsp_accuracy=0))
+
+
+def test_progress_under_a_batch_warmup_counts_each_steps_tokens_and_the_eta_the_tokens_left(monkeypatch):
+  lines = []
+  monkeypatch.setattr(progress.logging, "info", lambda message, *args: lines.append(message % args))
+  # Steps 1-4 of 500 tokens, then 1,000; MFU from the model FLOPs of a 1,000-token step.
+  ticker = progress.Progress(
+    total_steps=10,
+    tokens_per_step=1000,
+    first_step=0,
+    flops_per_step=1e12,
+    peak_flops=4e12,
+    tokens_through=lambda step: 500 * min(step, 4) + 1000 * max(step - 4, 0),
+  )
+  ticker._last_time -= 2.0  # Steps 1-4: 2,000 tokens in two seconds.
+  speed = ticker.report(4, dict(loss=1.0, batch_size=8))
+  np.testing.assert_allclose(speed["tokens_per_sec"], 1000, rtol=0.01)
+  np.testing.assert_allclose(speed["mfu"], 0.25, rtol=0.01)  # 2,000 tokens: 2e12 FLOPs in 2 s of a 4e12 peak.
+  # 6,000 tokens left at 1,000 a second (not 6 steps at half a second each).
+  assert lines[-1].endswith("| ETA 0:00:06") and "| batch 8 |" in lines[-1]
+  assert ticker.real_tokens == 2000
 
 
 def test_the_first_progress_line_shows_the_compiling_step_not_a_speed(monkeypatch):

@@ -8,6 +8,7 @@ from absl import logging
 from jax.experimental import multihost_utils
 
 from bert_jax.data import sources
+from bert_jax.data.batch_warmup import BatchSchedule
 from bert_jax.data.manifest import check_documents, check_shards, paths_for_run, read_manifest
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
@@ -91,14 +92,17 @@ class Corpus:
     state_dir: str | None = None,
     host: tuple[int, int] | None = None,
   ):
-    """This host's batches from `start_example` on; `host` = (index, count) stands in for another host's."""
+    """This host's batches from `start_example` on; `host` = (index, count) stands in for another host's. Training's
+    `next` gives batches of a batch-size warmup's first size (`batch_warmup.BatchSchedule.start`, `batch_size`
+    without one), and `take` a step's; evaluation's are of `batch_size`."""
     config = self._config
     process_index, process_count = host or (jax.process_index(), jax.process_count())
     seed = config.seed + int(evaluation)
+    batch_size = config.batch_size if evaluation else BatchSchedule.of(config).start
     if config.data.source == "synthetic":
       return SyntheticSource(
         seed=seed,
-        global_batch_size=config.batch_size,
+        global_batch_size=batch_size,
         max_seq_length=config.data.max_seq_length,
         max_predictions_per_seq=config.data.max_predictions_per_seq,
         vocab_size=self._model.vocab_size,
@@ -114,7 +118,7 @@ class Corpus:
       corpus["manifest"],
       self.tokenizer,
       seed=seed,
-      batch_size=config.batch_size,
+      batch_size=batch_size,
       start_example=start_example,
       host=(process_index, process_count),
       state_dir=state_dir,

@@ -1,11 +1,12 @@
 """The pretraining input pipeline: prepared shards -> instances -> 80/10/10 masks -> batches, all in tf.data.
 
-The stream is defined over `data.num_readers` virtual readers, whatever the number of hosts: reader r reads
-its own units of the corpus (shards `r::num_readers`; with fewer shards than readers, each shard is split into
-interleaved stripes of documents), in an order shuffled per epoch, with a deterministic interleave, and makes
-batches of `batch_size / num_readers` examples. The global batch of a step is the readers' batches in reader
-order; hosts divide the readers among themselves (`host_readers`), so any host count that divides
-`num_readers` sees the same global stream, and a checkpoint resumes exactly on another host count.
+The stream is defined over `data.num_readers` virtual readers, whatever the number of hosts: reader r reads its own
+units of the corpus (shards `r::num_readers`; with fewer shards than readers, each shard is split into interleaved
+stripes of documents), in an order shuffled per epoch, with a deterministic interleave, and makes batches of
+`batch_size / num_readers` examples (`batch_size`: a batch-size warmup's first size, whose steps join several, see
+`batch_warmup.py`). The global batch of a step is the readers' batches in reader order; hosts divide the readers among
+themselves (`host_readers`), so any host count that divides `num_readers` sees the same global stream, and a checkpoint
+resumes exactly on another host count.
 
 Each document becomes instances of the kind `data.instances` names: next-sentence-prediction pairs exactly as
 `create_pretraining_data.py` of the original BERT builds them, ALBERT's sentence-order pairs or RoBERTa's

@@ -26,7 +26,9 @@ _COMPLETE = "COMPLETE"  # Written last (position, reader, fingerprint): a state 
 
 class PipelineSource:
   """This host's batches from the tf.data pipeline: its rows of its readers' batches, concatenated in reader order;
-  starts `start_example` examples (of the global stream) in.
+  starts `start_example` examples (of the global stream) in. `global_batch_size` is the rows of one batch of every
+  reader together: `next` gives one, `take` any whole number of them (a batch-size warmup's steps, see
+  `batch_warmup.py`, each reader's batches joined in order), and positions are whole numbers of them.
 
   To resume, each reader restores the iterator state saved at that position (`save_state`: file positions,
   shuffle buffer) in `<state_dir>/reader_<r>` when it is there and was saved by the same stream, whichever host
@@ -113,11 +115,25 @@ class PipelineSource:
     return self
 
   def __next__(self) -> dict:
-    parts = [(self._next_of(reader), self._rows[reader]) for reader in self._iterators]
-    self.position += self._global_batch
+    return self.take(self._global_batch)
+
+  def take(self, rows: int) -> dict:
+    """This host's part of the next `rows` examples of the global stream: `rows / global_batch_size` batches of
+    each reader, joined, of which the host keeps the same share as of one."""
+    batches, rest = divmod(rows, self._global_batch)
+    if rest or not batches:
+      raise ValueError(f"{rows} rows are not a whole number of the pipeline's batches of {self._global_batch}.")
+    parts = []
+    for reader, kept in self._rows.items():
+      part = self._next_of(reader)
+      if batches > 1:
+        more = [part, *(self._next_of(reader) for _ in range(batches - 1))]
+        part = {name: np.concatenate([batch[name].numpy() for batch in more]) for name in part}
+      parts.append((part, slice(kept.start * batches, kept.stop * batches)))
+    self.position += rows
     if len(parts) == 1:
-      return {name: value.numpy()[parts[0][1]] for name, value in parts[0][0].items()}
-    return {name: np.concatenate([part[name].numpy()[rows] for part, rows in parts]) for name in parts[0][0]}
+      return {name: np.asarray(value)[parts[0][1]] for name, value in parts[0][0].items()}
+    return {name: np.concatenate([np.asarray(part[name])[kept] for part, kept in parts]) for name in parts[0][0]}
 
 
 def reader_state_dir(state_dir: str, reader: int) -> str:

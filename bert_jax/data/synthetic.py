@@ -55,7 +55,8 @@ class SyntheticSource:
   """Host batches of synthetic examples, resumable from any example position.
 
   Host `process_index` of `process_count` takes the contiguous slice of each global batch that
-  `jax.make_array_from_process_local_data` expects from it.
+  `jax.make_array_from_process_local_data` expects from it. `next` gives a batch of `global_batch_size`, `take` one of
+  any size the hosts divide (a batch-size warmup's steps).
   """
 
   def __init__(
@@ -76,8 +77,7 @@ class SyntheticSource:
     self._seed, self._vocab_size, self._type_vocab_size = seed, vocab_size, type_vocab_size
     self._seq, self._pred = max_seq_length, max_predictions_per_seq
     self._global_batch = global_batch_size
-    self._host_batch = global_batch_size // process_count
-    self._host_offset = process_index * self._host_batch
+    self._process_index, self._process_count = process_index, process_count
     self.position = start_example  # Examples of the global stream consumed so far: the data position.
 
   def save_state(self, state_dir: str) -> None:
@@ -87,13 +87,20 @@ class SyntheticSource:
     return self
 
   def __next__(self) -> dict:
-    first = self.position + self._host_offset
+    return self.take(self._global_batch)
+
+  def take(self, rows: int) -> dict:
+    """This host's part of the next `rows` examples of the global stream."""
+    if rows % self._process_count:
+      raise ValueError(f"A batch of {rows} does not split over {self._process_count} hosts.")
+    host_batch = rows // self._process_count
+    first = self.position + self._process_index * host_batch
     examples = [
       synthetic_example(self._seed, first + i, self._seq, self._pred, self._vocab_size, self._type_vocab_size)
-      for i in range(self._host_batch)
+      for i in range(host_batch)
     ]
-    self.position += self._global_batch
-    shapes = pretraining_shapes(self._host_batch, self._seq, self._pred)
+    self.position += rows
+    shapes = pretraining_shapes(host_batch, self._seq, self._pred)
     return {
       name: np.stack([e[name] for e in examples]).astype(dtype).reshape(shape)
       for name, (shape, dtype) in shapes.items()

@@ -96,6 +96,11 @@ class Job(abc.ABC):
   def batch(self, step: int) -> dict:
     """Step `step`'s global batch (a dict of global arrays)."""
 
+  def compiles_at(self, step: int) -> bool:
+    """Whether step `step` runs a train step this launch has not compiled yet (a batch-size warmup's new size), so
+    that the loop leaves its compilation out of the speed; asked once for every step."""
+    return False
+
   @abc.abstractmethod
   def dropout_key(self) -> jax.Array:
     """The dropout key of every step (the step derives its own from it): one per member for a sweep."""
@@ -184,10 +189,15 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
     loop_started = time.perf_counter()
     for step in range(first_step + 1, last_step + 1):
       profile.before(step)
-      state, metrics = job.run.train_step(state, job.batch(step), dropout_key, *job.run.frozen_args)
+      batch, compiling = job.batch(step), job.compiles_at(step)
+      called = time.perf_counter()
+      state, metrics = job.run.train_step(state, batch, dropout_key, *job.run.frozen_args)
+      compiled = time.perf_counter() - called if compiling else 0.0  # The call returns once it has compiled.
       profiled = profile.after(step, metrics)
       if ticker:
-        ticker.exclude(profiled)
+        if compiling:
+          logging.info("Step %d compiled a new train step in %.1f s (left out of the speed).", step, compiled)
+        ticker.exclude(profiled + compiled)
       monitor.observe(step, metrics)
       checkpoints.check_saves(manager, saving, held)
       sums = metrics if sums is None else jax.tree.map(jnp.add, sums, metrics)

@@ -2,8 +2,8 @@
 
 `describe(config)` is the job described once (its run, batch, FLOPs and header lines), which `pretrain`, the loop's
 `PretrainingJob` and the dry run all use; `train/pretraining_start.py` is where a launch starts. `PretrainingJob`
-supplies what the loop needs: the corpus's batches, evaluation on the held-out stream, the pipeline's state beside
-every checkpoint.
+supplies what the loop needs: the corpus's batches (of each step's size, `data/batch_warmup.py`), evaluation on the
+held-out stream, the pipeline's state beside every checkpoint.
 """
 
 import copy
@@ -16,6 +16,7 @@ from absl import logging
 
 from bert_jax import config_checks, progress, sharding
 from bert_jax.data import masking
+from bert_jax.data.batch_warmup import BatchSchedule
 from bert_jax.data.corpus import Corpus, evaluation_data
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
 from bert_jax.model.bert_config import BertConfig
@@ -34,9 +35,25 @@ def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.R
   model_cfg = model_cfg or config_checks.model_config(config)
   frozen = objective.frozen(config, model_cfg)
   loss = objective.loss(config, frozen)
-  return run.make_run(
+  made = run.make_run(
     config, objective.model(config, model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen
   )
+  _check_warmup_sizes(config, made.mesh)
+  return made
+
+
+def _check_warmup_sizes(config, mesh) -> None:
+  """Every size of a batch-size warmup (multiples of its first) splits over the mesh's data-parallel devices x
+  microbatches and over the hosts, as `run.make_run` checks batch_size does (nothing is compiled yet)."""
+  if not config.batch_warmup_tokens:
+    return
+  start, parallel, microbatches = config.batch_warmup_start, sharding.data_parallel_size(mesh), config.num_microbatches
+  if start % (parallel * microbatches) or start % jax.process_count():
+    raise ValueError(
+      f"batch_warmup_start={start} is not divisible by the data-parallel size {parallel} (mesh data x fsdp) x "
+      f"{microbatches} microbatch(es), and by the {jax.process_count()} host(s): every size of the batch-size warmup "
+      "(multiples of it) must split as batch_size does."
+    )
 
 
 def describe(config, devices=None, model_cfg: BertConfig | None = None) -> Description:
@@ -82,6 +99,7 @@ class PretrainingJob(loop.Job):
     self.data = Corpus(config, workdir, self.model_cfg, origin.tokenizer, num_readers=origin.num_readers)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
+    self.batches = BatchSchedule.of(config)
     self._recorded = origin.record(config)
 
   @property
@@ -99,6 +117,8 @@ class PretrainingJob(loop.Job):
         f"({config.warmup_steps} warmup)",
       ),
     ]
+    if self.batches.warms_up:
+      rows.append(("batch warmup", self.batches.describe()))
     if config.data.source == "pretraining":  # The synthetic source masks 15% of tokens whatever the keys say.
       line, warning = masking.describe(masking.Masking.of(config.data), config.data.max_seq_length)
       if warning:
@@ -134,6 +154,7 @@ class PretrainingJob(loop.Job):
     self.history[start_order.INPUTS] = start_order.record_inputs(self.origin.inputs, recorded)
     self.examples_before = self.history["examples_seen"]
     self.positions_before = self.history["token_positions_seen"]
+    self.compiled_sizes = set()  # Of the train step in this launch.
     end_step = Steps.of(self.config).end_step
     if end_step > self.last_step > self.first_step:
       logging.info("Stopping at step %d of a schedule that ends at %d.", self.last_step, end_step)
@@ -143,12 +164,13 @@ class PretrainingJob(loop.Job):
     state_dir = checkpoints.data_state_dir(self.workdir, self.first_step) if begun.resumed else None
     self.source = self.data.source(begun.data_position["examples"], state_dir=state_dir)
 
-  def _device_batch(self, source) -> dict:
+  def _device_batch(self, source, rows: int) -> dict:
+    """The next `rows` examples of `source` as global arrays, checked."""
     config = self.config
-    host_batch = next(source)
+    host_batch = source.take(rows)
     check_pretraining_batch(
       host_batch,
-      batch_size=config.batch_size // jax.process_count(),
+      batch_size=rows // jax.process_count(),
       max_seq_length=config.data.max_seq_length,
       max_predictions_per_seq=config.data.max_predictions_per_seq,
       vocab_size=self.model_cfg.vocab_size,
@@ -158,7 +180,14 @@ class PretrainingJob(loop.Job):
     return sharding.global_batch(host_batch, self.run.mesh)
 
   def batch(self, step: int) -> dict:
-    return self._device_batch(self.source)
+    return self._device_batch(self.source, self.batches.size(step))
+
+  def compiles_at(self, step: int) -> bool:
+    """A batch-size warmup's step of a size this launch has not run yet."""
+    size = self.batches.size(step)
+    new = size not in self.compiled_sizes
+    self.compiled_sizes.add(size)
+    return new
 
   def dropout_key(self) -> jax.Array:
     return loop.train_dropout_key(self.config.seed)
@@ -172,12 +201,16 @@ class PretrainingJob(loop.Job):
       shown=self.objective.shown(config, False),
       packed=config.data.pack_instances,
       baseline=self.data.unigram,
+      tokens_through=self.batches.tokens_through,
     )
 
   def summarize(self, step: int, sums: dict, steps: int) -> dict:
     summary = progress.summarize(sums, steps)
     self.history["train"] = dict(summary, step=step)
-    return dict(summary, learning_rate=float(self.schedule(step - 1)))
+    shown = dict(summary, learning_rate=float(self.schedule(step - 1)))
+    if self.batches.warms_up:  # The batch the step read, and the examples so far (progress lines, TensorBoard).
+      shown.update(batch_size=self.batches.size(step), examples_seen=self._seen(step)[0])
+    return shown
 
   def evaluates_at(self, step: int) -> bool:
     config = self.config
@@ -188,7 +221,9 @@ class PretrainingJob(loop.Job):
     source = self.data.source(0, evaluation=True)
     totals = None
     for _ in range(self.config.eval_steps):
-      metrics = self.run.eval_step(state.params, self._device_batch(source), *self.run.frozen_args)
+      metrics = self.run.eval_step(
+        state.params, self._device_batch(source, self.config.batch_size), *self.run.frozen_args
+      )
       totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
     summary = progress.summarize(jax.device_get(totals), self.config.eval_steps)
     shown = self.objective.shown(self.config, True)
@@ -199,8 +234,12 @@ class PretrainingJob(loop.Job):
   def saves_at(self, step: int) -> bool:
     return step % self.config.checkpoint_every_steps == 0
 
+  def _seen(self, step: int) -> tuple[int, int]:
+    """Examples and token positions trained on by the end of `step`, over every phase."""
+    rows = self.batches.rows_through(step) - self.batches.rows_through(self.first_step)
+    return self.examples_before + rows, self.positions_before + rows * self.config.data.max_seq_length
+
   def checkpoint(self, step: int) -> tuple[dict, dict]:
-    config = self.config
     checkpoints.save_data_state(self.source, checkpoints.data_state_dir(self.workdir, step), step)
     position = dict(
       examples=self.source.position,
@@ -209,9 +248,7 @@ class PretrainingJob(loop.Job):
       readers=self.origin.num_readers,
       hosts=jax.process_count(),
     )
-    done = step - self.first_step
-    self.history["examples_seen"] = self.examples_before + done * config.batch_size
-    self.history["token_positions_seen"] = self.positions_before + done * self.tokens_per_step
+    self.history["examples_seen"], self.history["token_positions_seen"] = self._seen(step)
     return position, copy.deepcopy(self.history)
 
   def saved(self, step: int) -> None:

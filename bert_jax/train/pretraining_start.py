@@ -110,11 +110,16 @@ def _check_readers(config, data_position: dict, step: int) -> None:
 
 def run_readers(config, data_position: dict | None) -> int:
   """The run's reader count: the config's if set, else the resumed checkpoint's, else one per host of this (first)
-  launch; refused unless it divides the batch."""
+  launch; refused unless it divides the batch, and every size of a batch-size warmup."""
   saved = saved_readers(data_position) if data_position is not None else None
   readers = config.data.num_readers or saved or jax.process_count()
   if config.data.source != "synthetic" and config.batch_size % readers:
     raise ValueError(f"batch_size={config.batch_size} does not split over the checkpoint's {readers} data readers.")
+  if config.data.source != "synthetic" and config.batch_warmup_tokens and config.batch_warmup_start % readers:
+    raise ValueError(
+      f"batch_warmup_start={config.batch_warmup_start} does not split over the run's {readers} data readers "
+      "(data.num_readers, else the checkpoint's, else one per host): each reader makes an equal part of every batch."
+    )
   return readers
 
 
