@@ -21,7 +21,7 @@ from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_ki
 from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
-from bert_jax.model.bert_config import REMAT_POLICIES, BertConfig, electra_generator
+from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, REMAT_POLICIES, BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES, OPTIMIZERS, WSD_DECAYS, wsd_decay_steps
@@ -323,10 +323,6 @@ def check_objective(config, model: BertConfig) -> None:
       f"distill.student_layers={layers} must name one teacher layer (from 0) per student layer: "
       f"model.num_layers={model.num_layers} of them (empty: every other one, 0, 2, 4, ...)."
     )
-
-
-# ModernBERT's task-head fields (model/heads.py): BERT's heads have no pooling, prediction head or dropout of their own.
-PREDICTION_HEAD_FIELDS = ("classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
 
 
 def check_fine_tunable(model: BertConfig, where: str = "") -> None:

@@ -12,7 +12,7 @@ from bert_jax.finetune.contract import Task
 from bert_jax.finetune.members import Member
 from bert_jax.finetune.rows import make_predict
 from bert_jax.handoff import formats, pretrained
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, BertConfig
 from bert_jax.model.heads import task_model
 from bert_jax.train import run
 from bert_jax.train.description import Description
@@ -28,9 +28,7 @@ def model_config(config, source: pretrained.Pretrained | formats.Source | None) 
   if source is None:
     return ours
   keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
-  model = dataclasses.replace(
-    source.config, **{name: getattr(ours, name) for name in keep + config_checks.PREDICTION_HEAD_FIELDS}
-  )
+  model = dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep + PREDICTION_HEAD_FIELDS})
   config_checks.check_fine_tunable(model, f"init_from={config.init_from}: ")
   return model
 

@@ -11,6 +11,9 @@ them:
   electra  `embedding_size` (always written; 0 in bert_jax when it equals hidden_size, which has no projection).
            The discriminator and the generator each have their own config.json.
 
+Their `classifier_dropout` (transformers' BERT task heads' dropout) is not read: bert_jax's BERT heads drop out by
+`hidden_dropout_prob`, and its `classifier_*` fields are ModernBERT's.
+
 ModernBERT's (transformers' ModernBertConfig) has fields of its own; one it leaves out takes transformers' default
 (`MODERNBERT_DEFAULTS`). They set these BertConfig fields:
 
@@ -42,13 +45,28 @@ from absl import logging
 
 from bert_jax.data.tokenizer.base import Tokenizer
 from bert_jax.handoff import hf_names
-from bert_jax.model.bert_config import ACTIVATIONS, EXTENSION_FIELDS, BertConfig, from_bert_json, to_bert_json
+from bert_jax.model.bert_config import (
+  ACTIVATIONS,
+  EXTENSION_FIELDS,
+  PREDICTION_HEAD_FIELDS,
+  BertConfig,
+  from_bert_json,
+  to_bert_json,
+)
 from bert_jax.model.heads import HF_ARCHITECTURES
 
 
 def _bert_fields(config: BertConfig) -> dict:
   """The fields every family's config.json shares: BERT's, without bert_jax's extensions."""
   return {name: value for name, value in to_bert_json(config).items() if name not in EXTENSION_FIELDS}
+
+
+def _from_bert_family(fields: dict, where: str, **values) -> BertConfig:
+  """A BERT family's config.json with `values` set, read as a `bert_config.json`, less the fields transformers names as
+  bert_jax's ModernBERT head fields but means otherwise (BertConfig's `classifier_dropout`: its heads' dropout, null
+  for hidden_dropout_prob); bert_jax's BERT heads drop out by hidden_dropout_prob."""
+  kept = {name: value for name, value in fields.items() if name not in PREDICTION_HEAD_FIELDS}
+  return from_bert_json(dict(kept, **values), where)
 
 
 def _refuse(config: BertConfig, family: str, **allowed) -> None:
@@ -66,7 +84,7 @@ _BERT_LAYERS = dict(norm="layer_norm", norm_bias=True, linear_bias=True, rope_th
 
 
 def _read_bert(fields: dict, where: str) -> BertConfig:
-  return from_bert_json(dict(fields, model_type="bert"), where)
+  return _from_bert_family(fields, where, model_type="bert")
 
 
 def _write_bert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -75,7 +93,7 @@ def _write_bert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
 
 
 def _read_roberta(fields: dict, where: str) -> BertConfig:
-  return from_bert_json(dict(fields, model_type="roberta", position_offset=fields.get("pad_token_id", 1) + 1), where)
+  return _from_bert_family(fields, where, model_type="roberta", position_offset=fields.get("pad_token_id", 1) + 1)
 
 
 def _write_roberta(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -107,9 +125,8 @@ def _read_albert(fields: dict, where: str) -> BertConfig:
       "when their width differs."
     )
   sharing = "all" if groups == 1 else "none"
-  return from_bert_json(
-    dict(fields, model_type="albert", hidden_act=fields.get("hidden_act", "gelu_new"), layer_sharing=sharing), where
-  )
+  hidden_act = fields.get("hidden_act", "gelu_new")
+  return _from_bert_family(fields, where, model_type="albert", hidden_act=hidden_act, layer_sharing=sharing)
 
 
 def _write_albert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -139,7 +156,7 @@ def _read_electra(fields: dict, where: str) -> BertConfig:
   embedding_size = fields.get("embedding_size", 128)  # transformers' ElectraConfig default.
   if embedding_size == fields.get("hidden_size"):
     embedding_size = 0
-  return from_bert_json(dict(fields, model_type="electra", embedding_size=embedding_size), where)
+  return _from_bert_family(fields, where, model_type="electra", embedding_size=embedding_size)
 
 
 def _write_electra(config: BertConfig, tokenizer: Tokenizer | None) -> dict:

@@ -51,6 +51,8 @@ NORMS = ("layer_norm", "rms_norm")
 # model.classifier_pooling: what ModernBERT's sequence and choice heads read of the last hidden states: the first
 # token's, or the mean over real tokens (transformers' ModernBertConfig.classifier_pooling).
 CLASSIFIER_POOLING = ("cls", "mean")
+# ModernBERT's task-head fields (model/heads.py): BERT's heads have no pooling, prediction head or dropout of their own.
+PREDICTION_HEAD_FIELDS = ("classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
 # feed-forward sub-layer (with its LayerNorm) only.
 LAYER_SHARING = ("none", "all", "attention", "ffn")
