@@ -22,7 +22,7 @@ from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_ki
 from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
-from bert_jax.model.bert_config import REMAT_POLICIES, BertConfig, electra_generator
+from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, REMAT_POLICIES, BertConfig, electra_generator
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES, OPTIMIZERS, WSD_DECAYS, wsd_decay_steps
@@ -365,15 +365,20 @@ def check_objective(config, model: BertConfig) -> None:
 
 
 def check_fine_tunable(model: BertConfig, where: str = "") -> None:
-  """Raises ValueError naming model.model_type (after `where`, the source it came from) for an encoder the
-  fine-tuning heads have no input from: they are BERT's (model/heads.py), on its pooler's [CLS] output, which a
-  family without BERT's pooler (`Architecture.pooler` "none": ModernBERT) does not have."""
-  if model.architecture.pooler == "none":
-    raise ValueError(
-      f"{where}model.model_type={model.model_type!r} has no pooler, and bert_jax's fine-tuning heads are BERT's, on "
-      "the pooled [CLS] output (transformers' ModernBERT task models pool [CLS] or the tokens' mean into a head of "
-      "their own: dense, activation, norm). Fine-tuning it is not supported yet; pretrain it or export it."
-    )
+  """Raises ValueError naming the field (after `where`, the source it came from) that the family's fine-tuning heads
+  (model/heads.py, by `Architecture.task_head`) cannot honour: BERT's ("bert": dropout `hidden_dropout_prob` and a
+  dense layer on the pooler's output or on every token) read none of ModernBERT's `classifier_*`, so a value other
+  than the default is refused rather than ignored."""
+  if model.architecture.task_head != "bert":
+    return
+  default = BertConfig()
+  for name in PREDICTION_HEAD_FIELDS:
+    if getattr(model, name) != getattr(default, name):
+      raise ValueError(
+        f"{where}model.{name}={getattr(model, name)!r} sets ModernBERT's task heads, and model.model_type="
+        f"{model.model_type!r} fine-tunes with BERT's (dropout and a dense layer on the pooler's [CLS] output, or on "
+        f"every token), which read none of them: leave it at {getattr(default, name)!r}."
+      )
 
 
 def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:

@@ -78,6 +78,15 @@ def get_config() -> ml_collections.ConfigDict:
   # 0, attends globally ("modernbert"'s pattern; 0: every layer global).
   config.model.local_attention = 0
   config.model.global_attention_every = 1
+  # ModernBERT's prediction head (dense, activation, norm), under its masked LM and its fine-tuning heads: the dense
+  # layer's activation ("gelu", "gelu_new", "silu") and bias (transformers' ModernBertConfig defaults; BERT's
+  # families have heads of their own and refuse other values for fine-tuning). Fine-tuning a ModernBERT: what its
+  # sequence and choice heads pool ("cls": the first token, "mean": the mean over real tokens), and the dropout
+  # before the output layer. A fine-tuning run's fresh head takes these from its config, not from `init_from`.
+  config.model.classifier_activation = "gelu"
+  config.model.classifier_bias = False
+  config.model.classifier_pooling = "cls"
+  config.model.classifier_dropout = 0.0
 
   config.tokenizer = ml_collections.ConfigDict()
   # "sentencepiece" (a .model file), "wordpiece" (a Google BERT vocab.txt) or "bpe" (byte-level, RoBERTa's: a

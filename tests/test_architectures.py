@@ -19,6 +19,7 @@ from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining
 from bert_jax.model.embeddings import AbsoluteEmbeddings
 from bert_jax.model.encoder import BertForPretraining, BertModel, encoder_intermediates, init_params
+from bert_jax.model.heads import TASK_MODELS, task_model
 from bert_jax.model.post_norm import PostNormLayer
 
 
@@ -60,6 +61,14 @@ def test_the_names_table_knows_which_heads_have_a_sentence_head():
   assert architectures.WITH_SENTENCE_HEAD == tuple(
     name for name, heads in parts.PRETRAINING_HEADS.items() if heads.sentence is not None
   )
+
+
+def test_every_registered_architecture_has_task_heads_and_an_unknown_one_is_refused(monkeypatch, small_model_config):
+  assert {family.task_head for family in architectures.ARCHITECTURES.values()} <= set(TASK_MODELS)
+  _register(monkeypatch, "headless", dataclasses.replace(Architecture(), task_head="nope"))
+  config = dataclasses.replace(small_model_config, model_type="headless")
+  with pytest.raises(ValueError, match=r"model.model_type='headless' composes task_head='nope', which model/heads.py"):
+    task_model(config, "classification", 2)
 
 
 def test_an_unknown_family_is_refused_naming_the_families():

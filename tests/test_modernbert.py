@@ -5,21 +5,17 @@ the Hugging Face files both ways (config.json, weights, a byte-level BPE tokeniz
 
 import dataclasses
 import json
-import re
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import config_checks
-from bert_jax.finetune import job
 from bert_jax.handoff import export, hf_configs, hf_format, pretrained
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import BertConfig, from_bert_json, to_bert_json
 from bert_jax.model.encoder import BertForPretraining
-from configs import glue
-from tests.test_roberta import check_hf_round_trip, write_hf_directory
+from tests.test_roberta import check_hf_round_trip
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -167,7 +163,7 @@ def test_a_packed_row_computes_what_its_instances_compute_alone(reference):
 
 
 # In and out of the Hugging Face format: config.json both ways, a ModernBERT directory (weights and its byte-level BPE
-# tokenizer.json) through pretrained.load and the export, and fine-tuning refused.
+# tokenizer.json) through pretrained.load and the export (its task models: tests/test_modernbert_heads.py).
 
 
 def test_the_defaults_bert_jax_reads_are_transformers_modernbert_config_s():
@@ -180,7 +176,14 @@ def test_the_defaults_bert_jax_reads_are_transformers_modernbert_config_s():
 
 def test_a_modernbert_config_json_reads_as_bert_jax_s_fields_and_writes_back_the_same():
   hf_config = _hf_config(
-    initializer_range=0.05, norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True
+    initializer_range=0.05,
+    norm_bias=True,
+    attention_bias=True,
+    mlp_bias=True,
+    classifier_bias=True,
+    classifier_activation="silu",
+    classifier_pooling="mean",
+    classifier_dropout=0.25,
   )
   fields = hf_config.to_dict()
   ours = hf_configs.config_from_hf(fields, "config.json")
@@ -189,6 +192,8 @@ def test_a_modernbert_config_json_reads_as_bert_jax_s_fields_and_writes_back_the
   assert (ours.rope_theta, ours.local_rope_theta, ours.local_attention, ours.global_attention_every) == (1000, 20, 8, 3)
   assert (ours.layer_norm_eps, ours.initializer_range, ours.hidden_act) == (1e-5, 0.05, "gelu")
   assert ours.norm_bias and ours.linear_bias and (ours.hidden_dropout_prob, ours.attention_dropout_prob) == (0, 0)
+  classifier = [getattr(ours, f"classifier_{name}") for name in ("activation", "bias", "pooling", "dropout")]
+  assert classifier == ["silu", True, "mean", 0.25]
   written = hf_configs.hf_config(ours)
   assert written["architectures"] == ["ModernBertForMaskedLM"]
   assert {name: fields[name] for name in written if name != "architectures" and not name.endswith("_token_id")} == {
@@ -211,15 +216,15 @@ def test_a_modernbert_config_json_reads_as_bert_jax_s_fields_and_writes_back_the
   "overrides, message",
   [
     (dict(mlp_bias=True), "attention_bias=False and mlp_bias=True; bert_jax holds both as one, model.linear_bias"),
-    (dict(classifier_bias=True), "attention_bias=False and classifier_bias=True"),
-    (dict(classifier_activation="silu"), "hidden_activation='gelu' and classifier_activation='silu'"),
+    (dict(classifier_activation="relu"), "classifier_activation='relu'; bert_jax has"),
+    (dict(classifier_pooling="max"), "config.json: model.classifier_pooling='max' is not supported"),
     (dict(embedding_dropout=0.1), "embedding_dropout=0.1 and mlp_dropout=0.0; .*model.hidden_dropout_prob"),
     (dict(decoder_bias=False), "decoder_bias=False; bert_jax's masked LM decodes"),
     (dict(tie_word_embeddings=False), "tie_word_embeddings=False"),
     (dict(rope_scaling={"rope_type": "linear", "factor": 2.0}), "rope_scaling=.*'linear'.*unscaled"),
     (dict(hidden_activation="relu", classifier_activation="relu"), "hidden_activation='relu'; bert_jax has"),
     (dict(local_attention=0), "local_attention=0 with global_attn_every_n_layers=3"),
-    (dict(architectures=["ModernBertForSequenceClassification"]), "architectures=\\['ModernBertForSequenceClass"),
+    (dict(architectures=["ModernBertForCausalLM"]), "architectures=\\['ModernBertForCausalLM'\\]; bert_jax reads"),
     (dict(num_attention_heads=5), "config.json: model.hidden_size=32 is not divisible by model.num_heads=5"),
   ],
 )
@@ -346,22 +351,3 @@ def test_modernbert_files_load_and_export_as_transformers_reads_them(bpe_files, 
   bundle = pretrained.load(export.export(str(exported), str(tmp_path / "bundle")))
   assert bundle.config == ours.config and bundle.tokenizer.identity()["sha256"] == tokenizer.identity()["sha256"]
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(bundle.params), jax.device_get(ours.params))
-
-
-def test_fine_tuning_refuses_a_modernbert_before_reading_its_weights(bpe_files, tmp_path, monkeypatch):
-  files, _ = bpe_files
-  source = tmp_path / "modernbert"
-  write_hf_directory(_masked_lm(bpe_files), source, 0, files)
-  monkeypatch.setattr(pretrained, "read_weights", lambda *args, **kwargs: pytest.fail("read the weights"))
-  config = glue.get_config()
-  config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16)
-  config.init_from = str(source)
-  refusal = r"model.model_type='modernbert' has no pooler, and bert_jax's fine-tuning heads are BERT's"
-  with pytest.raises(ValueError, match=f"init_from={re.escape(str(source))}: {refusal}"):
-    job.finetune(config, str(tmp_path / "run"))
-  assert not (tmp_path / "run").exists()
-  # A baseline of a ModernBERT config, before anything is read.
-  config.init_from = ""
-  config.model.update(model_type="modernbert", rope_theta=160000.0)
-  with pytest.raises(ValueError, match=f"^{refusal}"):
-    config_checks.check(config, "finetune")

@@ -71,15 +71,16 @@ def load_model(
   *,
   pad_embedding_trains: bool,
 ) -> torch.nn.Module:
-  """`transformers`' model of `head` (heads.HEADS) from `hf_dir`'s encoder, in float32. Its fresh head is
-  transformers' (from torch's global seed) unless `head_weights` ({tensor name: array}, as transformers names them,
-  e.g. "classifier.weight") replace it.
+  """`transformers`' model of `head` (heads.HEADS) in `hf_dir`'s family (BERT, ModernBERT) from its encoder, in
+  float32. Its fresh head is transformers' (from torch's global seed) unless `head_weights` ({tensor name: array},
+  as transformers names them, e.g. "classifier.weight") replace it.
 
   `pad_embedding_trains`: the [PAD] row of the word embeddings trains like every other row, as in Google BERT and
   bert_jax; False keeps transformers' `padding_idx`, which holds that row's gradient at zero. It matters only where
   the loss reads padded positions: the span head's softmax runs over every position of the row.
   """
-  model_class = getattr(transformers, HF_ARCHITECTURES[head])
+  family = transformers.AutoConfig.from_pretrained(hf_dir).model_type
+  model_class = getattr(transformers, HF_ARCHITECTURES[family][head])
   model = model_class.from_pretrained(hf_dir, num_labels=num_labels, dtype=torch.float32, attn_implementation="eager")
   if pad_embedding_trains:
     model.get_input_embeddings().padding_idx = None

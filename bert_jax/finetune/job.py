@@ -74,9 +74,13 @@ RUN_KEYS = (
   "distill.teacher",
   "distill.temperature",
   "distill.alpha_hard",
+  # What a fresh head computes (ModernBERT's; BERT's heads refuse other values than the defaults).
+  "model.classifier_pooling",
+  "model.classifier_activation",
+  "model.classifier_bias",
 )
 # What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was; wsd's
-# keys: their defaults, which no schedule then read; no teacher).
+# keys: their defaults, which no schedule then read; no teacher; BERT's heads, which read no classifier_* key).
 RUN_KEYS_ABSENT = {
   "lr_schedule": "bert",
   "lr_decay": "1-sqrt",
@@ -85,6 +89,9 @@ RUN_KEYS_ABSENT = {
   "distill.teacher": "",
   "distill.temperature": 2.0,
   "distill.alpha_hard": 0.5,
+  "model.classifier_pooling": "cls",
+  "model.classifier_activation": "gelu",
+  "model.classifier_bias": False,
 }
 
 

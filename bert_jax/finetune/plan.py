@@ -12,7 +12,7 @@ from bert_jax.finetune.contract import Task
 from bert_jax.finetune.members import Member
 from bert_jax.finetune.rows import make_predict
 from bert_jax.handoff import formats, pretrained
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, BertConfig
 from bert_jax.model.heads import task_model
 from bert_jax.train import run
 from bert_jax.train.description import Description
@@ -21,14 +21,16 @@ from bert_jax.train.optim import Steps, make_sweep_optimizer
 
 
 def model_config(config, source: pretrained.Pretrained | formats.Source | None) -> BertConfig:
-  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout.
-  Raises ValueError for a source the fine-tuning heads cannot go on (`config_checks.check_fine_tunable`)."""
+  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout,
+  and its fresh head's `classifier_*` (ModernBERT's pooling, prediction head and dropout). Raises ValueError for
+  what the family's fine-tuning heads cannot honour (`config_checks.check_fine_tunable`)."""
   ours = BertConfig(**config.model.to_dict())
   if source is None:
     return ours
-  config_checks.check_fine_tunable(source.config, f"init_from={config.init_from}: ")
   keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
-  return dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep})
+  model = dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep + PREDICTION_HEAD_FIELDS})
+  config_checks.check_fine_tunable(model, f"init_from={config.init_from}: ")
+  return model
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,8 +21,8 @@ workdir) and writes one of:
 
 A fine-tuned model (a fine-tuning workdir exports its `best/` member) keeps its head: the bundle's manifest
 records its `task`, and the Hugging Face directory is transformers' task model (`architectures`, `id2label`,
-`finetuning_task`, `problem_type` in config.json; no pooler for token and span heads, as transformers has none).
-The google format has no place for a head and refuses it.
+`finetuning_task`, `problem_type` in config.json; no pooler for BERT's token and span heads, as transformers has
+none): a BERT's or a ModernBERT's (model/heads.py). The google format has no place for a head and refuses it.
 
 Writes are atomic for readers. Locally, everything is written into `export/` of a partial directory beside the
 target, `.<name>.partial-<8 hex digits>/`, then renamed into place. On `gs://`, which has no directory rename, the
@@ -241,11 +241,12 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   _write(directory / formats.BUNDLE_MANIFEST, json.dumps(manifest, indent=2))
 
 
-def _hf_task_config(task: TaskHead) -> dict:
-  """config.json fields of transformers' task model for `task`: its class, labels and problem type."""
+def _hf_task_config(task: TaskHead, model_type: str) -> dict:
+  """config.json fields of transformers' task model for `task` in the family `model_type`: its class, labels and
+  problem type."""
   labels = task.labels or tuple(f"LABEL_{i}" for i in range(task.num_labels if task.head != "choice" else 2))
   fields = dict(
-    architectures=[HF_ARCHITECTURES[task.head]],
+    architectures=[HF_ARCHITECTURES[model_type][task.head]],
     finetuning_task=task.task,
     id2label={str(i): label for i, label in enumerate(labels)},
     label2id={label: i for i, label in enumerate(labels)},
@@ -275,7 +276,7 @@ def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, dire
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
   config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg), loaded.tokenizer)
   if task is not None:
-    config.update(_hf_task_config(task))
+    config.update(_hf_task_config(task, model_cfg.model_type))
   _write(directory / "config.json", json.dumps(dict(config, torch_dtype="float32"), indent=2))
 
 

@@ -288,9 +288,11 @@ def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Sour
 
 
 def _hf_task(config: dict) -> TaskHead | None:
-  """The head of a Hugging Face BERT task model's config.json (`architectures`, `id2label`, `problem_type`)."""
+  """The head of a Hugging Face BERT or ModernBERT task model's config.json (`architectures`, `id2label`,
+  `problem_type`)."""
   architectures = config.get("architectures") or []
-  heads = [head for head in HEADS if HF_ARCHITECTURES[head] in architectures]
+  classes = HF_ARCHITECTURES.get(config.get("model_type", "bert"), {})
+  heads = [head for head in HEADS if classes.get(head) in architectures]
   if not heads:
     return None
   id2label = config.get("id2label") or {}

@@ -11,12 +11,18 @@ them:
   electra  `embedding_size` (always written; 0 in bert_jax when it equals hidden_size, which has no projection).
            The discriminator and the generator each have their own config.json.
 
+Their `classifier_dropout` (transformers' BERT task heads' dropout) is not read: bert_jax's BERT heads drop out by
+`hidden_dropout_prob`, and its `classifier_*` fields are ModernBERT's.
+
 ModernBERT's (transformers' ModernBertConfig) has fields of its own; one it leaves out takes transformers' default
 (`MODERNBERT_DEFAULTS`). They set these BertConfig fields:
 
-  hidden_activation, classifier_activation      hidden_act (the layers' and the MLM head's activation)
+  hidden_activation                             hidden_act (the layers' activation)
   norm_eps, norm_bias                           layer_norm_eps, norm_bias (every norm is a LayerNorm)
-  attention_bias, mlp_bias, classifier_bias     linear_bias (classifier_bias is the MLM head's dense)
+  attention_bias, mlp_bias                      linear_bias
+  classifier_activation, classifier_bias        classifier_activation, classifier_bias (the prediction head's dense
+                                                layer, under the masked LM and the task models)
+  classifier_pooling, classifier_dropout        classifier_pooling, classifier_dropout (the task models')
   decoder_bias, tie_word_embeddings             both true: the tied decoder with its output bias
   global_rope_theta, local_rope_theta           rope_theta, local_rope_theta (null there, 0 here: the global base)
   local_attention, global_attn_every_n_layers   local_attention, global_attention_every (local_attention 0 here:
@@ -26,9 +32,10 @@ ModernBERT's (transformers' ModernBertConfig) has fields of its own; one it leav
   pad, cls, sep, bos, eos _token_id             the tokenizer's (written from it, not read)
 
 Two fields that bert_jax holds as one must agree, and a ModernBERT of another kind (rope_scaling, an untied decoder,
-a task model) is refused on import, naming the field. Its task models' fields (classifier_pooling,
-classifier_dropout) and transformers' runtime switches (sparse_prediction, reference_compile, ...) are neither read
-nor written. ModernBERT has no token types: `type_vocab_size` reads as BertConfig's default, unused by the model.
+a class bert_jax does not read) is refused on import, naming the field. The masked LM, the bare encoder and the four
+task models (model/heads.py's HF_ARCHITECTURES) are read. transformers' runtime switches (sparse_prediction,
+reference_compile, ...) are neither read nor written. ModernBERT has no token types: `type_vocab_size` reads as
+BertConfig's default, unused by the model.
 
 What a family's `config.json` cannot say (factorised embeddings in a BERT, sharing in a RoBERTa, rotary positions in
 any BERT family, RMSNorm in a ModernBERT) is refused on export, naming the field.
@@ -38,12 +45,28 @@ from absl import logging
 
 from bert_jax.data.tokenizer.base import Tokenizer
 from bert_jax.handoff import hf_names
-from bert_jax.model.bert_config import ACTIVATIONS, EXTENSION_FIELDS, BertConfig, from_bert_json, to_bert_json
+from bert_jax.model.bert_config import (
+  ACTIVATIONS,
+  EXTENSION_FIELDS,
+  PREDICTION_HEAD_FIELDS,
+  BertConfig,
+  from_bert_json,
+  to_bert_json,
+)
+from bert_jax.model.heads import HF_ARCHITECTURES
 
 
 def _bert_fields(config: BertConfig) -> dict:
   """The fields every family's config.json shares: BERT's, without bert_jax's extensions."""
   return {name: value for name, value in to_bert_json(config).items() if name not in EXTENSION_FIELDS}
+
+
+def _from_bert_family(fields: dict, where: str, **values) -> BertConfig:
+  """A BERT family's config.json with `values` set, read as a `bert_config.json`, less the fields transformers names as
+  bert_jax's ModernBERT head fields but means otherwise (BertConfig's `classifier_dropout`: its heads' dropout, null
+  for hidden_dropout_prob); bert_jax's BERT heads drop out by hidden_dropout_prob."""
+  kept = {name: value for name, value in fields.items() if name not in PREDICTION_HEAD_FIELDS}
+  return from_bert_json(dict(kept, **values), where)
 
 
 def _refuse(config: BertConfig, family: str, **allowed) -> None:
@@ -61,7 +84,7 @@ _BERT_LAYERS = dict(norm="layer_norm", norm_bias=True, linear_bias=True, rope_th
 
 
 def _read_bert(fields: dict, where: str) -> BertConfig:
-  return from_bert_json(dict(fields, model_type="bert"), where)
+  return _from_bert_family(fields, where, model_type="bert")
 
 
 def _write_bert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -70,7 +93,7 @@ def _write_bert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
 
 
 def _read_roberta(fields: dict, where: str) -> BertConfig:
-  return from_bert_json(dict(fields, model_type="roberta", position_offset=fields.get("pad_token_id", 1) + 1), where)
+  return _from_bert_family(fields, where, model_type="roberta", position_offset=fields.get("pad_token_id", 1) + 1)
 
 
 def _write_roberta(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -102,9 +125,8 @@ def _read_albert(fields: dict, where: str) -> BertConfig:
       "when their width differs."
     )
   sharing = "all" if groups == 1 else "none"
-  return from_bert_json(
-    dict(fields, model_type="albert", hidden_act=fields.get("hidden_act", "gelu_new"), layer_sharing=sharing), where
-  )
+  hidden_act = fields.get("hidden_act", "gelu_new")
+  return _from_bert_family(fields, where, model_type="albert", hidden_act=hidden_act, layer_sharing=sharing)
 
 
 def _write_albert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -134,7 +156,7 @@ def _read_electra(fields: dict, where: str) -> BertConfig:
   embedding_size = fields.get("embedding_size", 128)  # transformers' ElectraConfig default.
   if embedding_size == fields.get("hidden_size"):
     embedding_size = 0
-  return from_bert_json(dict(fields, model_type="electra", embedding_size=embedding_size), where)
+  return _from_bert_family(fields, where, model_type="electra", embedding_size=embedding_size)
 
 
 def _write_electra(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
@@ -167,21 +189,23 @@ MODERNBERT_DEFAULTS = dict(
   decoder_bias=True,
   classifier_bias=False,
   classifier_activation="gelu",
+  classifier_pooling="cls",
+  classifier_dropout=0.0,
   tie_word_embeddings=True,
 )
-# The ModernBERT classes whose files bert_jax reads: the masked LM and the bare encoder (its task models' heads are not
-# bert_jax's, model/heads.py).
-_MODERNBERT_ARCHITECTURES = ("ModernBertForMaskedLM", "ModernBertModel")
+# The ModernBERT classes whose files bert_jax reads: the masked LM, the bare encoder and the task models.
+_MODERNBERT_ARCHITECTURES = (
+  "ModernBertForMaskedLM",
+  "ModernBertModel",
+  *sorted(set(HF_ARCHITECTURES["modernbert"].values())),
+)
 
 
 def _read_modernbert(fields: dict, where: str) -> BertConfig:
   values = dict(MODERNBERT_DEFAULTS, **{name: value for name, value in fields.items() if name in MODERNBERT_DEFAULTS})
   unread = [name for name in fields.get("architectures") or [] if name not in _MODERNBERT_ARCHITECTURES]
   if unread:
-    raise ValueError(
-      f"{where} has architectures={unread}; bert_jax reads {_MODERNBERT_ARCHITECTURES} (a ModernBERT task model's "
-      "head is not one of bert_jax's fine-tuning heads)."
-    )
+    raise ValueError(f"{where} has architectures={unread}; bert_jax reads {_MODERNBERT_ARCHITECTURES}.")
   if fields.get("rope_scaling") is not None:
     raise ValueError(
       f"{where} has rope_scaling={fields['rope_scaling']!r}; bert_jax's rotary positions are unscaled (rope_scaling "
@@ -193,12 +217,11 @@ def _read_modernbert(fields: dict, where: str) -> BertConfig:
         f"{where} has {field}={values[field]!r}; bert_jax's masked LM decodes by the word embeddings plus an output "
         f"bias ({field} {value})."
       )
-  if values["hidden_activation"] not in ACTIVATIONS:
-    raise ValueError(f"{where} has hidden_activation={values['hidden_activation']!r}; bert_jax has {ACTIVATIONS}.")
+  for field in ("hidden_activation", "classifier_activation"):
+    if values[field] not in ACTIVATIONS:
+      raise ValueError(f"{where} has {field}={values[field]!r}; bert_jax has {ACTIVATIONS}.")
   for one, other, what in (
-    ("attention_bias", "mlp_bias", "model.linear_bias (every dense layer's bias)"),
-    ("attention_bias", "classifier_bias", "model.linear_bias (every dense layer's bias, the MLM head's too)"),
-    ("hidden_activation", "classifier_activation", "model.hidden_act (the layers' and the MLM head's activation)"),
+    ("attention_bias", "mlp_bias", "model.linear_bias (the encoder's dense layers' bias)"),
     ("embedding_dropout", "mlp_dropout", "model.hidden_dropout_prob"),
   ):
     if values[one] != values[other]:
@@ -231,6 +254,10 @@ def _read_modernbert(fields: dict, where: str) -> BertConfig:
       local_rope_theta=values["local_rope_theta"] or 0.0,
       local_attention=values["local_attention"],
       global_attention_every=values["global_attn_every_n_layers"],
+      classifier_activation=values["classifier_activation"],
+      classifier_bias=values["classifier_bias"],
+      classifier_pooling=values["classifier_pooling"],
+      classifier_dropout=values["classifier_dropout"],
     )
   except ValueError as error:
     raise ValueError(f"{where}: {error}") from None
@@ -250,14 +277,16 @@ def _write_modernbert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
     num_hidden_layers=config.num_layers,
     num_attention_heads=config.num_heads,
     hidden_activation=config.hidden_act,
-    classifier_activation=config.hidden_act,
+    classifier_activation=config.classifier_activation,
     max_position_embeddings=config.max_position_embeddings,
     initializer_range=config.initializer_range,
     norm_eps=config.layer_norm_eps,
     norm_bias=config.norm_bias,
     attention_bias=config.linear_bias,
     mlp_bias=config.linear_bias,
-    classifier_bias=config.linear_bias,
+    classifier_bias=config.classifier_bias,
+    classifier_pooling=config.classifier_pooling,
+    classifier_dropout=config.classifier_dropout,
     decoder_bias=True,
     global_rope_theta=config.rope_theta,
     local_rope_theta=config.local_rope_theta or config.rope_theta,

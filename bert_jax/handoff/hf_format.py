@@ -25,6 +25,7 @@ from bert_jax.handoff import hf_names
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining
 from bert_jax.model.encoder import BertForPretraining, abstract_params
+from bert_jax.model.heads import task_model
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"  # A model saved in several shards.
@@ -133,10 +134,10 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
 
   The result holds `bert` (the encoder, and the pooler when the file has one: transformers' RobertaForMaskedLM,
   token and span models have none); each group of pretraining heads the file has (`mlm_transform`,
-  `mlm_layer_norm`, `mlm_output_bias`; the sentence head `nsp`); and a BERT fine-tuning head (`classifier` or
-  `qa_outputs`, as in `transformers`' BERT task models) when it has one. Raises ValueError, naming the tensors, if
-  the encoder is incomplete, if a shape disagrees with `config`, if a head or the pooler is only partly present, if
-  a tied tensor differs from the one it is tied to, or if copies of one shared parameter differ.
+  `mlm_layer_norm`, `mlm_output_bias`; the sentence head `nsp`); and a fine-tuning head when it has one (BERT's
+  `classifier` or `qa_outputs`; ModernBERT's `head` and `classifier`: model/heads.py). Raises ValueError, naming
+  the tensors, if the encoder is incomplete, if a shape disagrees with `config`, if a head or the pooler is only
+  partly present, if a tied tensor differs from the one it is tied to, or if copies of one shared parameter differ.
   """
   tensors = {_canonical(name): value for name, value in tensors.items()}
   family_prefix = hf_names.PREFIXES[config.model_type]
@@ -148,9 +149,18 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
       if value.shape[0] % len(parts):
         raise ValueError(f"Hugging Face tensor {fused} has shape {value.shape}: not {len(parts)} equal parts.")
       tensors.update(zip(parts, np.split(value, len(parts)), strict=True))
+  # A task head is there when its output layer is; the names it holds are its own (ModernBERT's `head` is the masked
+  # LM's transform only beside the decoder).
+  task = [entry for layer, entries in names.task_heads.items() if f"{layer}.weight" in tensors for entry in entries]
+  claimed = {hf for hf, _, _ in task}
   table = list(names.encoder)
-  table += [entry for group in names.heads.values() if _present(group, tensors) for entry in group]
-  table += [entry for entry in names.task_heads if entry[0].split(".")[0] in {n.split(".")[0] for n in tensors}]
+  table += [
+    entry
+    for group in names.heads.values()
+    if _present([entry for entry in group if entry[0] not in claimed], tensors)
+    for entry in group
+  ]
+  table += task
   if _present(names.pooler, tensors):  # Absent: the caller gives it a value (handoff/pretrained.py).
     table += names.pooler
 
@@ -214,7 +224,7 @@ def _head_groups(params: Mapping, config: BertConfig) -> list[str]:
 
 def architecture(params: Mapping, config: BertConfig) -> str:
   """The transformers class `hf_from_params` writes `params` as: the family's pretraining model when `params`
-  hold its heads (ELECTRA's generator alone: ElectraForMaskedLM), else its encoder. (A fine-tuned BERT's task
+  hold its heads (ELECTRA's generator alone: ElectraForMaskedLM), else its encoder. (A fine-tuned model's task
   model: model/heads.py HF_ARCHITECTURES.)"""
   names = hf_names.names(config, hf_names.PREFIXES[config.model_type])
   groups = _head_groups(params, config)
@@ -227,14 +237,14 @@ def architecture(params: Mapping, config: BertConfig) -> str:
 
 def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]:
   """A bert_jax params tree (unrolled layers; heads optional) -> the tensors of `architecture(params, config)` (or,
-  with a task head, of BERT's task model) as numpy, named and laid out as `transformers` saves them (tied tensors
-  left out; a shared parameter copied to every layer that uses it). Heads the family's model has no place for
-  (RoBERTa's sentence head) are left out. A bare encoder's names have no prefix, as transformers writes them."""
+  with a task head, of the family's task model) as numpy, named and laid out as `transformers` saves them (tied
+  tensors left out; a shared parameter copied to every layer that uses it). Heads the family's model has no place
+  for (RoBERTa's sentence head) are left out. A bare encoder's names have no prefix, as transformers writes them."""
   flat = traverse_util.flatten_dict(params)
   has_task = any(head in params for head in hf_names.TASK_HEADS)
   bare = not _head_groups(params, config) and not has_task
   names = hf_names.names(config, "" if bare else hf_names.PREFIXES[config.model_type])
-  task = [entry for entry in names.task_heads if entry[1][0] in params]
+  task = [entry for layer, entries in names.task_heads.items() if layer in params for entry in entries]
   if has_task and not task:
     raise ValueError(
       f"A fine-tuned {config.model_type} model has BERT's task head, which transformers' {config.model_type} task "
@@ -255,9 +265,11 @@ def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]
 
 def _expected_shapes(config: BertConfig) -> dict[str, tuple]:
   """'/'-joined param path -> shape of the unrolled model (abstractly: nothing is allocated): BertForPretraining's,
-  and for ELECTRA the discriminator's head too (the generator's file is a masked LM of its own config)."""
+  the family's task model's (its output layer's width is the file's), and for ELECTRA the discriminator's head too
+  (the generator's file is a masked LM of its own config)."""
   config = dataclasses.replace(config, scan_layers=False)
-  models = [BertForPretraining(config)] + ([ElectraForPretraining(config)] if config.model_type == "electra" else [])
+  models = [BertForPretraining(config), task_model(config, "regression")]
+  models += [ElectraForPretraining(config)] if config.model_type == "electra" else []
   shapes = {}
   for model in models:
     flat = traverse_util.flatten_dict(nn.meta.unbox(abstract_params(config, model)), sep="/")

@@ -15,6 +15,9 @@ in a bare encoder's file (`BertModel`, ...).
            ElectraForMaskedLM, the generator (generator_predictions, generator_lm_head: `mlm`)
   modernbert  ModernBertForMaskedLM (head, decoder: `mlm`)  ModernBertModel   none (no pooler)
 
+The fine-tuning heads' names (`task_heads`) are transformers' BERT and ModernBERT task models' (model/heads.py); the
+other families' fine-tuned models have no Hugging Face names.
+
 ModernBERT's attention holds the query, key and value projections in one tensor (`Wqkv`, their rows in that
 order): `fused` names its parts, which the conversion splits on loading and joins on export.
 
@@ -42,7 +45,9 @@ class Names:
   pretraining: str  # The architecture of a file with the heads ...
   encoder_only: str  # ... and without.
   pooler_with_heads: bool  # Whether the pretraining architecture has the pooler.
-  task_heads: tuple[Entry, ...] = ()  # Fine-tuning heads transformers' models of this family name alike.
+  # Fine-tuning heads named as transformers' task models of this family (model/heads.py), by output layer (a file
+  # holds its head when it holds that layer's weight; one of TASK_HEADS) -> the head's entries.
+  task_heads: dict[str, tuple[Entry, ...]] = dataclasses.field(default_factory=dict)
   # The architecture of a file that holds one head group alone, when it is not `pretraining` (ELECTRA's generator).
   head_architectures: dict[str, str] = dataclasses.field(default_factory=dict)
   # A tensor of the file -> the names of its parts, stacked along its first axis in this order.
@@ -123,8 +128,9 @@ def _mlm(transform: str, layer_norm: str, bias: str) -> list[Entry]:
   ]
 
 
-# Fine-tuning heads (model/heads.py), named as transformers' BertFor{SequenceClassification, TokenClassification,
-# MultipleChoice} (`classifier`) and BertForQuestionAnswering (`qa_outputs`); their width is the task's.
+# The output layers of the fine-tuning heads (model/heads.py), named as transformers' BertFor{SequenceClassification,
+# TokenClassification, MultipleChoice} and every ModernBERT task model (`classifier`) and BertForQuestionAnswering
+# (`qa_outputs`); their width is the task's.
 TASK_HEADS = ("classifier", "qa_outputs")
 
 
@@ -145,7 +151,7 @@ def _bert(config: BertConfig, prefix: str) -> Names:
     pretraining="BertForPreTraining",
     encoder_only="BertModel",
     pooler_with_heads=True,
-    task_heads=tuple(entry for head in TASK_HEADS for entry in _dense(head, (head,))),
+    task_heads={head: tuple(_dense(head, (head,))) for head in TASK_HEADS},
   )
 
 
@@ -215,15 +221,17 @@ def _electra(config: BertConfig, prefix: str) -> Names:
 
 def _modernbert(config: BertConfig, prefix: str) -> Names:
   """transformers' ModernBERT: norms and dense layers with a bias only where the config has them (`norm_bias`,
-  `linear_bias`; the decoder's output bias always), no norm before layer 0's attention, the query, key and value
-  in one `Wqkv`, the gated feed-forward's input and gate in one `Wi`."""
+  `linear_bias`, the prediction head's `classifier_bias`; the decoder's output bias and a task's `classifier`
+  always), no norm before layer 0's attention, the query, key and value in one `Wqkv`, the gated feed-forward's input
+  and gate in one `Wi`. The prediction head `head` is the masked LM's transform (beside `decoder`) or a task
+  model's own (beside `classifier`)."""
 
   def norm(hf: str, ours: tuple) -> list[Entry]:
     return _layer_norm(hf, ours) if config.norm_bias and config.norm == "layer_norm" else [_layer_norm(hf, ours)[0]]
 
-  def linear(hf: str, ours: tuple, kinds=("linear", "copy")) -> list[Entry]:
+  def linear(hf: str, ours: tuple, kinds=("linear", "copy"), bias: bool = config.linear_bias) -> list[Entry]:
     entries = [(f"{hf}.weight", ours + ("kernel",), kinds[0]), (f"{hf}.bias", ours + ("bias",), kinds[1])]
-    return entries if config.linear_bias else entries[:1]
+    return entries if bias else entries[:1]
 
   def layer(i: int) -> list[Entry]:
     hf, ours = f"{prefix}layers.{i}", ("bert", f"layer_{i}")
@@ -259,7 +267,7 @@ def _modernbert(config: BertConfig, prefix: str) -> Names:
     pooler=(),
     heads={
       "mlm": (
-        *linear("head.dense", ("mlm_transform",)),
+        *linear("head.dense", ("mlm_transform",), bias=config.classifier_bias),
         *norm("head.norm", ("mlm_layer_norm",)),
         ("decoder.bias", ("mlm_output_bias",), "copy"),
       )
@@ -268,6 +276,13 @@ def _modernbert(config: BertConfig, prefix: str) -> Names:
     pretraining="ModernBertForMaskedLM",
     encoder_only="ModernBertModel",
     pooler_with_heads=False,
+    task_heads={
+      "classifier": (
+        *linear("head.dense", ("head", "dense"), bias=config.classifier_bias),
+        *norm("head.norm", ("head", "norm")),
+        *_dense("classifier", ("classifier",)),
+      )
+    },
     fused=fused,
   )
 

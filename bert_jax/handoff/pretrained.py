@@ -5,11 +5,12 @@ workdir, an export bundle, a Hugging Face or an original Google BERT directory);
 is read, never the optimizer state.
 
 A fine-tuned model (a fine-tuning workdir, its bundle, a Hugging Face `BertFor{SequenceClassification,
-QuestionAnswering,TokenClassification,MultipleChoice}` directory) loads with its head: `params` holds `bert` and
-`classifier` or `qa_outputs`, and `task` (a `heads.TaskHead`) names the task, head and labels, so that
-`loaded.task.model(loaded.config)` is the model to apply them to. transformers' token and span models have no
-pooler, which those heads never read: from their files the pooler loads as zeros. RobertaForMaskedLM has none
-either: its pooler starts fresh (random, seed 0), as a new head does. A ModernBERT has no pooler at all.
+QuestionAnswering,TokenClassification,MultipleChoice}` or `ModernBertFor...` directory) loads with its head:
+`params` holds `bert` and `classifier` or `qa_outputs` (a ModernBERT's: `head` and `classifier`), and `task` (a
+`heads.TaskHead`) names the task, head and labels, so that `loaded.task.model(loaded.config)` is the model to apply
+them to. transformers' BERT token and span models have no pooler, which those heads never read: from their files
+the pooler loads as zeros. RobertaForMaskedLM has none either: its pooler starts fresh (random, seed 0), as a new
+head does. A ModernBERT has no pooler at all.
 
 Orbax sources restore straight into the requested shardings (each host reads only its shards: BERT-Large never
 exists whole on one host), in either layer layout whatever the checkpoint's. Foreign formats are read whole on

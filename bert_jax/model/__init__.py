@@ -21,7 +21,7 @@ what it finds. No module asks which family it is in.
   stack.py               the layers stacked: under a remat policy, scanned or unrolled, cross-layer sharing (ALBERT)
   encoder.py             `BertModel` (the encoder and pooler) and `BertForPretraining`
   electra.py             ELECTRA's generator and discriminator in one tree
-  heads.py               fine-tuning heads, named as `transformers`' BertFor* task models
+  heads.py               fine-tuning heads by `Architecture.task_head`: `transformers`' BertFor* or ModernBertFor*
   param_layout.py        scanned <-> unrolled layer parameters
 
 Adding an architecture (say ModernBERT) is one module of new parts and one entry in the table of architectures:

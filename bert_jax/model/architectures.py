@@ -1,18 +1,18 @@
 """The table of architectures: each family (`BertConfig.model_type`) as a named composition of parts, one name per
 role; the parts themselves are in the tables of model/parts.py.
 
-  model_type  embeddings  layer      feed_forward  attention_pattern  pretraining_head  pooler
-  bert        absolute    post_norm  dense         global             bert              tanh
-  roberta     absolute    post_norm  dense         global             bert              tanh
-  albert      absolute    post_norm  dense         global             bert              tanh
-  electra     absolute    post_norm  dense         global             electra           tanh
-  modernbert  token       pre_norm   glu           local_global       mlm               none
+  model_type  embeddings  layer      feed_forward  attention_pattern  pretraining_head  pooler  task_head
+  bert        absolute    post_norm  dense         global             bert              tanh    bert
+  roberta     absolute    post_norm  dense         global             bert              tanh    bert
+  albert      absolute    post_norm  dense         global             bert              tanh    bert
+  electra     absolute    post_norm  dense         global             electra           tanh    bert
+  modernbert  token       pre_norm   glu           local_global       mlm               none    prediction
 
 The families that share parts differ in numbers, which stay `BertConfig` fields because Hugging Face configs carry
 them: RoBERTa's `position_offset`, ALBERT's `embedding_size`, `hidden_act` and `layer_sharing`, ELECTRA's
 `embedding_size`, ModernBERT's `rope_theta`, `local_rope_theta`, `local_attention`, `global_attention_every`, `norm`,
-`norm_bias`, `linear_bias` and `hidden_act` ("silu": SwiGLU, as NeoBERT). A module never asks which family it is in:
-it asks the composition for its part.
+`norm_bias`, `linear_bias`, `hidden_act` ("silu": SwiGLU, as NeoBERT) and its prediction head's `classifier_*`. A
+module never asks which family it is in: it asks the composition for its part.
 
 Only names live here (nothing is imported from the package), so that `BertConfig` can check `model_type` against
 this table without an import cycle; an unknown part name is refused where the model is built (`parts.lookup`).
@@ -40,6 +40,10 @@ class Architecture:
   pretraining_head: str = "bert"
   # BERT's pooler (dense and tanh on [CLS]) under the encoder, "tanh", or "none" (the family's task heads pool).
   pooler: str = "tanh"
+  # The fine-tuning heads (model/heads.py's TASK_MODELS): "bert" (BERT's: dropout and a dense layer on the
+  # pooler's output or on every token) or "prediction" (ModernBERT's: pooled by `classifier_pooling` or on every
+  # token, a prediction head of dense, activation and norm, dropout, a dense layer).
+  task_head: str = "bert"
 
   @property
   def has_sentence_head(self) -> bool:
@@ -70,6 +74,7 @@ ARCHITECTURES = {
     attention_pattern="local_global",
     pretraining_head="mlm",
     pooler="none",
+    task_head="prediction",
   ),
 }
 

@@ -40,12 +40,19 @@ ARCHITECTURE_FIELDS = (
   "norm_bias",
   "local_attention",
   "global_attention_every",
+  "classifier_activation",
+  "classifier_bias",
 )
 # model.hidden_act: "gelu" is BERT's exact (erf) form; "gelu_new" the tanh approximation (ALBERT's); "silu" (swish)
 # gates NeoBERT's SwiGLU feed-forward (a "glu" feed-forward with "gelu" is ModernBERT's GeGLU).
 ACTIVATIONS = ("gelu", "gelu_new", "silu")
 # model.norm: the normalisation every norm of the model applies: LayerNorm (BERT, ModernBERT) or RMSNorm (NeoBERT).
 NORMS = ("layer_norm", "rms_norm")
+# model.classifier_pooling: what ModernBERT's sequence and choice heads read of the last hidden states: the first
+# token's, or the mean over real tokens (transformers' ModernBertConfig.classifier_pooling).
+CLASSIFIER_POOLING = ("cls", "mean")
+# ModernBERT's task-head fields (model/heads.py): BERT's heads have no pooling, prediction head or dropout of their own.
+PREDICTION_HEAD_FIELDS = ("classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
 # feed-forward sub-layer (with its LayerNorm) only.
 LAYER_SHARING = ("none", "all", "attention", "ffn")
@@ -106,6 +113,15 @@ class BertConfig:
   # attends globally.
   local_attention: int = 0
   global_attention_every: int = 1
+  # ModernBERT's prediction head (transformers' ModernBertPredictionHead: dense H -> H, activation, norm), which its
+  # masked LM and its task models (model/heads.py) put on the encoder: the dense layer's activation (one of
+  # ACTIVATIONS) and bias. Its task models pool by `classifier_pooling` (one of CLASSIFIER_POOLING; sequence and
+  # choice heads) and drop out `classifier_dropout` before the output layer. transformers' defaults; BERT's families
+  # read none of them (their heads are BERT's).
+  classifier_activation: str = "gelu"
+  classifier_bias: bool = False
+  classifier_pooling: str = "cls"
+  classifier_dropout: float = 0.0
 
   def __post_init__(self):
     for name in _POSITIVE_SIZES:
@@ -126,7 +142,7 @@ class BertConfig:
       value = getattr(self, name)
       if not value > 0:  # NaN too.
         raise ValueError(f"model.{name}={value} must be positive.")
-    for name in ("hidden_dropout_prob", "attention_dropout_prob"):
+    for name in ("hidden_dropout_prob", "attention_dropout_prob", "classifier_dropout"):
       value = getattr(self, name)
       if not 0.0 <= value < 1.0:
         raise ValueError(f"model.{name} must be in [0, 1), got {value!r}.")
@@ -155,6 +171,8 @@ class BertConfig:
     for name, allowed in (
       ("hidden_act", ACTIVATIONS),
       ("layer_sharing", LAYER_SHARING),
+      ("classifier_activation", ACTIVATIONS),
+      ("classifier_pooling", CLASSIFIER_POOLING),
     ):
       if getattr(self, name) not in allowed:
         raise ValueError(f"model.{name}={getattr(self, name)!r} is not supported; expected one of {allowed}.")
@@ -166,7 +184,7 @@ class BertConfig:
       raise ValueError(f"model.global_attention_every must be a positive integer, got {self.global_attention_every!r}.")
     if self.norm not in NORMS:
       raise ValueError(f"model.norm={self.norm!r} is not supported; expected one of {NORMS}.")
-    for name in ("norm_bias", "linear_bias"):
+    for name in ("norm_bias", "linear_bias", "classifier_bias"):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"model.{name} must be True or False, got {getattr(self, name)!r}.")
     for name in ("rope_theta", "local_rope_theta"):
@@ -314,6 +332,10 @@ EXTENSION_FIELDS = (
   "local_rope_theta",
   "local_attention",
   "global_attention_every",
+  "classifier_activation",
+  "classifier_bias",
+  "classifier_pooling",
+  "classifier_dropout",
 )
 
 

@@ -13,7 +13,9 @@ A pretraining-head entry is a `PretrainingHead`: one maker per head a pretrainin
                                                                                 detection
 
 "mlm" is the modern encoders' (ModernBERT's): a masked LM alone, whose head is BERT's shape (dense, activation, norm,
-tied decoder with an output bias) with the family's norm and biases.
+tied decoder with an output bias) with the family's norm, and the dense layer's activation and bias those of its
+prediction head (`classifier_activation`, `classifier_bias`: transformers' ModernBertPredictionHead, which its task
+models share, model/heads.py).
 """
 
 import dataclasses
@@ -53,14 +55,23 @@ def tied_decoder(embeddings: nn.Module, hidden: Array, output_bias: Array) -> Ar
   return embeddings.attend(hidden).astype(jnp.float32) + output_bias
 
 
-def masked_lm_head(owner: nn.Module, config: BertConfig, activation: str | None = None) -> MaskedLMHead:
-  """The masked-LM head of `owner` (in its setup); `activation` default `config.hidden_act`."""
+def masked_lm_head(
+  owner: nn.Module, config: BertConfig, activation: str | None = None, bias: bool | None = None
+) -> MaskedLMHead:
+  """The masked-LM head of `owner` (in its setup); `activation` default `config.hidden_act`, the transform's `bias`
+  default `config.linear_bias`."""
   return MaskedLMHead(
-    transform=dense(config, config.embedding_width, ("embed", "embed_out"), name="mlm_transform"),
+    transform=dense(config, config.embedding_width, ("embed", "embed_out"), name="mlm_transform", bias=bias),
     layer_norm=layer_norm(config, "mlm_layer_norm"),
     output_bias=owner.param("mlm_output_bias", zeros(("vocab",)), (config.vocab_size,), jnp.float32),
     activation=activation or config.hidden_act,
   )
+
+
+def prediction_masked_lm_head(owner: nn.Module, config: BertConfig) -> MaskedLMHead:
+  """ModernBERT's masked-LM head: the transform is its prediction head's dense layer, of `classifier_activation` and
+  `classifier_bias`."""
+  return masked_lm_head(owner, config, config.classifier_activation, config.classifier_bias)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,4 +136,5 @@ ELECTRA = PretrainingHead(
   generator=functools.partial(masked_lm_head, activation="gelu"),
   discriminator=replaced_token_head,
 )
-MLM = PretrainingHead(masked_lm=masked_lm_head)
+
+MLM = PretrainingHead(masked_lm=prediction_masked_lm_head)
