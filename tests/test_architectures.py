@@ -37,12 +37,23 @@ def _register(monkeypatch, name: str, architecture: Architecture) -> None:
 
 
 @pytest.mark.parametrize(
-  "model_type, head", [("bert", "bert"), ("roberta", "bert"), ("albert", "bert"), ("electra", "electra")]
+  "model_type, name, head",
+  [
+    ("bert", "BERT", "bert"),
+    ("roberta", "RoBERTa", "bert"),
+    ("albert", "ALBERT", "bert"),
+    ("electra", "ELECTRA", "electra"),
+  ],
 )
-def test_each_family_resolves_to_its_composition(model_type, head):
+def test_each_family_resolves_to_its_composition(model_type, name, head):
   config = BertConfig(model_type=model_type)
   assert config.architecture == Architecture(
-    embeddings="absolute", layer="post_norm", feed_forward="dense", attention_pattern="global", pretraining_head=head
+    name=name,
+    embeddings="absolute",
+    layer="post_norm",
+    feed_forward="dense",
+    attention_pattern="global",
+    pretraining_head=head,
   )
   found = parts.resolve(config)
   assert found.embeddings is AbsoluteEmbeddings and found.layer is PostNormLayer
