@@ -29,6 +29,7 @@ LAYERS = (
 # What config_checks may import: the owners of the names it checks, none of them a job.
 CONFIG_CHECKS_IMPORTS = {
   "bert_jax.distributed",
+  "bert_jax.data.batch_warmup",
   "bert_jax.data.instances",
   "bert_jax.data.masking_names",
   "bert_jax.dry_run.tpu_topology",
