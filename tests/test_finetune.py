@@ -35,7 +35,7 @@ from bert_jax.finetune import swag as swag_task
 from bert_jax.handoff import export, hf_format, hf_names, pretrained
 from bert_jax.model.encoder import init_params
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead, task_model
-from bert_jax.train import run, start_order
+from bert_jax.train import init_from, run, start_order
 from bert_jax.train.optim import Steps
 from bert_jax.workdir import checkpoints
 from configs import default, glue, ner, squad, swag
@@ -198,7 +198,11 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
     del saved["lr_schedule"]
     patch.setattr(start_order, "newest_saved", lambda *_: (step, saved, position))
     inputs = job.run_inputs(config(), tasks.make_task(config().finetune))
-    start_order.check_same_run(config(), alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT, inputs)  # finetune_config's "bert".
+    # As the job compares: the model's classifier_* resolved (init_from's), finetune_config's lr_schedule "bert".
+    resolved = plan_lib.with_model(
+      config(), plan_lib.model_config(config(), init_from.describe(config().init_from, "init_from"))
+    )
+    start_order.check_same_run(resolved, alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT, inputs)
     other_schedule = config()
     other_schedule.lr_schedule = "transformers"
     with pytest.raises(ValueError, match="lr_schedule='bert' in the checkpoint, 'transformers' in the config"):
