@@ -1,8 +1,9 @@
 """ModernBERT's fine-tuning heads (model/heads.py) against transformers' ModernBertFor{SequenceClassification,
 TokenClassification, QuestionAnswering, MultipleChoice} built from a config with random weights: the logits, the loss
 and every parameter's gradient, on padded rows longer than the local window, with "cls" and "mean" pooling; the
-task models' Hugging Face files both ways; and a short fine-tuning run from a ModernBertForMaskedLM directory, whose
-export transformers' task class loads."""
+task models' Hugging Face files both ways; a fine-tuning run's start from a masked LM (its prediction head, and the
+classifier_* it leaves to the source) against transformers' from_pretrained; and a short fine-tuning run from a
+ModernBertForMaskedLM directory, whose export transformers' task class loads."""
 
 import dataclasses
 import json

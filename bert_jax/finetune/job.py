@@ -77,8 +77,8 @@ RUN_KEYS = (
   "distill.teacher",
   "distill.temperature",
   "distill.alpha_hard",
-  # What a fresh head computes (ModernBERT's; BERT's heads refuse other values than the defaults), as resolved: the
-  # config's, else init_from's (`plan.model_config`).
+  # What the head computes (ModernBERT's; BERT's heads refuse other values than the defaults), as the run resolves
+  # them: the config's, else init_from's (`plan.model_config`).
   "model.classifier_pooling",
   "model.classifier_activation",
   "model.classifier_bias",
@@ -424,9 +424,7 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   checked = checked or config_checks.check(config, "finetune")
   task = tasks.make_task(config.finetune)
   inputs = run_inputs(config, task)
-  # The encoder from the source's metadata: one the task heads cannot go on is refused before its weights are read.
-  described = init_from.describe(config.init_from, "init_from") if config.init_from else None
-  model_cfg = model_config(config, described)
+  model_cfg = run_model(config)
   # The run keys as they run: the model's `classifier_*`, which the config may leave to the source, resolved.
   start_order.check_same_run(with_model(config, model_cfg), workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
   source = None
@@ -454,6 +452,12 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
     start_order.check_frozen(workdir, newest[0], job.run.frozen)  # A checkpoint older than its inputs' record.
   loop.train(job, workdir, started_at)
   return job.summary
+
+
+def run_model(config) -> BertConfig:
+  """The model a fine-tuning run of `config` trains (`plan.model_config`): the encoder from init_from's metadata, so
+  that one the task heads cannot go on is refused before its weights are read."""
+  return model_config(config, init_from.describe(config.init_from, "init_from") if config.init_from else None)
 
 
 def run_inputs(config, task: Task) -> tuple[start_order.Input, ...]:
