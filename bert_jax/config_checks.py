@@ -22,7 +22,13 @@ from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_ki
 from bert_jax.data.masking_names import check_masking
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
-from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, REMAT_POLICIES, BertConfig, electra_generator
+from bert_jax.model.bert_config import (
+  PREDICTION_HEAD_FIELDS,
+  REMAT_POLICIES,
+  BertConfig,
+  electra_generator,
+  from_fields,
+)
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES, OPTIMIZERS, WSD_DECAYS, wsd_decay_steps
@@ -192,9 +198,10 @@ class Checked:
   members: tuple[Member, ...] = ()
 
 
-def model_config(config) -> BertConfig:
-  """`config.model` as the model's own dataclass, which checks its values."""
-  return BertConfig(**config.model.to_dict())
+def model_config(config, source: BertConfig | None = None) -> BertConfig:
+  """`config.model` as the model's own dataclass, which checks its values; the prediction-head fields it leaves unset
+  are `source`'s, else transformers' defaults (`bert_config.from_fields`)."""
+  return from_fields(config.model.to_dict(), source)
 
 
 def check_training(config) -> BertConfig:

@@ -79,14 +79,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.local_attention = 0
   config.model.global_attention_every = 1
   # ModernBERT's prediction head (dense, activation, norm), under its masked LM and its fine-tuning heads: the dense
-  # layer's activation ("gelu", "gelu_new", "silu") and bias (transformers' ModernBertConfig defaults; BERT's
-  # families have heads of their own and refuse other values for fine-tuning). Fine-tuning a ModernBERT: what its
-  # sequence and choice heads pool ("cls": the first token, "mean": the mean over real tokens), and the dropout
-  # before the output layer. A fine-tuning run's fresh head takes these from its config, not from `init_from`.
-  config.model.classifier_activation = "gelu"
-  config.model.classifier_bias = False
-  config.model.classifier_pooling = "cls"
-  config.model.classifier_dropout = 0.0
+  # layer's activation ("gelu", "gelu_new", "silu") and bias (BERT's families have heads of their own and refuse
+  # other values for fine-tuning). Fine-tuning a ModernBERT: what its sequence and choice heads pool ("cls": the
+  # first token, "mean": the mean over real tokens), and the dropout before the output layer. Unset (None), a
+  # fine-tuning run takes each from `init_from` (its config.json or saved config), as transformers' from_pretrained
+  # does, and any other run (pretraining, a baseline) transformers' ModernBertConfig defaults: "gelu", False,
+  # "cls", 0.0. Set, they override the source's, as from_pretrained(..., classifier_pooling="mean") does.
+  config.model.classifier_activation = ml_collections.config_dict.placeholder(str)
+  config.model.classifier_bias = ml_collections.config_dict.placeholder(bool)
+  config.model.classifier_pooling = ml_collections.config_dict.placeholder(str)
+  config.model.classifier_dropout = ml_collections.config_dict.placeholder(float)
 
   config.tokenizer = ml_collections.ConfigDict()
   # "sentencepiece" (a .model file), "wordpiece" (a Google BERT vocab.txt) or "bpe" (byte-level, RoBERTa's: a

@@ -23,12 +23,21 @@ def is_scanned(params: Mapping) -> bool:
 
 def write_checkpoint(workdir, config, history: dict, value: float = 1.0, step: int = 1, data_position=None) -> None:
   """A one-step checkpoint of a 4-parameter model (`value` each) in `workdir`, recording `config` and `history`: what
-  the start checks read (config, data position, history, checksums), without training anything."""
-  import jax.numpy as jnp
+  the start checks read (config, data position, history, checksums), without training anything. The config is
+  recorded as the jobs record theirs, its unset prediction-head fields resolved (without a source: the defaults)."""
+  import dataclasses
 
+  import jax.numpy as jnp
+  import ml_collections
+
+  from bert_jax import config_checks
+  from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS
   from bert_jax.train import step as step_lib
 
+  model = dataclasses.asdict(config_checks.model_config(config))
+  recorded = ml_collections.ConfigDict(config.to_dict())
+  recorded.model.update({name: model[name] for name in PREDICTION_HEAD_FIELDS})
   state = step_lib.TrainState(jnp.int32(step), {"w": jnp.full(4, value)}, {}, step_lib.initial_guard())
   manager = checkpoints.make_manager(str(workdir), 1)
-  checkpoints.save(manager, step, state, data_position or {"examples": 0, "step": step}, config, None, history)
+  checkpoints.save(manager, step, state, data_position or {"examples": 0, "step": step}, recorded, None, history)
   checkpoints.finish(manager, step)

@@ -198,7 +198,7 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
     del saved["lr_schedule"]
     patch.setattr(start_order, "newest_saved", lambda *_: (step, saved, position))
     inputs = job.run_inputs(config(), tasks.make_task(config().finetune))
-    start_order.check_same_run(config(), alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT, inputs)  # finetune_config's "bert".
+    start_order.check_same_run(resolved(config()), alone, job.RUN_KEYS, job.RUN_KEYS_ABSENT, inputs)  # "bert".
     other_schedule = config()
     other_schedule.lr_schedule = "transformers"
     with pytest.raises(ValueError, match="lr_schedule='bert' in the checkpoint, 'transformers' in the config"):
@@ -227,6 +227,11 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a[0], b[member], atol=2e-5, rtol=1e-4), _params(alone), _params(workdir)
   )
+
+
+def resolved(config):
+  """`config` as `job.finetune` compares it with a checkpoint's: its model's classifier_* resolved (init_from's)."""
+  return plan_lib.with_model(config, job.run_model(config))
 
 
 def logged_by_start_order(patch) -> list[str]:
@@ -262,8 +267,8 @@ def test_a_resume_knows_its_data_and_init_from_by_content_not_by_path(tmp_path, 
   helpers.write_checkpoint(workdir, config, {start_order.INPUTS: start_order.record_inputs(inputs)})
 
   def check(config):
-    task = tasks.make_task(config.finetune)
-    start_order.check_same_run(config, str(workdir), job.RUN_KEYS, job.RUN_KEYS_ABSENT, job.run_inputs(config, task))
+    inputs = job.run_inputs(config, tasks.make_task(config.finetune))
+    start_order.check_same_run(resolved(config), str(workdir), job.RUN_KEYS, job.RUN_KEYS_ABSENT, inputs)
 
   copied = config.copy_and_resolve_references()
   copied.finetune.data_dir, copied.init_from = str(tmp_path / "copy"), str(tmp_path / "pretrained_copy")

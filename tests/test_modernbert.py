@@ -281,9 +281,9 @@ def bpe_files():
   return files, ids
 
 
-def _masked_lm(bpe_files, seed: int = 0):
-  """transformers' ModernBertForMaskedLM of `_hf_config` with random weights, its table wider than the tokenizer's
-  405 ids (as ModernBERT's 50,368 rows hold 50,285 ids) and its special ids the tokenizer's."""
+def _masked_lm(bpe_files, seed: int = 0, **overrides):
+  """transformers' ModernBertForMaskedLM of `_hf_config` (with `overrides`) with random weights, its table wider than
+  the tokenizer's 405 ids (as ModernBERT's 50,368 rows hold 50,285 ids) and its special ids the tokenizer's."""
   _, ids = bpe_files
   hf_config = _hf_config(
     vocab_size=416,
@@ -292,6 +292,7 @@ def _masked_lm(bpe_files, seed: int = 0):
     bos_token_id=ids["cls_token"],
     sep_token_id=ids["sep_token"],
     eos_token_id=ids["sep_token"],
+    **overrides,
   )
   torch.manual_seed(seed)
   return transformers.ModernBertForMaskedLM(hf_config).float().eval()

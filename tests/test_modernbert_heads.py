@@ -1,8 +1,9 @@
 """ModernBERT's fine-tuning heads (model/heads.py) against transformers' ModernBertFor{SequenceClassification,
 TokenClassification, QuestionAnswering, MultipleChoice} built from a config with random weights: the logits, the loss
 and every parameter's gradient, on padded rows longer than the local window, with "cls" and "mean" pooling; the
-task models' Hugging Face files both ways; and a short fine-tuning run from a ModernBertForMaskedLM directory, whose
-export transformers' task class loads."""
+task models' Hugging Face files both ways; a fine-tuning run's start from a masked LM (its prediction head, and the
+classifier_* it leaves to the source) against transformers' from_pretrained; and a short fine-tuning run from a
+ModernBertForMaskedLM directory, whose export transformers' task class loads."""
 
 import dataclasses
 import json
@@ -231,7 +232,7 @@ def test_bert_s_heads_refuse_modernbert_s_head_fields_naming_each():
     with pytest.raises(ValueError, match=r"^init_from=/a/bert: " + message[1:]):
       plan_lib.model_config(config, types.SimpleNamespace(config=BertConfig(vocab_size=99)))
     config.init_from = ""
-    config.model[name] = BertConfig.__dataclass_fields__[name].default
+    config.model[name] = None  # Unset: the source's, else the default.
   # A ModernBERT takes them, from a baseline's config or onto init_from's encoder.
   config.model.update(model_type="modernbert", rope_theta=160000.0, classifier_pooling="mean", classifier_dropout=0.1)
   config_checks.check(config, "finetune")
@@ -302,3 +303,203 @@ def test_a_modernbert_fine_tunes_from_a_masked_lm_directory_and_exports_its_task
   written = json.loads((tmp_path / "exports" / "hf" / "config.json").read_text())
   assert (written["architectures"], written["classifier_pooling"]) == (["ModernBertForSequenceClassification"], "mean")
   assert os.path.exists(os.path.join(workdir, "predictions", "SST-2.tsv"))
+
+
+# A masked LM's config.json away from transformers' defaults in every field a run may take from it: mean pooling, a
+# bias on the prediction head's dense layer, another activation.
+SOURCE_FIELDS = dict(classifier_pooling="mean", **HEAD_FIELDS)
+
+
+class _Started(Exception):
+  """Raised where the loop would open the data: the job and its start, before any step."""
+
+
+def _start(config, workdir, monkeypatch):
+  """`job.finetune(config, workdir)` up to its start (its checks, the source read, the members' initial state):
+  returns (the job, its `start_order.Start`)."""
+  from bert_jax.finetune import job
+
+  def stop(self, begun):
+    raise _Started(self, begun)
+
+  monkeypatch.setattr(job.FinetuningJob, "open_data", stop)
+  with pytest.raises(_Started) as started:
+    job.finetune(config, str(workdir))
+  return started.value.args
+
+
+def _masked_lm_directory(bpe, directory):
+  """A transformers ModernBertForMaskedLM directory with SOURCE_FIELDS and `bpe` (`bpe_files`), its head's norm and
+  biases moved off their initial 1 and 0 (so that a fresh head cannot equal it)."""
+  model = _masked_lm(bpe, **SOURCE_FIELDS)
+  with torch.no_grad():
+    for name, param in model.named_parameters():
+      if name.startswith("head."):
+        param.add_(0.1 * torch.randn_like(param))
+  write_hf_directory(model, directory, 0, bpe[0])
+  return directory
+
+
+def _pretraining_workdir(directory, workdir) -> str:
+  """A bert_jax pretraining workdir whose step 1 holds the masked LM of the Hugging Face `directory`, saved as the
+  pretraining loop saves (`checkpoints.save`: params, recorded config, tokenizer, data position)."""
+  from bert_jax.train import step as step_lib
+  from bert_jax.workdir import checkpoints
+  from configs import default
+
+  loaded = pretrained.load(str(directory))
+  config = default.get_config()
+  config.model.update(dataclasses.asdict(loaded.config))
+  state = step_lib.TrainState(jnp.int32(1), loaded.params, {}, step_lib.initial_guard())
+  manager = checkpoints.make_manager(str(workdir), 1)
+  position = {"examples": 0, "step": 1, "tokenizer": loaded.tokenizer.identity()}
+  checkpoints.save(manager, 1, state, position, config, checkpoints.tokenizer_item(loaded.tokenizer), {})
+  checkpoints.finish(manager, 1)
+  return str(workdir)
+
+
+def _sst2_config(data, init_from: str):
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, eval_batch_size=16)
+  config.update(init_from=init_from, batch_size=8)
+  return config
+
+
+@pytest.mark.parametrize(
+  "source_format, pooling", [("huggingface", None), ("huggingface", "cls"), ("bundle", None), ("workdir", None)]
+)
+def test_a_modernbert_run_starts_where_transformers_from_pretrained_starts(
+  bpe_files,  # noqa: F811
+  tmp_path,
+  monkeypatch,
+  source_format,
+  pooling,
+):
+  """From a masked LM (a transformers directory, its bert_jax bundle, a bert_jax pretraining workdir of it), the
+  prediction head `head` starts as the masked LM's, and the classifier_* the run leaves unset are the source's
+  (mean pooling, a biased silu head); an explicit `classifier_pooling` overrides the source's. With transformers'
+  fresh `classifier` copied in, the members' initial logits are those of
+  ModernBertForSequenceClassification.from_pretrained(the directory), which loads every tensor but `classifier.*`."""
+  from bert_jax.handoff import export
+
+  directory = _masked_lm_directory(bpe_files, tmp_path / "mlm")
+  source = {
+    "huggingface": lambda: str(directory),
+    "bundle": lambda: export.export(str(directory), str(tmp_path / "bundle"), "bundle"),
+    "workdir": lambda: _pretraining_workdir(directory, tmp_path / "pretrained"),
+  }[source_format]()
+  _write_sst2(tmp_path / "SST-2", train_rows=16)
+  config = _sst2_config(tmp_path / "SST-2", source)
+  config.model.classifier_pooling = pooling
+  started, begun = _start(config, tmp_path / "run", monkeypatch)
+  expected = pooling or "mean"
+  model_cfg = started.model_cfg
+  assert (model_cfg.classifier_pooling, model_cfg.classifier_activation, model_cfg.classifier_bias) == (
+    expected,
+    "silu",
+    True,
+  )
+  assert started.recorded_config.model.classifier_pooling == expected  # What the checkpoints record.
+  assert "the prediction head as `from` says (its masked LM's transform and norm)" in begun.started
+  params = jax.tree.map(lambda x: np.asarray(x[0]), jax.device_get(begun.state.params))  # The one member's.
+  masked_lm = pretrained.load(str(directory)).params
+  want = {"dense": masked_lm["mlm_transform"], "norm": masked_lm["mlm_layer_norm"]}
+  assert jax.tree.map(np.shape, params["head"]) == jax.tree.map(np.shape, want)
+  jax.tree.map(np.testing.assert_array_equal, params["head"], want)
+
+  overrides = {"classifier_pooling": pooling} if pooling else {}
+  reference, info = transformers.ModernBertForSequenceClassification.from_pretrained(
+    directory, output_loading_info=True, attn_implementation="eager", **overrides
+  )
+  # Every tensor of the file but the masked LM's decoder bias, every parameter but the classifier's.
+  assert (sorted(info["missing_keys"]), info["unexpected_keys"]) == (
+    ["classifier.bias", "classifier.weight"],
+    ["decoder.bias"],
+  )
+  assert reference.config.classifier_pooling == expected
+  tensors = {name: value.detach().numpy() for name, value in reference.state_dict().items()}
+  params["classifier"] = hf_format.params_from_hf(tensors, model_cfg)["classifier"]
+  batch = _batch("classification", 405)
+  with torch.no_grad():
+    ids, mask = (torch.from_numpy(batch[name]).long() for name in ("input_ids", "input_mask"))
+    theirs = reference.eval()(input_ids=ids, attention_mask=mask).logits.numpy()
+  ours = losses.logits(params, batch, task_model(model_cfg, "classification", 2))
+  np.testing.assert_allclose(np.asarray(ours), theirs, atol=2e-5, rtol=1e-5)
+
+
+def test_the_prediction_head_comes_from_a_fine_tuned_source_and_not_from_a_source_of_another_head(
+  bpe_files,  # noqa: F811
+  tmp_path,
+  monkeypatch,
+):
+  """A fine-tuned ModernBERT gives its own `head` (not its `classifier`); a run that sets `classifier_bias` or
+  `classifier_activation` other than the masked LM's starts the head from the seed, saying which field; a BERT's
+  run takes the encoder alone."""
+  from bert_jax.finetune import job
+
+  lines = []
+  log = lambda message, *args, **_: lines.append(str(message) % args)  # noqa: E731
+  monkeypatch.setattr(job, "logging", types.SimpleNamespace(info=log, warning=log))
+  directory = _masked_lm_directory(bpe_files, tmp_path / "mlm")
+  masked_lm = pretrained.load(str(directory))
+  config = _sst2_config(tmp_path / "SST-2", str(directory))
+  params, _ = job.initial_params(masked_lm, plan_lib.model_config(config, masked_lm))
+  assert set(params) == {"bert", "head"}
+  for name, value in (("classifier_bias", False), ("classifier_activation", "gelu")):
+    config.model[name] = value
+    params, started = job.initial_params(masked_lm, plan_lib.model_config(config, masked_lm))
+    assert set(params) == {"bert"} and started == "the encoder as `from` says, each member's head from its own seed"
+    shown = repr(getattr(masked_lm.config, name))
+    assert lines.pop() == (
+      f"The prediction head starts from each member's seed, not from its masked LM's transform and norm of "
+      f"{directory}: model.{name}={value!r}, the source's {shown}."
+    )
+    config.model[name] = None
+
+  torch.manual_seed(1)
+  fields = dict(_masked_lm(bpe_files).config.to_dict(), num_labels=2)
+  tuned_model = transformers.ModernBertForSequenceClassification(transformers.ModernBertConfig(**fields)).eval()
+  write_hf_directory(tuned_model, tmp_path / "tuned", 0, bpe_files[0])
+  tuned = pretrained.load(str(tmp_path / "tuned"))
+  params, started = job.initial_params(tuned, plan_lib.model_config(config, tuned))
+  assert set(params) == {"bert", "head"} and "(its prediction head)" in started
+  jax.tree.map(np.testing.assert_array_equal, params["head"], tuned.params["head"])
+
+  bert = types.SimpleNamespace(config=BertConfig(vocab_size=99), params={"bert": {}, "classifier": {}})
+  assert job.initial_params(bert, bert.config)[0] == {"bert": {}}
+
+
+def test_a_resume_compares_the_classifier_fields_as_the_run_resolves_them(bpe_files, tmp_path, monkeypatch):  # noqa: F811
+  """A checkpoint records the `classifier_pooling` its run resolved: a resume that leaves it to the same source
+  resumes; one that sets another, or whose source pools otherwise than the checkpoint's run did, is refused, naming
+  the key, before any weight is read."""
+  from bert_jax.finetune import job
+  from tests import helpers
+
+  directory = _masked_lm_directory(bpe_files, tmp_path / "mlm")  # Pools the mean.
+  _write_sst2(tmp_path / "SST-2", train_rows=16)
+  config = _sst2_config(tmp_path / "SST-2", str(directory))
+  cases = (
+    ("mean", None, None),
+    ("mean", "cls", "'mean' in the checkpoint, 'cls' in the config"),
+    ("cls", None, "'cls' in the checkpoint, 'mean' in the config"),
+  )
+  for index, (recorded, pooling, refused) in enumerate(cases):
+    saved = config.copy_and_resolve_references()
+    saved.model.update(classifier_pooling=recorded, classifier_activation="silu", classifier_bias=True)
+    workdir = tmp_path / f"run_{index}"
+    helpers.write_checkpoint(workdir, saved, {})
+    config.model.classifier_pooling = pooling
+    with monkeypatch.context() as patch:
+      if refused:
+        patch.setattr(pretrained, "load", None)  # Refused before any weight is read.
+        with pytest.raises(ValueError, match=f"model.classifier_pooling={refused}"):
+          job.finetune(config, str(workdir))
+      else:
+        patch.setattr(job.loop, "train", _stop_at_train)
+        with pytest.raises(_Started):  # Past the checks, where the loop would start.
+          job.finetune(config, str(workdir))
+
+
+def _stop_at_train(job, workdir, started_at):
+  raise _Started(job)

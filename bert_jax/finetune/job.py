@@ -2,7 +2,8 @@
 seed) members in one jitted program, evaluated every epoch with the task's official metrics.
 
 Start order: the workdir's newest checkpoint (a resume: the stream position is the step); else `init_from`'s
-weights (any source `pretrained.load` accepts; its model sizes and tokenizer), with a fresh head per seed; else,
+weights (any source `pretrained.load` accepts; its model sizes and tokenizer), with a fresh head per seed but for
+ModernBERT's prediction head, which starts where transformers' from_pretrained starts it (`initial_params`); else,
 without `init_from`, a random initialisation of `config.model` with `config.tokenizer` (a baseline). A resume must
 have the checkpoint's run keys (`RUN_KEYS`) and its inputs by content, at any path (`run_inputs`: the task's files,
 the teacher, `init_from`; see `train/start_order.py`), and its tokenizer (by SHA-256).
@@ -35,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 from etils import epath
+from flax import traverse_util
 from jax.experimental import multihost_utils
 
 from bert_jax import config_checks, paths, progress, sharding
@@ -42,9 +44,10 @@ from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import tasks
 from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.finetune.members import Member
-from bert_jax.finetune.plan import Plan, describe, model_config
+from bert_jax.finetune.plan import Plan, describe, model_config, with_model
 from bert_jax.finetune.rows import host_batch, predict, training_rows
-from bert_jax.handoff import pretrained
+from bert_jax.handoff import hf_names, pretrained
+from bert_jax.model.bert_config import BertConfig
 from bert_jax.train import init_from, loop, start_order
 from bert_jax.train.description import Description
 from bert_jax.train.optim import set_learning_rates
@@ -74,7 +77,8 @@ RUN_KEYS = (
   "distill.teacher",
   "distill.temperature",
   "distill.alpha_hard",
-  # What a fresh head computes (ModernBERT's; BERT's heads refuse other values than the defaults).
+  # What the head computes (ModernBERT's; BERT's heads refuse other values than the defaults), as the run resolves
+  # them: the config's, else init_from's (`plan.model_config`).
   "model.classifier_pooling",
   "model.classifier_activation",
   "model.classifier_bias",
@@ -147,6 +151,55 @@ def _log_table(table: dict) -> None:
   for rate, row in table.items():
     lines.append(f"{rate:>14s}  {row['mean']:8.4f}  {row['std']:8.4f}  {row['best']:8.4f}  {row['n']:5d}")
   logging.info("Sweep (%s, final evaluation):\n%s", next(iter(table.values()))["metric"], "\n".join(lines))
+
+
+def initial_params(source: pretrained.Pretrained | None, model: BertConfig) -> tuple[dict | None, str]:
+  """What every member of a new run takes of `source` (the rest of its parameters start from its own seed), and what
+  that is, in words. The encoder (`bert`) always. ModernBERT's task heads (`task_head` "prediction") also take their
+  prediction head `head` (dense, norm) where transformers' from_pretrained, which loads `head.*` by name, takes it: a
+  fine-tuned source's own, or a masked LM's transform and norm (`hf_names.prediction_head_of_masked_lm`). The output
+  layer (`classifier`; BERT's `classifier` or `qa_outputs`) starts from the seed, even from a fine-tuned source.
+
+  A run whose `classifier_activation` or `classifier_bias` differs from the source's (set in its config) starts the
+  prediction head from the seed too, with a warning naming the field: that head computes another function than the
+  source's, and loading what fits (transformers' way: the dense weight without a bias it gains, or under another
+  activation) would start it as neither the source's nor a new head. Refusing instead would leave no way to ask for
+  another head on a ModernBERT source."""
+  encoder_only = "the encoder as `from` says, each member's head from its own seed"
+  if source is None:
+    return None, encoder_only
+  params = {"bert": source.params["bert"]}
+  if model.architecture.task_head != "prediction":
+    return params, encoder_only
+  theirs = source.config
+  different = [
+    f"model.{name}={getattr(model, name)!r}, the source's {getattr(theirs, name)!r}"
+    for name in ("classifier_activation", "classifier_bias")
+    if getattr(model, name) != getattr(theirs, name)
+  ]
+  if "head" in source.params:  # A fine-tuned ModernBERT: its own prediction head.
+    head, what = {"head": source.params["head"]}, "its prediction head"
+  else:
+    carried, flat = hf_names.prediction_head_of_masked_lm(theirs), traverse_util.flatten_dict(source.params)
+    if not carried or any(path not in flat for path in carried):
+      logging.info("%s has no masked-LM head: the prediction head starts from each member's seed.", source.source.path)
+      return params, encoder_only
+    head = traverse_util.unflatten_dict({ours: flat[path] for path, ours in carried.items()})
+    what = "its masked LM's transform and norm"
+    if theirs.embedding_width != model.hidden_size:
+      different.append(
+        f"the transform is {theirs.embedding_width} wide (model.embedding_size), the head {model.hidden_size}"
+      )
+  if different:
+    logging.warning(
+      "The prediction head starts from each member's seed, not from %s of %s: %s.",
+      what,
+      source.source.path,
+      "; ".join(different),
+    )
+    return params, encoder_only
+  started = f"the encoder and the prediction head as `from` says ({what}), each member's `classifier` from its seed"
+  return dict(params, **head), started
 
 
 @jax.jit
@@ -227,14 +280,13 @@ class FinetuningJob(loop.Job):
       return start_order.restore_state(checkpoint_manager, step, self.run.abstract, self.run.shardings)
 
     def fresh() -> start_order.Start:
-      """The encoder only: every member's head starts from its own seed, even from a fine-tuned source."""
-      encoder = None if self.source is None else {"bert": self.source.params["bert"]}
-      state = self.run.init_state([m.seed for m in self.members], encoder)
+      """What `initial_params` takes of the source; the rest of every member's head from its own seed."""
+      params, started = initial_params(self.source, self.model_cfg)
+      state = self.run.init_state([m.seed for m in self.members], params)
       rates = jnp.array([m.learning_rate for m in self.members], jnp.float32)
       state = state.replace(opt_state=set_learning_rates(state.opt_state, rates))
       state = jax.device_put(state, self.run.shardings)  # The rates too: else step 2 compiles the step again.
-      started = "step 0: the encoder as `from` says, each member's head from its own seed"
-      return start_order.Start(state, {"examples": 0}, False, started)
+      return start_order.Start(state, {"examples": 0}, False, f"step 0: {started}")
 
     begun = start_order.start(self.config, manager, restore, fresh)
     step = int(jax.device_get(begun.state.step)[0])
@@ -372,17 +424,16 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
   checked = checked or config_checks.check(config, "finetune")
   task = tasks.make_task(config.finetune)
   inputs = run_inputs(config, task)
-  start_order.check_same_run(config, workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
+  model_cfg = run_model(config)
+  # The run keys as they run: the model's `classifier_*`, which the config may leave to the source, resolved.
+  start_order.check_same_run(with_model(config, model_cfg), workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
   source = None
   mesh = sharding.make_mesh(config.mesh.to_dict())  # The one mesh: the source is read onto it, the run made on it.
   if config.init_from:  # Read, and so checked, before anything is written.
-    # The encoder from the source's metadata: one the task heads cannot go on is refused before its weights are read.
-    model_cfg = model_config(config, init_from.describe(config.init_from, "init_from"))
     rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
     source = pretrained.load(config.init_from, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
     tokenizer = source.tokenizer
   else:
-    model_cfg = model_config(config, None)
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
   newest = start_order.newest_saved(config, workdir)
   if newest is not None and "tokenizer" in newest[2]:  # A resume tokenizes as its checkpoint did.
@@ -401,6 +452,12 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
     start_order.check_frozen(workdir, newest[0], job.run.frozen)  # A checkpoint older than its inputs' record.
   loop.train(job, workdir, started_at)
   return job.summary
+
+
+def run_model(config) -> BertConfig:
+  """The model a fine-tuning run of `config` trains (`plan.model_config`): the encoder from init_from's metadata, so
+  that one the task heads cannot go on is refused before its weights are read."""
+  return model_config(config, init_from.describe(config.init_from, "init_from") if config.init_from else None)
 
 
 def run_inputs(config, task: Task) -> tuple[start_order.Input, ...]:

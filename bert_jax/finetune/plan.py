@@ -22,9 +22,10 @@ from bert_jax.train.optim import Steps, make_sweep_optimizer
 
 def model_config(config, source: pretrained.Pretrained | formats.Source | None) -> BertConfig:
   """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout,
-  and its fresh head's `classifier_*` (ModernBERT's pooling, prediction head and dropout). Raises ValueError for
-  what the family's fine-tuning heads cannot honour (`config_checks.check_fine_tunable`)."""
-  ours = BertConfig(**config.model.to_dict())
+  and its head's `classifier_*` (ModernBERT's pooling, prediction head and dropout): those the run sets, else the
+  source's, as transformers' from_pretrained takes them (else transformers' defaults). Raises ValueError for what
+  the family's fine-tuning heads cannot honour (`config_checks.check_fine_tunable`)."""
+  ours = config_checks.model_config(config, None if source is None else source.config)
   if source is None:
     return ours
   keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
@@ -52,10 +53,17 @@ class Plan:
   def record(self, config) -> ml_collections.ConfigDict:
     """What a checkpoint records as its config: `config` with the plan's step counts and encoder, so that a
     reader of the checkpoint (export, `pretrained.load`, a resume) sees the architecture and schedule that ran."""
-    recorded = ml_collections.ConfigDict(config.to_dict())
+    recorded = with_model(config, self.model)
     recorded.update(num_train_steps=self.num_train_steps, warmup_steps=self.steps.warmup_steps, schedule_end_step=0)
-    recorded.model.update(dataclasses.asdict(self.model))
     return recorded
+
+
+def with_model(config, model: BertConfig) -> ml_collections.ConfigDict:
+  """A copy of `config` whose `model` is `model` (`model_config`'s: the fields the run left unset resolved), as a
+  checkpoint records it and a resume compares it."""
+  resolved = ml_collections.ConfigDict(config.to_dict())
+  resolved.model.update(dataclasses.asdict(model))
+  return resolved
 
 
 def make_run(

@@ -25,7 +25,14 @@ from jax.experimental import multihost_utils
 from bert_jax import paths
 from bert_jax.data.tokenizer import bpe, file_sha256, tokenizer_sha256
 from bert_jax.handoff import google_format, hf_configs, hf_format, hf_tokenizer
-from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig, electra_generator, from_bert_json
+from bert_jax.model.bert_config import (
+  ARCHITECTURE_FIELDS,
+  SIZE_FIELDS,
+  BertConfig,
+  electra_generator,
+  from_bert_json,
+  from_fields,
+)
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints, checksums, verified
 
@@ -108,7 +115,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
         f"{directory.parent / checkpoints.BEST}."
       )
     task = _named(step_dir, lambda: TaskHead.from_json(history))
-  config = _named(step_dir, lambda: BertConfig(**saved["model"]))
+  config = _named(step_dir, lambda: from_fields(saved["model"]))
   generator = None
   if config.model_type == "electra" and task is None:
     generator = _named(step_dir, lambda: electra_generator(saved, config))

@@ -16,7 +16,9 @@ in a bare encoder's file (`BertModel`, ...).
   modernbert  ModernBertForMaskedLM (head, decoder: `mlm`)  ModernBertModel   none (no pooler)
 
 The fine-tuning heads' names (`task_heads`) are transformers' BERT and ModernBERT task models' (model/heads.py); the
-other families' fine-tuned models have no Hugging Face names.
+other families' fine-tuned models have no Hugging Face names. A ModernBERT task model's prediction head has its masked
+LM's names (`head.*`): `prediction_head_of_masked_lm` pairs the two by name, which is how a fine-tuning run starts
+that head from a masked LM, as transformers' from_pretrained does.
 
 ModernBERT's attention holds the query, key and value projections in one tensor (`Wqkv`, their rows in that
 order): `fused` names its parts, which the conversion splits on loading and joins on export.
@@ -290,6 +292,22 @@ def _modernbert(config: BertConfig, prefix: str) -> Names:
 _FAMILIES = {"bert": _bert, "roberta": _roberta, "albert": _albert, "electra": _electra, "modernbert": _modernbert}
 # The encoder's prefix in each family's pretraining model.
 PREFIXES = {"bert": "bert.", "roberta": "roberta.", "albert": "albert.", "electra": "electra.", "modernbert": "model."}
+
+
+def prediction_head_of_masked_lm(config: BertConfig) -> dict[tuple[str, ...], tuple[str, ...]]:
+  """The task models' parameters that are the masked LM's in `config.model_type`'s family, as transformers'
+  from_pretrained of a masked LM's file into a task model loads them (their Hugging Face names and layouts are the
+  same: ModernBERT's `head.dense`, `head.norm`): path in the pretraining model's params -> path in the task model's
+  (e.g. ("mlm_transform", "kernel") -> ("head", "dense", "kernel")). Empty for a family whose task heads share none
+  (BERT's: `classifier`, `qa_outputs`)."""
+  family = names(config, "")
+  masked_lm = {(hf, kind): ours for hf, ours, kind in family.heads.get("mlm", ())}
+  return {
+    masked_lm[hf, kind]: ours
+    for entries in family.task_heads.values()
+    for hf, ours, kind in entries
+    if (hf, kind) in masked_lm
+  }
 
 
 def names(config: BertConfig, prefix: str) -> Names:

@@ -52,6 +52,8 @@ NORMS = ("layer_norm", "rms_norm")
 # token's, or the mean over real tokens (transformers' ModernBertConfig.classifier_pooling).
 CLASSIFIER_POOLING = ("cls", "mean")
 # ModernBERT's task-head fields (model/heads.py): BERT's heads have no pooling, prediction head or dropout of their own.
+# A config may leave them unset (None): `from_fields` takes them from a source (a fine-tuning run's `init_from`), as
+# transformers' from_pretrained reads them from the source's config.json.
 PREDICTION_HEAD_FIELDS = ("classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
 # feed-forward sub-layer (with its LayerNorm) only.
@@ -230,6 +232,16 @@ class BertConfig:
   @property
   def compute_dtype(self) -> jnp.dtype:
     return jnp.dtype(self.dtype)
+
+
+def from_fields(fields: dict, source: BertConfig | None = None) -> BertConfig:
+  """`fields` (`config.model` as a dict, or the model a checkpoint recorded) as a BertConfig, which checks them; the
+  PREDICTION_HEAD_FIELDS they leave unset (None) are `source`'s, else BertConfig's (transformers' defaults)."""
+  values = dict(fields)
+  for name in PREDICTION_HEAD_FIELDS:
+    if values.get(name) is None:
+      values[name] = getattr(source or BertConfig(), name)
+  return BertConfig(**values)
 
 
 def generator_config(discriminator: BertConfig, hidden_fraction: float, layers_fraction: float) -> BertConfig:

@@ -100,7 +100,7 @@ class PretrainingJob(loop.Job):
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
     self.batches = BatchSchedule.of(config)
-    self._recorded = origin.record(config)
+    self._recorded = origin.record(config, self.model_cfg)
 
   @property
   def recorded_config(self):

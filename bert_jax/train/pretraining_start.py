@@ -11,7 +11,7 @@
 
 `resolve` decides all of it before anything is written and returns one value, an `Origin`: the source, its weights
 (read), the tokenizer checking it loaded, and the run's reader count. Nothing computed is written into the config;
-what a checkpoint records as the config is `Origin.record(config)`.
+what a checkpoint records as the config is `Origin.record(config, model)`.
 """
 
 import copy
@@ -25,7 +25,7 @@ from etils import epath
 from bert_jax.data.tokenizer import Tokenizer
 from bert_jax.handoff import formats, pretrained
 from bert_jax.model import param_layout
-from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS, BertConfig
+from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, PREDICTION_HEAD_FIELDS, SIZE_FIELDS, BertConfig, from_fields
 from bert_jax.train import init_from, start_order
 from bert_jax.train import step as step_lib
 from bert_jax.train.objectives import registry
@@ -51,17 +51,19 @@ class Origin:
   # The inputs identified by content (a teacher, `init_from`), checked on a resume; every checkpoint records them.
   inputs: tuple = ()
 
-  def record(self, config):
-    """The config a checkpoint records: `config` with the run's reader count."""
+  def record(self, config, model: BertConfig):
+    """The config a checkpoint records: `config` with the run's reader count and the prediction-head fields of
+    `model` (the model trained), which `config` may leave unset."""
     recorded = copy.deepcopy(config)
     recorded.data.num_readers = self.num_readers
+    recorded.model.update({name: getattr(model, name) for name in PREDICTION_HEAD_FIELDS})
     return recorded
 
 
 def _check_compatible(saved: dict, config, where: str) -> None:
   """Raises if the checkpoint's config (a dict) has other parameter or optimizer-state shapes, or another
   architecture, than `config`. Keys a checkpoint predates take their defaults (BERT's)."""
-  ours, theirs = BertConfig(**config.model.to_dict()), BertConfig(**saved["model"])
+  ours, theirs = from_fields(config.model.to_dict()), from_fields(saved["model"])
   different = [
     f"model.{name}: {getattr(theirs, name)!r} vs {getattr(ours, name)!r}"
     for name in SIZE_FIELDS + ARCHITECTURE_FIELDS
