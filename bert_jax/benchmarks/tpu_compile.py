@@ -186,10 +186,14 @@ def _per_chip_config(preset_name: str, seq: int, topology: str, per_chip: int, *
   return config, devices
 
 
-def _ours(preset_name, seq, topology, per_chip, **model) -> dict:
-  config, devices = _per_chip_config(preset_name, seq, topology, per_chip, **model)
+def _train_step(config, devices) -> dict:
+  """`config`'s train step compiled for `devices` (ahead_of_time.compile_step's report)."""
   job = ahead_of_time.make_job(config, devices)
   return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))
+
+
+def _ours(preset_name, seq, topology, per_chip, **model) -> dict:
+  return _train_step(*_per_chip_config(preset_name, seq, topology, per_chip, **model))
 
 
 def _theirs(preset_name, seq, topology, per_chip, **model) -> dict:
@@ -296,9 +300,7 @@ def _modern_config(name: str, seq: int, topology: str, per_chip: int, **model):
 
 
 def _modern(name, seq, topology, per_chip, **model) -> dict:
-  config, devices = _modern_config(name, seq, topology, per_chip, **model)
-  job = ahead_of_time.make_job(config, devices)
-  return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))
+  return _train_step(*_modern_config(name, seq, topology, per_chip, **model))
 
 
 def _modern_table() -> None:
