@@ -20,6 +20,8 @@ from bert_jax import distributed
 from bert_jax.data.batch_warmup import MAX_SIZES
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking
+from bert_jax.data.tokenizer import KINDS as TOKENIZER_KINDS
+from bert_jax.data.tokenizer.training import BPE_FORMATS
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import (
@@ -131,7 +133,6 @@ PRETRAINING = (
   ("data.max_document_bytes", Range(1024)),
   ("data.eval_fraction", Range(0, 0.5, high_open=False)),
   ("data.eval_min_documents", NON_NEGATIVE),
-  ("tokenizer.train_max_sentences", AT_LEAST_ONE),
   ("eval_every_steps", AT_LEAST_ONE),
   ("profile.start_step", NON_NEGATIVE, "0: no profile."),
   ("profile.num_steps", AT_LEAST_ONE),
@@ -263,6 +264,7 @@ def check_pretraining(config) -> BertConfig:
   if config.data.source not in DATA_SOURCES:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
   check_instances(config.data)
+  check_vocabulary_training(config)
   task = sentence_task(config.data)
   if task and not model.architecture.has_sentence_head:
     raise ValueError(
@@ -280,6 +282,18 @@ def check_pretraining(config) -> BertConfig:
   _check_batch_warmup(config)
   check_objective(config, model)
   return model
+
+
+def check_vocabulary_training(config) -> None:
+  """The tokenizer keys that training a vocabulary reads (--mode=prepare with a missing tokenizer.path:
+  data/tokenizer/training.py, which also runs this when called from Python)."""
+  if config.tokenizer.kind not in TOKENIZER_KINDS:
+    raise ValueError(f"tokenizer.kind={config.tokenizer.kind!r}; expected one of {TOKENIZER_KINDS}.")
+  if config.tokenizer.train_bpe_format not in BPE_FORMATS:
+    raise ValueError(
+      f"tokenizer.train_bpe_format={config.tokenizer.train_bpe_format!r}; expected one of {BPE_FORMATS}."
+    )
+  check_ranges(config, (("tokenizer.train_max_sentences", AT_LEAST_ONE),))
 
 
 def _check_batch_warmup(config) -> None:

@@ -98,8 +98,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.tokenizer.path = ""
   # WordPiece only: lower-case and strip accents (uncased vocabularies).
   config.tokenizer.lower_case = True
-  # SentencePiece training (--mode=prepare with a missing tokenizer.path): at most this many sampled lines.
+  # --mode=prepare with a missing tokenizer.path trains a vocabulary of tokenizer.kind there, of model.vocab_size ids
+  # at most (bert_jax/data/tokenizer/training.py), on at most this many sentences of the input, sampled by seed
+  # (SentencePiece: lines of the files).
   config.tokenizer.train_max_sentences = 2_000_000
+  # ... a byte-level BPE in "roberta"'s files (tokenizer.path a vocab.json, merges.txt written beside it; <s> <pad>
+  # </s> <unk> first, <mask> last) or "modernbert"'s (one tokenizer.json; [UNK] [CLS] [SEP] [PAD] [MASK] last).
+  config.tokenizer.train_bpe_format = "roberta"
 
   config.data = ml_collections.ConfigDict()
   # Where batches come from: "pretraining" (prepared corpus through the tf.data pipeline) or "synthetic"

@@ -96,6 +96,7 @@ def get_config():
     scan_layers=True,
   )
   config.tokenizer.kind = "bpe"
+  config.tokenizer.train_bpe_format = "modernbert"  # A missing tokenizer.path is trained as ModernBERT's file.
   config.data.instances = "doc_sentences"
   config.data.pack_instances = True
   config.data.short_seq_prob = 0.0  # Rows are filled: no short targets.

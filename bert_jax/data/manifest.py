@@ -18,6 +18,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
+from bert_jax.data.tokenizer.training import trained_file_name
 
 MANIFEST = "manifest.json"
 SHARD_KEYS = ("file", "documents", "sentences", "tokens", "bytes", "records", "sha256")
@@ -27,9 +28,11 @@ MIN_DOCUMENTS = 2
 
 
 def paths_for_run(config, workdir: str) -> tuple[str, str]:
-  """(tokenizer path, prepared dir): the config's, or under the workdir for the embedded corpus."""
+  """(tokenizer path, prepared dir): the config's, or under the workdir for the embedded corpus (the tokenizer file
+  named by its kind: spm.model, vocab.txt, vocab.json or tokenizer.json)."""
   embedded = bool(config.data.embedded_corpus)
-  tokenizer_path = config.tokenizer.path or (os.path.join(workdir, "tokenizer", "spm.model") if embedded else "")
+  trained = os.path.join(workdir, "tokenizer", trained_file_name(config.tokenizer)) if embedded else ""
+  tokenizer_path = config.tokenizer.path or trained
   prepared_dir = config.data.prepared_dir or (os.path.join(workdir, "prepared") if embedded else "")
   if not tokenizer_path or not prepared_dir:
     raise ValueError(

@@ -293,8 +293,9 @@ def _remove(output_dir: str, manifest: dict) -> None:
 
 
 def prepare_for_run(config, workdir: str) -> tuple[str, str]:
-  """--mode=prepare, and the embedded corpus on first use: the text, the tokenizer (SentencePiece is trained
-  when its file is missing), then the shards. Returns (tokenizer path, prepared dir)."""
+  """--mode=prepare, and the embedded corpus on first use: the text, the tokenizer (a vocabulary of tokenizer.kind
+  is trained when its file is missing: tokenizer/training.py), then the shards. Returns (tokenizer path, prepared
+  dir)."""
   tokenizer_path, prepared_dir = paths_for_run(config, workdir)
   data = config.data
   if data.embedded_corpus and config.tokenizer.path and not epath.Path(config.tokenizer.path).exists():
@@ -312,26 +313,9 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
     data = ml_collections.ConfigDict(data.to_dict())
     data.update(input_pattern=corpus, input_format="bert", tfds_name="")
   if not epath.Path(tokenizer_path).exists():
-    if config.tokenizer.kind != "sentencepiece":
-      raise FileNotFoundError(f"tokenizer.path={tokenizer_path!r} does not exist.")
-    if data.tfds_name:
-      raise ValueError("Training a SentencePiece vocabulary reads text files; give tokenizer.path for TFDS input.")
-    inputs = paths.glob(data.input_pattern) if data.input_pattern else []
-    if not inputs:
-      raise ValueError(f"data.input_pattern={data.input_pattern!r} matches no file to train a vocabulary on.")
-    with paths.writing(epath.Path(tokenizer_path).parent):
-      epath.Path(tokenizer_path).parent.mkdir(parents=True, exist_ok=True)
-    logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", config.model.vocab_size, len(inputs))
-    from bert_jax.data.tokenizer import train_sentencepiece
+    from bert_jax.data.tokenizer.training import train_vocabulary
 
-    trained = train_sentencepiece(
-      inputs,
-      tokenizer_path.removesuffix(".model"),
-      config.model.vocab_size,
-      config.tokenizer.train_max_sentences,
-      config.seed,
-    )
-    assert trained == tokenizer_path, (trained, tokenizer_path)
+    train_vocabulary(config, data, tokenizer_path)
   tokenizer_args = dict(kind=config.tokenizer.kind, path=tokenizer_path, lower_case=config.tokenizer.lower_case)
   planned = plan_preparation(data, tokenizer_args, prepared_dir)
   if planned.kept is None:

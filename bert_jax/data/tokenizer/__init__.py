@@ -7,21 +7,19 @@ checkpoint, and a mismatch is refused. Every tokenizer exposes the ids of BERT's
 [CLS], [SEP], [MASK], under each kind's names: RoBERTa's `<pad> <unk> <s> </s> <mask>`, ALBERT's SentencePiece
 `<pad> <unk>`) and which ids begin a word (for whole-word masking). A SentencePiece model read from a Hugging Face
 ALBERT directory may ask for ALBERT's text preprocessing (`albert.py`); its flags are part of the identity.
+`training.py` trains a vocabulary of each kind.
 """
 
 import itertools
-import os
 import re
-import shutil
 
 import numpy as np
 from etils import epath
 
-from bert_jax import paths
 from bert_jax.data.tokenizer import albert, wordpiece
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS, Tokenizer, file_sha256  # noqa: F401 (the interface)
+from bert_jax.data.tokenizer.training import train_sentencepiece  # noqa: F401 (vocabulary training: training.py)
 
-_TRAINING_THREADS = 16
 # The ids a SentencePiece vocabulary trained by bert_jax gives them (WordPiece takes them from vocab.txt).
 SENTENCEPIECE_SPECIAL_IDS = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
 
@@ -119,77 +117,6 @@ class SentencePieceTokenizer(Tokenizer):
     if self.albert_preprocessing is None:  # bert_jax's own models: the identity they always had.
       return identity
     return dict(identity, albert_preprocessing=self.albert_preprocessing)
-
-
-def train_sentencepiece(
-  input_files: list[str], model_prefix: str, vocab_size: int, max_sentences: int = 2_000_000, seed: int = 0
-) -> str:
-  """Trains a unigram SentencePiece model with BERT's special tokens at ids 0-4; returns the model path.
-
-  Memory stays bounded on any corpus: at most `max_sentences` lines, sampled uniformly, are loaded. The model is
-  a function of the input and `seed` on any machine, when trained once per process (sentencepiece's random
-  generator is process-global: a second training in the same process continues its stream). The model and its
-  `.vocab` appear whole or not at all: on a full disk sentencepiece cuts its files short without a word, so they are
-  written beside (`<prefix>.tmp.*`) and renamed into place once they hold every piece; else paths.WriteError.
-  """
-  import sentencepiece as spm
-
-  staged = f"{model_prefix}.tmp"
-  spm.set_random_generator_seed(seed)
-  try:
-    try:
-      spm.SentencePieceTrainer.train(
-        input=",".join(input_files),
-        model_prefix=staged,
-        vocab_size=vocab_size,
-        model_type="unigram",
-        input_sentence_size=max_sentences,
-        shuffle_input_sentence=True,
-        character_coverage=0.9995,
-        pad_id=0,
-        pad_piece="[PAD]",
-        unk_id=1,
-        unk_piece="[UNK]",
-        bos_id=-1,
-        eos_id=-1,
-        control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-        # A fixed thread count: the trained model depends on it, so it must not depend on the machine's cores.
-        num_threads=_TRAINING_THREADS,
-        minloglevel=2,
-      )
-    except RuntimeError as error:  # A file it cannot create: `RESOURCE_EXHAUSTED: "<file>": No space left on device`.
-      written = re.fullmatch(r'\w+: "(.+)": (.+)', str(error).strip())
-      if not written or not written[1].startswith(staged):
-        raise
-      raise paths.WriteError(f"Cannot write {model_prefix}{written[1][len(staged) :]}: {written[2]}.") from error
-    _check_whole(staged, model_prefix, vocab_size)
-    for suffix in (".model", ".vocab"):
-      os.replace(staged + suffix, model_prefix + suffix)
-  finally:
-    for suffix in (".model", ".vocab"):
-      if os.path.exists(staged + suffix):
-        os.remove(staged + suffix)
-  return model_prefix + ".model"
-
-
-def _check_whole(staged: str, model_prefix: str, vocab_size: int) -> None:
-  """Raises paths.WriteError unless `staged`'s model and vocabulary hold `vocab_size` pieces each."""
-  from google.protobuf.message import DecodeError
-  from sentencepiece import sentencepiece_model_pb2
-
-  model = epath.Path(f"{staged}.model").read_bytes()
-  try:
-    proto = sentencepiece_model_pb2.ModelProto.FromString(model)
-    pieces = len(proto.pieces) if proto.HasField("normalizer_spec") else None  # Written after the pieces.
-  except DecodeError:
-    pieces = None
-  lines = len(epath.Path(f"{staged}.vocab").read_bytes().splitlines())
-  if pieces != vocab_size or lines != vocab_size:
-    free = shutil.disk_usage(os.path.dirname(os.path.abspath(staged))).free
-    raise paths.WriteError(
-      f"Cannot write {model_prefix}.model: sentencepiece cut its files short ({len(model):,} bytes of model, "
-      f"{lines} of {vocab_size} vocabulary lines) without an error; {free:,} bytes are free on that disk."
-    )
 
 
 KINDS = ("wordpiece", "sentencepiece", "bpe")
