@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import uuid
 from collections.abc import Iterator
 
 from etils import epath
@@ -114,13 +115,15 @@ def glob(pattern: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def staged_file(final) -> Iterator[str]:
+def staged_file(final, concurrent: bool = False) -> Iterator[str]:
   """A local path to write `final`'s content to (with any writer, TensorFlow's included); when the block ends
   without an error it becomes `final`, whole: by a rename locally, by one upload on GCS (whose objects appear
-  whole). A reader never sees a part of it."""
+  whole). A reader never sees a part of it. `concurrent`: other processes may write the same `final` at the same
+  time (a Beam runner's duplicated work), so each writes under a name of its own (a crash leaves it behind)."""
   final = epath.Path(final)
   if is_local(final):
-    temporary = final.parent / f"{final.name}.tmp"  # A retry after a crash overwrites it.
+    # A retry after a crash overwrites the one name; concurrent writers each have theirs.
+    temporary = final.parent / (f"{final.name}.tmp-{uuid.uuid4().hex[:12]}" if concurrent else f"{final.name}.tmp")
     try:
       yield str(temporary)
       temporary.replace(final)
@@ -133,9 +136,9 @@ def staged_file(final) -> Iterator[str]:
     epath.Path(local, final.name).copy(final, overwrite=True)
 
 
-def write_text(path, text: str) -> None:
+def write_text(path, text: str, concurrent: bool = False) -> None:
   """Writes `text` to `path` whole (see `staged_file`)."""
-  with writing(path), staged_file(path) as local:
+  with writing(path), staged_file(path, concurrent) as local:
     epath.Path(local).write_text(text)
 
 

@@ -142,6 +142,13 @@ def get_config() -> ml_collections.ConfigDict:
   # an older bert_jax, which recorded no input): False refuses, naming each difference; True replaces it (the old
   # corpus stays readable until the new manifest is written; then its shards are removed).
   config.data.prepare_overwrite = False
+  # --mode=prepare's runner: "local" (worker processes on this machine) or "beam", an Apache Beam pipeline (`pip
+  # install -e '.[beam]'`; docs/data.md, "Preparing a corpus on Beam"). Both write the same corpus, byte for byte.
+  config.data.prepare_runner = "local"
+  # The Beam pipeline's options as its command-line flags, e.g. "--runner=DataflowRunner --project=P --region=R
+  # --temp_location=gs://B/tmp"; empty: Beam's local runner, a worker process per core. TFDS builds the datasets it
+  # builds with Beam (Wikipedia) with them too, whatever the runner above.
+  config.data.beam_options = ""
   # Fraction of tokens selected for masked-LM prediction; at most max_predictions_per_seq of a sequence (the run's
   # header gives the rate a full-length sequence gets, with a warning when the cap binds).
   config.data.masked_lm_prob = 0.15

@@ -37,15 +37,32 @@ _LOG_EVERY_SECONDS = 10.0
 WORKER_BYTES = 32 << 20
 
 
-def prepare_tfds(name: str, data_dir: str):
+def prepare_tfds(name: str, data_dir: str, beam_options: str = ""):
   """Downloads and builds a TFDS dataset once, in this process, before the workers read their slices of it (each
   would otherwise download and build it at the same time); returns its builder. Nothing is done when `data_dir`
-  already holds it: a directory on gs:// built elsewhere is read where it is."""
+  already holds it: a directory on gs:// built elsewhere is read where it is. A dataset TFDS builds with Apache Beam
+  (Wikipedia's) is built by a pipeline run with `beam_options` (`data.beam_options`; empty: Beam's local runner, a
+  worker per core), whatever `data.prepare_runner`; without Beam installed, the error says how to install it."""
   import tensorflow_datasets as tfds
 
   builder = tfds.builder(name, data_dir=data_dir or None)
   logging.info("TFDS %s in %s: downloading and building it if needed (once).", name, builder.data_dir)
-  builder.download_and_prepare()
+  try:
+    import apache_beam  # noqa: F401 (only whether it is installed)
+  except ImportError:
+    download_config = None
+  else:
+    from bert_jax.data import prepare_beam
+
+    download_config = tfds.download.DownloadConfig(beam_options=prepare_beam.pipeline_options(beam_options))
+  try:
+    builder.download_and_prepare(download_config=download_config)
+  except ImportError as error:
+    if download_config is not None or "apache_beam" not in str(error):
+      raise
+    raise ImportError(
+      f"data.tfds_name={name!r} is built by TFDS with Apache Beam, which is not installed: pip install -e '.[beam]'."
+    ) from error
   return builder
 
 
@@ -58,7 +75,7 @@ def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
   if data_config.tfds_name:
     import tensorflow_datasets as tfds
 
-    builder = prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir)
+    builder = prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir, data_config.beam_options)
     record = dict(tfds=input_record.tfds_record(builder, data_config.tfds_split), settings=chosen)
     splits = tfds.even_splits(data_config.tfds_split, n=chosen["num_shards"])
     units = [
@@ -193,18 +210,54 @@ def plan_preparation(data_config, tokenizer_args: dict, output_dir: str) -> Plan
   return planned
 
 
+RUNNERS = ("local", "beam")
+
+
+def check_runner(data_config) -> None:
+  """Refuses `data.prepare_runner` other than `RUNNERS`, and for "beam" a missing Apache Beam, Beam options it does
+  not know or a runner it cannot create: before any work."""
+  if data_config.prepare_runner not in RUNNERS:
+    raise ValueError(f"data.prepare_runner={data_config.prepare_runner!r}; expected one of {RUNNERS}.")
+  if data_config.prepare_runner == "beam":
+    from bert_jax.data import prepare_beam
+
+    prepare_beam.check_runner(prepare_beam.pipeline_options(data_config.beam_options))
+
+
 def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int | None = None) -> dict:
-  """Prepares `output_dir` as `plan_preparation` decides; returns its manifest (the one kept, or the one written)."""
+  """Prepares `output_dir` as `plan_preparation` decides, with `data.prepare_runner`; returns its manifest (the one
+  kept, or the one written)."""
+  check_runner(data_config)
   planned = plan_preparation(data_config, tokenizer_args, output_dir)
-  return planned.kept if planned.kept is not None else write(planned, tokenizer_args, output_dir, num_workers)
+  if planned.kept is not None:
+    return planned.kept
+  return write(planned, tokenizer_args, output_dir, num_workers, data_config.prepare_runner, data_config.beam_options)
 
 
-def write(plan: Plan, tokenizer_args: dict, output_dir: str, num_workers: int | None = None) -> dict:
-  """Carries out `plan` (with nothing kept): every shard not already written (in parallel over processes), then the
-  manifest (the commit), then the removal of the corpus it replaces. Returns the manifest."""
-  units, tokenizer = plan.units, plan.tokenizer
-  settings = plan.record["settings"]
-  epath.Path(units[0]["output"]).parent.mkdir(parents=True, exist_ok=True)
+def write(
+  plan: Plan,
+  tokenizer_args: dict,
+  output_dir: str,
+  num_workers: int | None = None,
+  runner: str = "local",
+  beam_options: str = "",
+) -> dict:
+  """Carries out `plan` (with nothing kept): every shard not already written, by this machine's processes (`runner`
+  "local") or a Beam pipeline run with `beam_options` ("beam", `prepare_beam`), then here the manifest (the commit),
+  then the removal of the corpus it replaces. Returns the manifest."""
+  epath.Path(plan.units[0]["output"]).parent.mkdir(parents=True, exist_ok=True)
+  start = time.perf_counter()
+  if runner == "beam":
+    from bert_jax.data import prepare_beam
+
+    results = prepare_beam.write_shards(plan.units, tokenizer_args, beam_options)
+  else:
+    results = _write_shards(plan.units, tokenizer_args, output_dir, num_workers)
+  return _commit(plan, results, output_dir, start)
+
+
+def _write_shards(units: list[dict], tokenizer_args: dict, output_dir: str, num_workers: int | None) -> list[dict]:
+  """Writes every unit's shards not already written, over this machine's processes; returns their statistics."""
   if not num_workers:  # A core each, but no more than one per WORKER_BYTES of text: a worker takes seconds to start.
     text_bytes = sum(unit["file_bytes"] for unit in units if unit.get("index") == 0)  # 0 for TFDS.
     num_workers = min(os.cpu_count() or 1, max(1, round(text_bytes / WORKER_BYTES)) if text_bytes else len(units))
@@ -239,6 +292,13 @@ def write(plan: Plan, tokenizer_args: dict, output_dir: str, num_workers: int | 
   if num_workers > 1:
     pool.close()
     pool.join()
+  return results
+
+
+def _commit(plan: Plan, results: list[dict], output_dir: str, start: float) -> dict:
+  """After every shard is written: the hold-out minimum, the manifest (the commit: readers now read the new corpus),
+  then the removal of the corpus it replaces. Returns the manifest."""
+  tokenizer, settings = plan.tokenizer, plan.record["settings"]
   shards.hold_out_minimum(results, output_dir, settings["eval_min_documents"])
   totals = {key: sum(r[key] for r in results) for key in dataclasses.asdict(shards.ShardStats())}
   held_out = [r["eval"] for r in results if r["eval"]["documents"]]
@@ -298,6 +358,7 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
   dir)."""
   tokenizer_path, prepared_dir = paths_for_run(config, workdir)
   data = config.data
+  check_runner(data)
   if data.embedded_corpus and config.tokenizer.path and not epath.Path(config.tokenizer.path).exists():
     # The embedded corpus trains its vocabulary inside the workdir only; a named file that is not there is a typo.
     raise FileNotFoundError(
@@ -319,5 +380,5 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
   tokenizer_args = dict(kind=config.tokenizer.kind, path=tokenizer_path, lower_case=config.tokenizer.lower_case)
   planned = plan_preparation(data, tokenizer_args, prepared_dir)
   if planned.kept is None:
-    write(planned, tokenizer_args, prepared_dir)
+    write(planned, tokenizer_args, prepared_dir, runner=data.prepare_runner, beam_options=data.beam_options)
   return tokenizer_path, prepared_dir

@@ -56,11 +56,15 @@ def _example(token_ids: np.ndarray, sentence_lengths: np.ndarray) -> bytes:
 
 
 _tokenizer = None  # This worker process's, set by `init_worker`.
+_concurrent = False  # Whether another process may write the same shard at the same time (`init_worker`).
 
 
-def init_worker(tokenizer_args: dict, pooled: bool = False) -> None:
-  """Loads the tokenizer `write_shard` uses in this process (a pool's initializer, or called once in-process)."""
-  global _tokenizer
+def init_worker(tokenizer_args: dict, pooled: bool = False, concurrent: bool = False) -> None:
+  """Loads the tokenizer `write_shard` uses in this process (a pool's initializer, or called once in-process).
+  `concurrent`: another worker may write the same shard at the same time (a Beam runner's retried or duplicated
+  work): each then writes under temporary names of its own (`paths.staged_file`)."""
+  global _tokenizer, _concurrent
+  _concurrent = concurrent
   if pooled:  # One worker per core: TensorFlow's ops in each run on one thread, and so does `tokenizers` (BPE).
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -144,24 +148,34 @@ def eval_file(file: str) -> str:
   return os.path.join(directory, "eval-" + name)
 
 
+def read_stats(unit: dict) -> dict | None:
+  """The statistics `write_shard` recorded beside `unit`'s shard, if its shards are whole: written from the same
+  input (file and its content, unit, sizes, fraction and tokenizer; or TFDS slice) and still of the sizes recorded.
+  None otherwise."""
+  final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", eval_file(unit["output"])
+  if not all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
+    return None
+  stats = json.loads(epath.Path(stats_path).read_text())
+  sizes = [
+    (epath.Path(path).stat().length, part.get("bytes")) for path, part in ((final, stats), (eval_final, stats["eval"]))
+  ]
+  if stats.get("input") == _unit_input(unit) and all(found == recorded for found, recorded in sizes):
+    return stats
+  return None
+
+
 def write_shard(unit: dict) -> dict:
   """Tokenizes one work unit into its training shard and its evaluation shard (the documents whose place is below
-  `eval_fraction`); returns their statistics. Skips shards already written from the same input (file and its
-  content, unit, sizes, fraction and tokenizer; or TFDS slice) that still have the sizes their statistics record."""
+  `eval_fraction`); returns their statistics. Skips shards already whole (`read_stats`)."""
+  written = read_stats(unit)
+  if written is not None:
+    return written | {"skipped": True}
   final, stats_path, eval_final = unit["output"], unit["output"] + ".stats.json", eval_file(unit["output"])
-  if all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
-    stats = json.loads(epath.Path(stats_path).read_text())
-    sizes = [
-      (epath.Path(path).stat().length, part.get("bytes"))
-      for path, part in ((final, stats), (eval_final, stats["eval"]))
-    ]
-    if stats.get("input") == _unit_input(unit) and all(found == recorded for found, recorded in sizes):
-      return stats | {"skipped": True}
   stats = ShardStats()
   with (
-    paths.staged_file(final) as temporary,
+    paths.staged_file(final, _concurrent) as temporary,
     tf.io.TFRecordWriter(temporary) as writer,
-    paths.staged_file(eval_final) as eval_temporary,
+    paths.staged_file(eval_final, _concurrent) as eval_temporary,
     tf.io.TFRecordWriter(eval_temporary) as eval_writer,
   ):
     vocab_size = _tokenizer.vocab_size
@@ -172,7 +186,7 @@ def write_shard(unit: dict) -> dict:
   result = dataclasses.asdict(stats) | train.counts() | {"file": unit["file"], "input": _unit_input(unit)}
   result |= file_integrity(final) | {"lowest_places": train.lowest()}
   result["eval"] = held_out.counts() | {"file": eval_file(unit["file"])} | file_integrity(eval_final)
-  paths.write_text(stats_path, json.dumps(result))
+  paths.write_text(stats_path, json.dumps(result), _concurrent)  # Last: the shards are whole (`read_stats`).
   return result
 
 

@@ -210,6 +210,8 @@ _NOT_THE_STREAM = (
   "prepare_unit_bytes",
   "max_document_bytes",
   "prepare_overwrite",
+  "prepare_runner",
+  "beam_options",
   "eval_fraction",
   "eval_min_documents",
   "input_pattern",

@@ -366,14 +366,18 @@ def train_sentencepiece(
 
 
 def _check_whole(staged: str, model_prefix: str, vocab_size: int) -> None:
-  """Raises paths.WriteError unless `staged`'s model and vocabulary hold `vocab_size` pieces each."""
+  """Raises paths.WriteError unless `staged`'s model and vocabulary hold `vocab_size` pieces each.
+
+  The model is read as a protobuf of unknown fields (protobuf's own `Empty` message), not through sentencepiece's
+  generated `sentencepiece_model_pb2`: sentencepiece 0.2.3 generated it for protobuf 7, and Apache Beam (the `beam`
+  extra) holds protobuf below 7. ModelProto's field 1 is a piece; field 3, the normalizer, is written after them."""
+  from google.protobuf import empty_pb2, unknown_fields
   from google.protobuf.message import DecodeError
-  from sentencepiece import sentencepiece_model_pb2
 
   model = epath.Path(f"{staged}.model").read_bytes()
   try:
-    proto = sentencepiece_model_pb2.ModelProto.FromString(model)
-    pieces = len(proto.pieces) if proto.HasField("normalizer_spec") else None  # Written after the pieces.
+    fields = [field.field_number for field in unknown_fields.UnknownFieldSet(empty_pb2.Empty.FromString(model))]
+    pieces = fields.count(1) if 3 in fields else None
   except DecodeError:
     pieces = None
   lines = len(epath.Path(f"{staged}.vocab").read_bytes().splitlines())
