@@ -20,6 +20,7 @@ import os
 import shlex
 
 from absl import logging
+from etils import epath
 
 from bert_jax.data import shards
 
@@ -59,7 +60,7 @@ def pipeline_options(flags: str, key: str = "data.beam_options"):
     )
   if options.view_as(StandardOptions).runner is None:
     options = PipelineOptions([*_LOCAL_FLAGS, *args])
-    if not options.view_as(DirectOptions).direct_num_workers:
+    if "direct_num_workers" not in known:
       options.view_as(DirectOptions).direct_num_workers = os.cpu_count() or 1
   return options
 
@@ -133,4 +134,14 @@ def write_shards(units: list[dict], tokenizer_args: dict, flags: str) -> list[di
   result.wait_until_finish()
   for counter in result.metrics().query()["counters"]:
     logging.info("Beam counter %s: %d", counter.key.metric.name, counter.committed or counter.attempted or 0)
+  _remove_staged(units)
   return [shards.read_stats(unit) for unit in units]
+
+
+def _remove_staged(units: list[dict]) -> None:
+  """Removes what killed workers left staged beside the shards (`<file>.tmp-<id>`; a worker that fails in Python
+  removes its own): every unit's shards are whole now, so no writer of them is left."""
+  for unit in units:
+    for final in (unit["output"], shards.eval_file(unit["output"]), unit["output"] + ".stats.json"):
+      for staged in epath.Path(final).parent.glob(epath.Path(final).name + ".tmp-*"):
+        staged.unlink()

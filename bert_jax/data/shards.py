@@ -66,8 +66,11 @@ def init_worker(tokenizer_args: dict, pooled: bool = False, concurrent: bool = F
   global _tokenizer, _concurrent
   _concurrent = concurrent
   if pooled:  # One worker per core: TensorFlow's ops in each run on one thread, and so does `tokenizers` (BPE).
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    try:
+      tf.config.threading.set_intra_op_parallelism_threads(1)
+      tf.config.threading.set_inter_op_parallelism_threads(1)
+    except RuntimeError:  # TensorFlow already runs in this process (a runner that runs workers in-process): kept.
+      pass
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
   _tokenizer = load_tokenizer(**tokenizer_args)
 

@@ -1,0 +1,175 @@
+"""Corpus preparation on Apache Beam (data/prepare_beam.py): the local runner writes the local preparer's corpus byte
+for byte, from text files and from a TFDS dataset TFDS itself builds with Beam; a failed run, run again, and a shard
+written twice by concurrent workers change nothing; bad runner settings are refused before any work."""
+
+import os
+import threading
+
+import pytest
+import tensorflow_datasets as tfds
+
+from bert_jax.data import prepare, prepare_beam, shards, text
+from bert_jax.data.manifest import MANIFEST, read_manifest
+
+VOCAB = "[PAD] [UNK] [CLS] [SEP] [MASK] the a of and to in is was it on for with as by at".split()
+VOCAB += [f"word{i}" for i in range(60)] + [f"topic{i}" for i in range(7)] + [".", ",", "document", "line", "second"]
+# Beam's local runner in this process (no worker processes: monkeypatched faults reach it).
+IN_PROCESS = "--direct_running_mode=in_memory"
+
+
+def _document(i: int) -> str:
+  return f"The document word{i % 60} is on topic{i % 7} .\nIt was the second line of word{(i * 7) % 60} .\n\n"
+
+
+@pytest.fixture(scope="module")
+def tokenizer_args(tmp_path_factory):
+  path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+  path.write_text("\n".join(VOCAB) + "\n")
+  return dict(kind="wordpiece", path=str(path), lower_case=True)
+
+
+@pytest.fixture
+def text_input(tmp_path):
+  """Three files in BERT's format, cut into 2, 4 and 6 units of 4,096 bytes: 12 shards."""
+  (tmp_path / "in").mkdir()
+  for k, documents in enumerate((100, 200, 300)):
+    (tmp_path / "in" / f"part{k}.txt").write_text("".join(_document(k * 1000 + i) for i in range(documents)))
+  return str(tmp_path / "in" / "*.txt")
+
+
+def _files(directory) -> dict[str, bytes]:
+  return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+@pytest.mark.slow
+def test_beam_s_local_runner_writes_the_local_preparer_s_corpus_byte_for_byte(
+  tmp_path, tokenizer_args, data_config, text_input
+):
+  """Worker processes, as a user's `--config.data.prepare_runner=beam` starts them: every file the same bytes, the
+  manifest included, so a run cannot tell the corpora apart."""
+  local = prepare.prepare(
+    data_config(input_pattern=text_input, prepare_unit_bytes=4096), tokenizer_args, str(tmp_path / "local"), 2
+  )
+  config = data_config(input_pattern=text_input, prepare_unit_bytes=4096, prepare_runner="beam", beam_options="")
+  on_beam = prepare.prepare(config, tokenizer_args, str(tmp_path / "beam"))
+  assert len(on_beam["shards"]) == 12 and on_beam["documents"] + on_beam["eval_documents"] == 600
+  assert on_beam == local
+  assert _files(tmp_path / "beam") == _files(tmp_path / "local")
+
+
+def test_a_failed_run_run_again_writes_the_rest_and_the_same_corpus(
+  tmp_path, tokenizer_args, data_config, text_input, monkeypatch
+):
+  """A unit whose worker fails fails the pipeline: no manifest, so nothing reads the shards written; the same
+  command again keeps those shards (not rewritten) and writes the others, giving the local preparer's corpus."""
+  # No hold-out minimum: it would rewrite shards at the commit (`shards.hold_out_minimum`), to be seen kept here.
+  settings = dict(input_pattern=text_input, prepare_unit_bytes=4096, eval_min_documents=0)
+  prepare.prepare(data_config(**settings), tokenizer_args, str(tmp_path / "a"))
+  read = text.unit_documents
+
+  def failing(unit, counts):
+    if unit["path"].endswith("part2.txt") and unit["index"] == 3:
+      yield from list(read(unit, counts))[:5]
+      raise OSError("worker lost")
+    yield from read(unit, counts)
+
+  config = data_config(**settings, prepare_runner="beam", beam_options=IN_PROCESS)
+  monkeypatch.setattr(text, "unit_documents", failing)
+  with pytest.raises(Exception, match="worker lost"):
+    prepare.prepare(config, tokenizer_args, str(tmp_path / "b"))
+  assert not (tmp_path / "b" / MANIFEST).exists()
+  assert not (tmp_path / "b" / "documents-00009-of-00012.tfrecord").exists()  # part2's fourth unit.
+  assert not [name for name in os.listdir(tmp_path / "b") if ".tmp" in name]  # A failed write leaves nothing.
+  written = {name: (tmp_path / "b" / name).stat().st_mtime_ns for name in os.listdir(tmp_path / "b")}
+  # Those written before the pipeline stopped: a shard, its evaluation shard and its statistics each.
+  assert len(written) % 3 == 0 and 0 < len(written) < 3 * 12
+  monkeypatch.setattr(text, "unit_documents", read)
+  (tmp_path / "b" / "documents-00009-of-00012.tfrecord.tmp-0a1b2c").write_bytes(b"part")  # As a killed worker leaves.
+  prepare.prepare(config, tokenizer_args, str(tmp_path / "b"))
+  assert all((tmp_path / "b" / name).stat().st_mtime_ns == when for name, when in written.items())
+  assert _files(tmp_path / "b") == _files(tmp_path / "a")
+
+
+def test_a_shard_written_by_two_workers_at_once_is_whole_and_the_same(tmp_path, tokenizer_args, data_config):
+  """A runner may run a unit twice at the same time (Dataflow duplicates a slow bundle): each writer stages under a
+  name of its own and renames it into place, so the shard is the one either would write, and no staged file stays."""
+  (tmp_path / "in.txt").write_text("".join(_document(i) for i in range(400)))
+  units, _ = prepare.work_units(data_config(input_pattern=str(tmp_path / "in.txt")), "sha")
+  prepare.place(units, str(tmp_path / "out"))
+  (tmp_path / "out").mkdir()
+  shards.init_worker(tokenizer_args)
+  alone = shards.write_shard(dict(units[0], output=str(tmp_path / "alone.tfrecord"), file="alone.tfrecord"))
+  shards.init_worker(tokenizer_args, concurrent=True)
+  results = []
+  writers = [threading.Thread(target=lambda: results.append(shards.write_shard(units[0]))) for _ in range(2)]
+  try:
+    for writer in writers:
+      writer.start()
+    for writer in writers:
+      writer.join()
+  finally:
+    shards.init_worker(tokenizer_args)
+  assert len(results) == 2 and all(result["bytes"] == alone["bytes"] for result in results)
+  assert (tmp_path / "out" / units[0]["file"]).read_bytes() == (tmp_path / "alone.tfrecord").read_bytes()
+  assert sorted(os.listdir(tmp_path / "out")) == sorted(
+    [units[0]["file"], units[0]["file"] + ".stats.json", shards.eval_file(units[0]["file"])]
+  )
+
+
+@pytest.mark.parametrize(
+  "settings, message",
+  [
+    (dict(prepare_runner="dataflow"), r"data.prepare_runner='dataflow'; expected one of \('local', 'beam'\)"),
+    (dict(prepare_runner="beam", beam_options="--runer=DataflowRunner"), r"Beam knows no option --runer"),
+    (dict(prepare_runner="beam", beam_options="--runner=NoSuchRunner"), r"runner 'NoSuchRunner', which Beam cannot"),
+    (dict(prepare_runner="beam", beam_options="--project='unclosed"), r"is not a list of command-line flags"),
+  ],
+)
+def test_bad_runner_settings_are_named_before_any_work(
+  tmp_path, tokenizer_args, data_config, text_input, settings, message
+):
+  with pytest.raises(ValueError, match=message):
+    prepare.prepare(data_config(input_pattern=text_input, **settings), tokenizer_args, str(tmp_path / "out"))
+  assert not (tmp_path / "out").exists()
+
+
+class BeamTextCorpus(tfds.core.GeneratorBasedBuilder):
+  """A TFDS dataset built with Apache Beam, as Wikipedia's is: `_generate_examples` returns a Beam transform."""
+
+  VERSION = tfds.core.Version("1.0.0")
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({"text": tfds.features.Text()}))
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples()}
+
+  def _generate_examples(self):
+    beam = tfds.core.lazy_imports.apache_beam
+    texts = [_document(i).replace("\n", " ") + f"Another one here . Then word{i % 9} ." for i in range(240)]
+    return beam.Create(list(enumerate(texts))) | beam.Map(lambda pair: (pair[0], {"text": pair[1]}))
+
+
+@pytest.mark.slow
+def test_a_tfds_dataset_built_with_beam_is_prepared_on_beam_as_locally(tmp_path, tokenizer_args, data_config):
+  """TFDS builds the dataset with the pipeline options (`data.beam_options`) before any shard; Beam's workers, which
+  do not know the builder's class, read it from the data directory; the corpus is the local preparer's."""
+  settings = dict(tfds_name="beam_text_corpus", tfds_data_dir=str(tmp_path / "tfds"), num_shards=4)
+  local = prepare.prepare(data_config(**settings), tokenizer_args, str(tmp_path / "local"), 1)
+  assert tfds.builder("beam_text_corpus", data_dir=str(tmp_path / "tfds")).info.splits["train"].num_examples == 240
+  on_beam = prepare.prepare(data_config(**settings, prepare_runner="beam"), tokenizer_args, str(tmp_path / "beam"))
+  assert on_beam == local and on_beam["documents"] + on_beam["eval_documents"] == 240
+  assert _files(tmp_path / "beam") == _files(tmp_path / "local")
+  assert read_manifest(str(tmp_path / "beam"))["input"]["tfds"]["name"] == "beam_text_corpus/1.0.0"
+
+
+def test_pipeline_options_default_to_the_local_runner_with_a_worker_per_core():
+  from apache_beam.options.pipeline_options import DirectOptions
+
+  options = prepare_beam.pipeline_options("")
+  assert prepare_beam.runner_name(options) == "DirectRunner"
+  assert options.view_as(DirectOptions).direct_running_mode == "multi_processing"
+  assert options.view_as(DirectOptions).direct_num_workers == (os.cpu_count() or 1)
+  options = prepare_beam.pipeline_options("--runner=DataflowRunner --project=p --region=r --num_workers=40")
+  assert prepare_beam.runner_name(options) == "DataflowRunner"
+  assert options.get_all_options()["num_workers"] == 40
