@@ -8,7 +8,7 @@ import threading
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.data import prepare, prepare_beam, shards, text
+from bert_jax.data import prepare, prepare_beam, readers, shards, text
 from bert_jax.data.manifest import MANIFEST, read_manifest
 
 VOCAB = "[PAD] [UNK] [CLS] [SEP] [MASK] the a of and to in is was it on for with as by at".split()
@@ -173,3 +173,23 @@ def test_pipeline_options_default_to_the_local_runner_with_a_worker_per_core():
   options = prepare_beam.pipeline_options("--runner=DataflowRunner --project=p --region=r --num_workers=40")
   assert prepare_beam.runner_name(options) == "DataflowRunner"
   assert options.get_all_options()["num_workers"] == 40
+
+
+def test_shards_that_do_not_divide_over_the_run_s_readers_are_refused_or_named(
+  tmp_path, tokenizer_args, data_config, text_input, caplog
+):
+  """A TFDS split's shard count is a setting: one that leaves readers unequal shares is refused before TFDS builds
+  anything; files are cut by size (12 shards here), so 8 readers is a warning naming the setting that cuts them."""
+  config = data_config(tfds_name="no_such_dataset_is_built", num_shards=12, num_readers=8)
+  with pytest.raises(
+    ValueError,
+    match=r"data.num_shards=12: 12 shards over data.num_readers=8 readers: 4 readers "
+    r"read 2 unit\(s\) and 4 read 1, so .* 100% more often. Expected a multiple of data.num_readers "
+    r"\(e.g. 8 or 16\)",
+  ):
+    prepare.prepare(config, tokenizer_args, str(tmp_path / "tfds"))
+  manifest = prepare.prepare(
+    data_config(input_pattern=text_input, prepare_unit_bytes=4096, num_readers=8), tokenizer_args, str(tmp_path / "f")
+  )
+  assert len(manifest["shards"]) == 12 and "data.prepare_unit_bytes=4096 sets the count" in caplog.text
+  assert readers.uneven_share(16, 8) == readers.uneven_share(4, 8) == ""

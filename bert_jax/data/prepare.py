@@ -28,7 +28,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import input_record, shards, text
+from bert_jax.data import input_record, readers, shards, text
 from bert_jax.data.manifest import MANIFEST, SHARD_KEYS, check_shards, paths_for_run, read_manifest, write_manifest
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 
@@ -169,6 +169,8 @@ def plan_preparation(data_config, tokenizer_args: dict, output_dir: str) -> Plan
   writes a new corpus beside it (in a directory named by the new record) and removes the old one after the new
   manifest commits; or, for the embedded corpus (its input is the workdir's own copy), an unrecorded one is kept
   with a warning. Then refuses input too small to pretrain on (`shards.check_enough_documents`)."""
+  if data_config.tfds_name:  # Before TFDS builds anything.
+    _check_reader_share(data_config, data_config.num_shards)
   tokenizer = load_tokenizer(**tokenizer_args)
   identity = tokenizer.identity()
   units, record = work_units(data_config, identity["sha256"])
@@ -205,6 +207,8 @@ def plan_preparation(data_config, tokenizer_args: dict, output_dir: str) -> Plan
       shard_dir = "corpus-" + hashlib.sha256(name.encode()).hexdigest()[:12]
       planned.replaced = found
   place(units, output_dir, shard_dir)
+  if not data_config.tfds_name:
+    _check_reader_share(data_config, len(units))
   named = f"data.tfds_name={data_config.tfds_name!r}" if data_config.tfds_name else ""
   shards.check_enough_documents(units, tokenizer, named or f"data.input_pattern={data_config.input_pattern!r}")
   return planned
@@ -222,6 +226,27 @@ def check_runner(data_config) -> None:
     from bert_jax.data import prepare_beam
 
     prepare_beam.check_runner(prepare_beam.pipeline_options(data_config.beam_options))
+
+
+def _check_reader_share(data_config, num_shards: int) -> None:
+  """With the run's reader count known (`data.num_readers`), the shards should divide over the readers
+  (`readers.uneven_share`). A TFDS split's count is a setting, `data.num_shards`: an uneven one is refused, naming
+  the counts that divide. Files are cut by size: an uneven count is a warning naming `data.prepare_unit_bytes`."""
+  uneven = readers.uneven_share(num_shards, data_config.num_readers) if data_config.num_readers else ""
+  if not uneven:
+    return
+  if data_config.tfds_name:
+    below = num_shards - num_shards % data_config.num_readers
+    raise ValueError(
+      f"data.num_shards={num_shards}: {uneven}. Expected a multiple of data.num_readers (e.g. "
+      f"{below or data_config.num_readers} or {below + data_config.num_readers}), or a divisor of it. Nothing was "
+      "written."
+    )
+  logging.warning(
+    "%s. data.prepare_unit_bytes=%d sets the count (one shard per that many bytes of each file).",
+    uneven,
+    data_config.prepare_unit_bytes,
+  )
 
 
 def prepare(data_config, tokenizer_args: dict, output_dir: str, num_workers: int | None = None) -> dict:
