@@ -11,6 +11,9 @@ BERT's format (each file's lines, a blank line between files), which only byte s
 prepared with 1 and `--workers` processes (large enough that starting the workers, each importing TensorFlow,
 is a small part). Every preparation of a layout must write the same bytes as its first.
 
+With `--beam` (the `beam` extra), each layout is also prepared by `data.prepare_runner="beam"` on Beam's local
+runner with `--workers` worker processes, which must write the same files, byte for byte, manifest included.
+
 With `--check_vocabs` it first compares the compiled WordPiece's ids with the pure-Python one's on every line of
 the input, for each vocabulary (a name with "uncased" is lower-cased), and times both, and `tokenizers`'
 BertWordPieceTokenizer (the other compiled candidate) when it is installed.
@@ -36,6 +39,7 @@ _FORMAT = flags.DEFINE_enum("input_format", "document", list(text.INPUT_FORMATS)
 _UNIT_BYTES = flags.DEFINE_integer("unit_bytes", 8 << 20, "data.prepare_unit_bytes.")
 _WORKERS = flags.DEFINE_integer("workers", os.cpu_count() or 1, "Worker processes of the parallel runs.")
 _REPEAT = flags.DEFINE_integer("repeat", 32, "The one-file layout holds the input this many times over.")
+_BEAM = flags.DEFINE_boolean("beam", False, "Also prepare on Apache Beam's local runner with --workers workers.")
 _CHECK = flags.DEFINE_list("check_vocabs", [], "Vocabularies whose compiled ids are checked on every input line.")
 
 
@@ -92,9 +96,10 @@ def _one_file(paths: list[str], scratch: str, repeat: int) -> str:
   return path
 
 
-def _prepare(pattern: str, input_format: str, output: str, workers: int) -> tuple[float, dict]:
+def _prepare(pattern: str, input_format: str, output: str, workers: int, runner: str = "local") -> tuple[float, dict]:
   data = default.get_config().data
   data.update(input_pattern=pattern, input_format=input_format, tfds_name="", prepare_unit_bytes=_UNIT_BYTES.value)
+  data.update(prepare_runner=runner, beam_options=f"--direct_num_workers={workers}" if runner == "beam" else "")
   tokenizer_args = dict(kind="wordpiece", path=_VOCAB.value, lower_case=_LOWER.value)
   start = time.perf_counter()
   manifest = prepare.prepare(data, tokenizer_args, output, workers)
@@ -103,6 +108,10 @@ def _prepare(pattern: str, input_format: str, output: str, workers: int) -> tupl
 
 def _shard_bytes(directory: str) -> list[bytes]:
   return [open(path, "rb").read() for path in sorted(glob.glob(os.path.join(directory, "*.tfrecord")))]
+
+
+def _all_files(directory: str) -> dict[str, bytes]:
+  return {name: open(os.path.join(directory, name), "rb").read() for name in sorted(os.listdir(directory))}
 
 
 def _reference_prepare(pattern: str, input_format: str, output: str) -> tuple[float, dict]:
@@ -126,10 +135,12 @@ def main(argv):
     (_INPUT.value, _FORMAT.value, "the input files", True),
     (one_file, "bert", f"one file: the input x{_REPEAT.value}", False),
   ]
+  beam = f" Beam's local runner, {_WORKERS.value} workers |" if _BEAM.value else ""
   print(
     f"| input | MB | shards | pure Python, 1 process | compiled, 1 process | compiled, {_WORKERS.value} processes |"
+    + beam
   )
-  print("|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|" + "---|" * bool(beam))
   for pattern, input_format, name, with_reference in layouts:
     rates, expected = [], None
     if with_reference:
@@ -145,7 +156,14 @@ def main(argv):
       expected = expected or _shard_bytes(output)
       if _shard_bytes(output) != expected:
         raise SystemExit(f"{name}, {workers} workers: the shards differ from the first preparation's.")
-    for directory in glob.glob(os.path.join(scratch, "[rc]*")):
+    if _BEAM.value:
+      local = os.path.join(scratch, f"compiled_{_WORKERS.value}")
+      output = os.path.join(scratch, "beam")
+      seconds, on_beam = _prepare(pattern, input_format, output, _WORKERS.value, "beam")
+      rates.append(f"{on_beam['text_bytes'] / 1e6 / seconds:.2f} MB/s")
+      if on_beam != manifest or _all_files(output) != _all_files(local):
+        raise SystemExit(f"{name}: Beam's corpus differs from the local preparer's.")
+    for directory in glob.glob(os.path.join(scratch, "[rcb]*")):
       shutil.rmtree(directory)
     megabytes = manifest["text_bytes"] / 1e6
     print(f"| {name} ({input_format}) | {megabytes:.1f} | {len(manifest['shards'])} | " + " | ".join(rates) + " |")
