@@ -20,8 +20,8 @@ from bert_jax import distributed
 from bert_jax.data.batch_warmup import MAX_SIZES
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking
-from bert_jax.data.tokenizer import KINDS as TOKENIZER_KINDS
-from bert_jax.data.tokenizer.training import BPE_FORMATS
+from bert_jax.data.tokenizer_names import BPE_FORMATS
+from bert_jax.data.tokenizer_names import KINDS as TOKENIZER_KINDS
 from bert_jax.dry_run import tpu_topology
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import (

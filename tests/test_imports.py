@@ -32,6 +32,7 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.data.batch_warmup",
   "bert_jax.data.instances",
   "bert_jax.data.masking_names",
+  "bert_jax.data.tokenizer_names",
   "bert_jax.dry_run.tpu_topology",
   "bert_jax.finetune.members",
   "bert_jax.model.bert_config",

@@ -4,6 +4,7 @@ bad input, a damaged corpus."""
 import json
 import os
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -127,16 +128,22 @@ def test_one_document_per_file_is_split_into_sentences(tmp_path, tokenizer_args,
   assert manifest["sentences"] == 5 + 1
 
 
-def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, data_config, monkeypatch):
+def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, data_config):
   """A TFDS source is built once, before the workers, which only read (download=False); the manifest records its
   full name, version and split, and the settings that change what is written."""
   config = data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text", num_shards=3)
   built, loads = [], []
+  # Patched inside mock_data and undone before it ends, so that mock_data restores the real methods (the monkeypatch
+  # fixture, undone after, would put mock_data's stubs back for every later test in this process).
   with tfds.testing.mock_data(num_examples=9):
     load = tfds.load
-    monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, **kw: built.append(self.name))
-    monkeypatch.setattr(tfds, "load", lambda *args, **kwargs: loads.append(kwargs["download"]) or load(*args, **kwargs))
-    manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
+    with (
+      mock.patch.object(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, **kw: built.append(self.name)),
+      mock.patch.object(
+        tfds, "load", lambda *args, **kwargs: loads.append(kwargs["download"]) or load(*args, **kwargs)
+      ),
+    ):
+      manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
   # Read only: 3 slices by the shard writer, and 2 by the check that the input is large enough (18 training documents).
   assert built == ["imdb_reviews"] and loads == [False] * (3 + 2)
   assert len(manifest["shards"]) == 3

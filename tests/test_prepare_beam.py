@@ -8,7 +8,7 @@ import threading
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.data import prepare, prepare_beam, readers, shards, text
+from bert_jax.data import beam_options, prepare, readers, shards, text
 from bert_jax.data.manifest import MANIFEST, read_manifest
 
 VOCAB = "[PAD] [UNK] [CLS] [SEP] [MASK] the a of and to in is was it on for with as by at".split()
@@ -166,12 +166,12 @@ def test_a_tfds_dataset_built_with_beam_is_prepared_on_beam_as_locally(tmp_path,
 def test_pipeline_options_default_to_the_local_runner_with_a_worker_per_core():
   from apache_beam.options.pipeline_options import DirectOptions
 
-  options = prepare_beam.pipeline_options("")
-  assert prepare_beam.runner_name(options) == "DirectRunner"
+  options = beam_options.pipeline_options("")
+  assert beam_options.runner_name(options) == "DirectRunner"
   assert options.view_as(DirectOptions).direct_running_mode == "multi_processing"
   assert options.view_as(DirectOptions).direct_num_workers == (os.cpu_count() or 1)
-  options = prepare_beam.pipeline_options("--runner=DataflowRunner --project=p --region=r --num_workers=40")
-  assert prepare_beam.runner_name(options) == "DataflowRunner"
+  options = beam_options.pipeline_options("--runner=DataflowRunner --project=p --region=r --num_workers=40")
+  assert beam_options.runner_name(options) == "DataflowRunner"
   assert options.get_all_options()["num_workers"] == 40
 
 
@@ -193,3 +193,22 @@ def test_shards_that_do_not_divide_over_the_run_s_readers_are_refused_or_named(
   )
   assert len(manifest["shards"]) == 12 and "data.prepare_unit_bytes=4096 sets the count" in caplog.text
   assert readers.uneven_share(16, 8) == readers.uneven_share(4, 8) == ""
+
+
+def test_a_vocabulary_sampled_on_beam_is_the_one_sampled_here(tmp_path, data_config, text_input):
+  """`--mode=prepare` with a missing vocabulary and `data.prepare_runner=beam`: Beam's workers draw the sample, and
+  the vocabulary trained on it is the file the local sample gives, byte for byte."""
+  from bert_jax.data import vocabulary
+  from configs import default
+
+  written = {}
+  for runner in ("local", "beam"):
+    config = default.get_config()
+    config.model.vocab_size = 120
+    config.tokenizer.update(kind="wordpiece", train_max_sentences=50)
+    data = data_config(input_pattern=text_input, prepare_unit_bytes=4096, prepare_runner=runner)
+    data.beam_options = IN_PROCESS
+    vocabulary.train_vocabulary(config, data, str(tmp_path / runner / "vocab.txt"))
+    written[runner] = (tmp_path / runner / "vocab.txt").read_bytes()
+    assert sorted(os.listdir(tmp_path / runner)) == ["vocab.txt"]  # The staged sample is gone.
+  assert written["beam"] == written["local"] and len(written["local"].splitlines()) > 5

@@ -14,7 +14,7 @@ import pytest
 from transformers import BertTokenizer, PreTrainedTokenizerFast, RobertaTokenizer, RobertaTokenizerFast
 
 from bert_jax import config_checks, paths
-from bert_jax.data import prepare
+from bert_jax.data import prepare, tokenizer_names, vocabulary
 from bert_jax.data.manifest import read_manifest
 from bert_jax.data.tokenizer import load_tokenizer, training
 from configs import tiny
@@ -70,7 +70,7 @@ def test_a_trained_wordpiece_vocabulary_tokenizes_as_bert_tokenizer_does(tmp_pat
 
 @pytest.mark.parametrize("bpe_format", ["roberta", "modernbert"])
 def test_a_trained_byte_level_bpe_tokenizes_as_its_transformers_tokenizer_does(tmp_path, texts, bpe_format):
-  name = training.FILE_NAMES[bpe_format]
+  name = tokenizer_names.FILE_NAMES[bpe_format]
   path = training.train_byte_level_bpe(texts, str(tmp_path / name), 500, bpe_format)
   assert sorted(p.name for p in tmp_path.iterdir()) == (["merges.txt", name] if bpe_format == "roberta" else [name])
   ours = load_tokenizer("bpe", path)
@@ -164,16 +164,24 @@ def test_the_sample_holds_the_sentences_preparation_reads(tmp_path, data_config)
   (tmp_path / "bert.txt").write_text("First sentence.\nSecond one.\n\n\nOther document.\n", encoding="utf-8")
   (tmp_path / "book.txt").write_text("A book. It has sentences!\nWrapped lines.\n\nNew paragraph.\n", encoding="utf-8")
   bert = data_config(input_pattern=str(tmp_path / "bert.txt"))
-  assert list(training.corpus_texts(bert, running_text=False)) == ["First sentence.", "Second one.", "Other document."]
-  assert list(training.corpus_texts(bert, running_text=True)) == ["First sentence.", " Second one.", "Other document."]
+  assert list(vocabulary.corpus_texts(bert, running_text=False)) == [
+    "First sentence.",
+    "Second one.",
+    "Other document.",
+  ]
+  assert list(vocabulary.corpus_texts(bert, running_text=True)) == [
+    "First sentence.",
+    " Second one.",
+    "Other document.",
+  ]
   book = data_config(input_pattern=str(tmp_path / "book.txt"), input_format="document")
   expected = ["A book.", "It has sentences!", "Wrapped lines.", "New paragraph."]
-  assert list(training.corpus_texts(book, running_text=False)) == expected
+  assert list(vocabulary.corpus_texts(book, running_text=False)) == expected
   lines = _corpus(2, 200)
   (tmp_path / "large.txt").write_text("\n\n".join("\n".join(lines[i : i + 5]) for i in range(0, 200, 5)) + "\n")
-  whole = list(training.corpus_texts(data_config(input_pattern=str(tmp_path / "large.txt")), running_text=False))
+  whole = list(vocabulary.corpus_texts(data_config(input_pattern=str(tmp_path / "large.txt")), running_text=False))
   cut = data_config(input_pattern=str(tmp_path / "large.txt"), prepare_unit_bytes=1024)
-  assert whole == lines and list(training.corpus_texts(cut, running_text=False)) == lines
+  assert whole == lines and list(vocabulary.corpus_texts(cut, running_text=False)) == lines
 
 
 def _prepare_config(tmp_path, kind: str, path: str):
@@ -271,7 +279,7 @@ def test_a_tfds_dataset_is_sampled_as_preparation_reads_it(data_config, monkeypa
   config = data_config(tfds_name="imdb_reviews", tfds_split="train", tfds_feature="text")
   with tfds.testing.mock_data(num_examples=6):
     monkeypatch.setattr(tfds.core.DatasetBuilder, "download_and_prepare", lambda self, **kw: None)
-    sampled = list(training.corpus_texts(config, running_text=False))
+    sampled = list(vocabulary.corpus_texts(config, running_text=False))
     examples = tfds.as_numpy(tfds.load("imdb_reviews", split="train", download=False))
     documents = text.text_documents(example["text"].decode("utf-8", errors="replace") for example in examples)
   assert sampled == [sentence for document in documents for sentence in document] and sampled

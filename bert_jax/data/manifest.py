@@ -18,7 +18,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data.tokenizer.training import trained_file_name
+from bert_jax.data.tokenizer_names import trained_file_name
 
 MANIFEST = "manifest.json"
 SHARD_KEYS = ("file", "documents", "sentences", "tokens", "bytes", "records", "sha256")

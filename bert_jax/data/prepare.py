@@ -28,6 +28,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
+from bert_jax.data import beam_options as beam_flags
 from bert_jax.data import input_record, readers, shards, text
 from bert_jax.data.manifest import MANIFEST, SHARD_KEYS, check_shards, paths_for_run, read_manifest, write_manifest
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
@@ -35,35 +36,6 @@ from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 _LOG_EVERY_SECONDS = 10.0
 # Text per worker process when the count is not given (each imports TensorFlow: seconds before its first shard).
 WORKER_BYTES = 32 << 20
-
-
-def prepare_tfds(name: str, data_dir: str, beam_options: str = ""):
-  """Downloads and builds a TFDS dataset once, in this process, before the workers read their slices of it (each
-  would otherwise download and build it at the same time); returns its builder. Nothing is done when `data_dir`
-  already holds it: a directory on gs:// built elsewhere is read where it is. A dataset TFDS builds with Apache Beam
-  (Wikipedia's) is built by a pipeline run with `beam_options` (`data.beam_options`; empty: Beam's local runner, a
-  worker per core), whatever `data.prepare_runner`; without Beam installed, the error says how to install it."""
-  import tensorflow_datasets as tfds
-
-  builder = tfds.builder(name, data_dir=data_dir or None)
-  logging.info("TFDS %s in %s: downloading and building it if needed (once).", name, builder.data_dir)
-  try:
-    import apache_beam  # noqa: F401 (only whether it is installed)
-  except ImportError:
-    download_config = None
-  else:
-    from bert_jax.data import prepare_beam
-
-    download_config = tfds.download.DownloadConfig(beam_options=prepare_beam.pipeline_options(beam_options))
-  try:
-    builder.download_and_prepare(download_config=download_config)
-  except ImportError as error:
-    if download_config is not None or "apache_beam" not in str(error):
-      raise
-    raise ImportError(
-      f"data.tfds_name={name!r} is built by TFDS with Apache Beam, which is not installed: pip install -e '.[beam]'."
-    ) from error
-  return builder
 
 
 def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
@@ -75,7 +47,7 @@ def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
   if data_config.tfds_name:
     import tensorflow_datasets as tfds
 
-    builder = prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir, data_config.beam_options)
+    builder = text.prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir, data_config.beam_options)
     record = dict(tfds=input_record.tfds_record(builder, data_config.tfds_split), settings=chosen)
     splits = tfds.even_splits(data_config.tfds_split, n=chosen["num_shards"])
     units = [
@@ -223,9 +195,7 @@ def check_runner(data_config) -> None:
   if data_config.prepare_runner not in RUNNERS:
     raise ValueError(f"data.prepare_runner={data_config.prepare_runner!r}; expected one of {RUNNERS}.")
   if data_config.prepare_runner == "beam":
-    from bert_jax.data import prepare_beam
-
-    prepare_beam.check_runner(prepare_beam.pipeline_options(data_config.beam_options))
+    beam_flags.check_runner(beam_flags.pipeline_options(data_config.beam_options))
 
 
 def _check_reader_share(data_config, num_shards: int) -> None:
@@ -399,7 +369,7 @@ def prepare_for_run(config, workdir: str) -> tuple[str, str]:
     data = ml_collections.ConfigDict(data.to_dict())
     data.update(input_pattern=corpus, input_format="bert", tfds_name="")
   if not epath.Path(tokenizer_path).exists():
-    from bert_jax.data.tokenizer.training import train_vocabulary
+    from bert_jax.data.vocabulary import train_vocabulary
 
     train_vocabulary(config, data, tokenizer_path)
   tokenizer_args = dict(kind=config.tokenizer.kind, path=tokenizer_path, lower_case=config.tokenizer.lower_case)

@@ -16,72 +16,16 @@ already whole is skipped, so a pipeline that died at 80% and is run again writes
 corpus before the manifest, written here after the pipeline succeeded.
 """
 
-import os
-import shlex
+import json
+import uuid
+from collections.abc import Callable, Iterator
 
 from absl import logging
 from etils import epath
 
+from bert_jax import paths
 from bert_jax.data import shards
-
-# The local runner's default: Beam's DirectRunner with a worker process per core (each loads the tokenizer once).
-_LOCAL_FLAGS = ("--runner=DirectRunner", "--direct_running_mode=multi_processing")
-
-
-def require_beam(key: str):
-  """Imports apache_beam, or raises naming `key` (the setting that asked for it) and the install command."""
-  try:
-    import apache_beam
-  except ImportError as error:
-    raise ImportError(
-      f"{key} needs Apache Beam, which is not installed: pip install -e '.[beam]' (or pip install apache-beam)."
-    ) from error
-  return apache_beam
-
-
-def pipeline_options(flags: str, key: str = "data.beam_options"):
-  """Beam's PipelineOptions from `flags` (command-line flags, e.g. "--runner=DataflowRunner --project=P"). Without
-  `--runner`: the local runner, a worker process per core (`--direct_num_workers` overrides). Refuses flags Beam does
-  not know, naming them, before any work (Beam itself would ignore them with a warning)."""
-  require_beam(key)
-  from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
-
-  try:
-    args = shlex.split(flags)
-  except ValueError as error:
-    raise ValueError(f"{key}={flags!r} is not a list of command-line flags: {error}.") from error
-  options = PipelineOptions(args)
-  known = options.get_all_options(drop_default=True)
-  unknown = sorted(set(options.get_all_options(retain_unknown_options=True, drop_default=True)) - set(known))
-  if unknown:
-    raise ValueError(
-      f"{key}={flags!r}: Beam knows no option {', '.join('--' + name for name in unknown)} (expected Beam's pipeline "
-      "flags, e.g. --runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp)."
-    )
-  if options.view_as(StandardOptions).runner is None:
-    options = PipelineOptions([*_LOCAL_FLAGS, *args])
-    if "direct_num_workers" not in known:
-      options.view_as(DirectOptions).direct_num_workers = os.cpu_count() or 1
-  return options
-
-
-def runner_name(options) -> str:
-  from apache_beam.options.pipeline_options import StandardOptions
-
-  runner = options.view_as(StandardOptions).runner
-  return runner if isinstance(runner, str) else type(runner).__name__
-
-
-def check_runner(options, key: str = "data.beam_options") -> None:
-  """Refuses a runner Beam cannot create (a misspelled name; a runner whose package is not installed), before any
-  work, naming it."""
-  from apache_beam.runners.runner import create_runner
-
-  name = runner_name(options)
-  try:
-    create_runner(name)
-  except (ValueError, ImportError) as error:
-    raise ValueError(f"{key} names runner {name!r}, which Beam cannot create: {error}") from error
+from bert_jax.data.beam_options import check_runner, pipeline_options, require_beam, runner_name
 
 
 class _WriteShard:
@@ -145,3 +89,39 @@ def _remove_staged(units: list[dict]) -> None:
     for final in (unit["output"], shards.eval_file(unit["output"]), unit["output"] + ".stats.json"):
       for staged in epath.Path(final).parent.glob(epath.Path(final).name + ".tmp-*"):
         staged.unlink()
+
+
+def sample_texts(
+  units: list[dict],
+  unit_texts: Callable[[dict], Iterator[str]],
+  max_texts: int,
+  seed: int,
+  flags: str,
+  staging_dir: str,
+) -> list[str]:
+  """`tokenizer.training.sample_texts` of the units' texts (`unit_texts` of each), drawn by a Beam pipeline run
+  with `flags`: the workers read the units, and Beam's Top combiner keeps the `max_texts` of lowest keyed hash, the
+  same texts in the same order as the sample drawn here. The sample comes back through a file staged in
+  `staging_dir` (where the vocabulary is written; the workers reach it), removed once read."""
+  beam = require_beam("data.prepare_runner='beam'")
+  from bert_jax.data.tokenizer import training
+
+  options = pipeline_options(flags)
+  check_runner(options)
+  seed_key = str(seed).encode()
+  staged = epath.Path(staging_dir, f".vocabulary-sample-{uuid.uuid4().hex[:12]}.json")
+  logging.info("Sampling %d texts of %d unit(s) on Beam's %s.", max_texts, len(units), runner_name(options))
+  pipeline = beam.Pipeline(options=options)
+  _ = (
+    pipeline
+    | "Units" >> beam.Create(units, reshuffle=False)
+    | "Spread" >> beam.Reshuffle()
+    | "Texts" >> beam.FlatMap(unit_texts)
+    | "Lowest" >> beam.combiners.Top.Of(max_texts, key=lambda item: training.sample_key(seed_key, item), reverse=True)
+    | "Stage" >> beam.Map(lambda sample: paths.write_text(str(staged), json.dumps(sample)))
+  )
+  pipeline.run().wait_until_finish()
+  try:
+    return json.loads(staged.read_text())
+  finally:
+    staged.unlink()

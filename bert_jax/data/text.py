@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterator
 from typing import Protocol
 
+from absl import logging
 from etils import epath
 
 INPUT_FORMATS = ("bert", "document")
@@ -180,3 +181,32 @@ def python_docs_text() -> str:
     if sentences:
       documents.append("\n".join(sentences))
   return "\n\n".join(documents) + "\n"
+
+
+def prepare_tfds(name: str, data_dir: str, beam_options: str = ""):
+  """Downloads and builds a TFDS dataset once, in this process, before the workers read their slices of it (each
+  would otherwise download and build it at the same time); returns its builder. Nothing is done when `data_dir`
+  already holds it: a directory on gs:// built elsewhere is read where it is. A dataset TFDS builds with Apache Beam
+  (Wikipedia's) is built by a pipeline run with `beam_options` (`data.beam_options`; empty: Beam's local runner, a
+  worker per core), whatever `data.prepare_runner`; without Beam installed, the error says how to install it."""
+  import tensorflow_datasets as tfds
+
+  builder = tfds.builder(name, data_dir=data_dir or None)
+  logging.info("TFDS %s in %s: downloading and building it if needed (once).", name, builder.data_dir)
+  try:
+    import apache_beam  # noqa: F401 (only whether it is installed)
+  except ImportError:
+    download_config = None
+  else:
+    from bert_jax.data.beam_options import pipeline_options
+
+    download_config = tfds.download.DownloadConfig(beam_options=pipeline_options(beam_options))
+  try:
+    builder.download_and_prepare(download_config=download_config)
+  except ImportError as error:
+    if download_config is not None or "apache_beam" not in str(error):
+      raise
+    raise ImportError(
+      f"data.tfds_name={name!r} is built by TFDS with Apache Beam, which is not installed: pip install -e '.[beam]'."
+    ) from error
+  return builder

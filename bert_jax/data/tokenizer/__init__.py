@@ -19,6 +19,7 @@ from etils import epath
 from bert_jax.data.tokenizer import albert, wordpiece
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS, Tokenizer, file_sha256  # noqa: F401 (the interface)
 from bert_jax.data.tokenizer.training import train_sentencepiece  # noqa: F401 (vocabulary training: training.py)
+from bert_jax.data.tokenizer_names import KINDS
 
 # The ids a SentencePiece vocabulary trained by bert_jax gives them (WordPiece takes them from vocab.txt).
 SENTENCEPIECE_SPECIAL_IDS = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
@@ -119,7 +120,6 @@ class SentencePieceTokenizer(Tokenizer):
     return dict(identity, albert_preprocessing=self.albert_preprocessing)
 
 
-KINDS = ("wordpiece", "sentencepiece", "bpe")
 # The shapes a tokenizer file has (`file_shape`): what each is, for errors, and the kind that reads it.
 _SHAPES = {
   "lines": ("a WordPiece vocab.txt (UTF-8 text, one token a line)", "wordpiece"),

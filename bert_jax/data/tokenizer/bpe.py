@@ -30,8 +30,8 @@ import numpy as np
 from etils import epath
 
 from bert_jax.data.tokenizer.base import Tokenizer
+from bert_jax.data.tokenizer_names import MERGES, TOKENIZER_JSON, VOCAB  # noqa: F401 (read from here too)
 
-VOCAB, MERGES, TOKENIZER_JSON = "vocab.json", "merges.txt", "tokenizer.json"
 _WORD_START = "\u0120"  # "Ġ": the byte-level symbol of a space, which begins every word but a text's first.
 
 

@@ -32,9 +32,7 @@ import re
 import shutil
 import string
 import tempfile
-import time
-import types
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from absl import logging
 from etils import epath
@@ -42,15 +40,11 @@ from etils import epath
 from bert_jax import paths
 from bert_jax.data.tokenizer import wordpiece
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS
-from bert_jax.data.tokenizer.bpe import MERGES, TOKENIZER_JSON, VOCAB
+from bert_jax.data.tokenizer_names import BPE_FORMATS, MERGES
 
-# Byte-level BPE files: RoBERTa's (vocab.json with merges.txt beside it) or ModernBERT's (one tokenizer.json).
-BPE_FORMATS = ("roberta", "modernbert")
-# Each kind's file name when bert_jax picks it (the embedded corpus's vocabulary, in <workdir>/tokenizer/).
-FILE_NAMES = {"sentencepiece": "spm.model", "wordpiece": "vocab.txt", "roberta": VOCAB, "modernbert": TOKENIZER_JSON}
 ROBERTA_SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # Ids 0 to 3; "<mask>" is the last id.
 MODERNBERT_SPECIALS = ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")  # After the pieces, in this order.
-_BYTES = 256  # A byte-level BPE's alphabet: a symbol for each byte.
+BYTES = 256  # A byte-level BPE's alphabet: a symbol for each byte.
 # WordPiece: characters of the alphabet (the most frequent; the rest of the corpus's characters become [UNK]), and
 # the fewest times a pair must occur to be merged (tokenizers' BertWordPieceTokenizer's defaults); BPE: likewise.
 _WORDPIECE_ALPHABET = 1000
@@ -58,69 +52,8 @@ _MIN_FREQUENCY = 2
 _TRAINING_THREADS = 16  # SentencePiece's (its model depends on the count).
 
 
-def trained_file_name(tokenizer_config) -> str:
-  """The name bert_jax gives a vocabulary of `tokenizer.kind` (and `tokenizer.train_bpe_format`) that it trains."""
-  from bert_jax.data.tokenizer import KINDS
-
-  kind, bpe_format = tokenizer_config.kind, tokenizer_config.train_bpe_format
-  name = FILE_NAMES.get(bpe_format if kind == "bpe" else kind)
-  if name is None:
-    raise ValueError(
-      f"tokenizer.kind={kind!r} with tokenizer.train_bpe_format={bpe_format!r}: expected a kind of {KINDS} (and a "
-      f"format of {BPE_FORMATS} for 'bpe')."
-    )
-  return name
-
-
-def train_vocabulary(config, data_config, path: str) -> None:
-  """Trains the vocabulary of `config.tokenizer.kind` into `path` (missing): `model.vocab_size` ids at most, on
-  `data_config`'s input (text files; TFDS too, but for SentencePiece, which reads files), `config.seed`'s sample."""
-  from bert_jax import config_checks
-
-  config_checks.check_vocabulary_training(config)
-  settings, vocab_size = config.tokenizer, config.model.vocab_size
-  least = _BYTES + len(SPECIAL_TOKENS)
-  if settings.kind == "bpe" and vocab_size < least:
-    raise ValueError(
-      f"model.vocab_size={vocab_size} is too small to train a byte-level BPE vocabulary: expected at least {least} "
-      "(a piece for each of the 256 bytes and 5 special tokens)."
-    )
-  inputs = []
-  if settings.kind == "sentencepiece" and data_config.tfds_name:
-    raise ValueError("Training a SentencePiece vocabulary reads text files; give tokenizer.path for TFDS input.")
-  if settings.kind == "sentencepiece" and not path.endswith(".model"):
-    raise ValueError(
-      f"tokenizer.path={path!r} does not end in .model: a SentencePiece vocabulary is trained into <name>.model "
-      "(with <name>.vocab beside it)."
-    )
-  if not data_config.tfds_name:
-    inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
-    if not inputs:
-      raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file to train a vocabulary on.")
-  with paths.writing(epath.Path(path).parent):
-    epath.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  start = time.perf_counter()
-  if settings.kind == "sentencepiece":
-    logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", vocab_size, len(inputs))
-    trained = train_sentencepiece(
-      inputs, path.removesuffix(".model"), vocab_size, settings.train_max_sentences, config.seed
-    )
-    assert trained == path, (trained, path)
-  else:
-    texts = sample_texts(
-      corpus_texts(data_config, running_text=settings.kind == "bpe"), settings.train_max_sentences, config.seed
-    )
-    if not texts:
-      raise ValueError(f"{data_config.input_pattern or data_config.tfds_name} holds no text to train a vocabulary on.")
-    logging.info("Training a %s vocabulary of %d ids on %d sampled texts.", settings.kind, vocab_size, len(texts))
-    if settings.kind == "wordpiece":
-      train_wordpiece(texts, path, vocab_size, settings.lower_case)
-    else:
-      train_byte_level_bpe(texts, path, vocab_size, settings.train_bpe_format)
-  logging.info("Trained %s in %.1f s.", path, time.perf_counter() - start)
-
-
-def _sample_key(seed_key: bytes, item: str) -> int:
+def sample_key(seed_key: bytes, item: str) -> int:
+  """The key `sample_texts` orders texts by: their 128-bit BLAKE2b hash keyed by the seed."""
   return int.from_bytes(hashlib.blake2b(item.encode("utf-8"), digest_size=16, key=seed_key).digest(), "big")
 
 
@@ -134,63 +67,12 @@ def sample_texts(texts: Iterable[str], max_texts: int, seed: int) -> list[str]:
   seed_key = str(seed).encode()
   heap = []  # (-hash, text): the largest hash kept is heap[0].
   for item in texts:
-    key = _sample_key(seed_key, item)
+    key = sample_key(seed_key, item)
     if len(heap) < max_texts:
       heapq.heappush(heap, (-key, item))
     elif -key > heap[0][0]:
       heapq.heapreplace(heap, (-key, item))
   return [item for _, item in sorted(heap, reverse=True)]
-
-
-def corpus_texts(data_config, running_text: bool) -> Iterator[str]:
-  """Every sentence that preparation reads from `data_config`'s input, in its order: text files of
-  `data.input_format` in work units of `data.prepare_unit_bytes` (the documents preparation writes), or a TFDS split
-  (built once if needed). `running_text` (byte-level BPE, which encodes a document as its sentences joined by
-  spaces): each sentence but a document's first with the space before it."""
-  from bert_jax.data import text  # Preparation's reading: not imported with the tokenizers, which every run reads.
-
-  counts = types.SimpleNamespace(text_bytes=0, replaced_bytes=0)
-  for unit in _units(data_config):
-    for document in text.unit_documents(unit, counts):
-      for index, sentence in enumerate(document):
-        yield " " + sentence if running_text and index else sentence
-  if counts.replaced_bytes:
-    logging.info("Replaced %d undecodable bytes of the input while sampling it.", counts.replaced_bytes)
-
-
-def _units(data_config) -> Iterator[dict]:
-  """The work units of `data_config`'s input, in the layout `text.unit_documents` reads (`prepare.work_units`'s,
-  without reading the files to hash them): each file cut into units of `data.prepare_unit_bytes`, or the whole TFDS
-  split."""
-  if data_config.tfds_name:
-    from bert_jax.data.prepare import prepare_tfds
-
-    prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir)
-    yield dict(
-      source="tfds",
-      name=data_config.tfds_name,
-      split=data_config.tfds_split,
-      feature=data_config.tfds_feature,
-      data_dir=data_config.tfds_data_dir,
-    )
-    return
-  from bert_jax.data.text import INPUT_FORMATS
-
-  if data_config.input_format not in INPUT_FORMATS:
-    raise ValueError(f"data.input_format={data_config.input_format!r}; expected one of {INPUT_FORMATS}.")
-  unit_bytes = data_config.prepare_unit_bytes
-  for path in paths.glob(data_config.input_pattern):
-    count = max(1, -(-epath.Path(path).stat().length // unit_bytes))
-    for index in range(count):
-      yield dict(
-        source="files",
-        path=path,
-        input_format=data_config.input_format,
-        index=index,
-        units_of_file=count,
-        unit_bytes=unit_bytes,
-        max_document_bytes=data_config.max_document_bytes,
-      )
 
 
 def _write_whole(path: str, content: bytes) -> None:
