@@ -245,8 +245,7 @@ def test_a_file_of_another_kind_is_refused_naming_the_path_and_both_kinds(fixtur
 
 def test_sentencepiece_takes_albert_names_for_padding_and_unknown(fixture_tokenizers, tmp_path):
   """ALBERT's `spiece.model` names them `<pad>` and `<unk>` (and has [CLS] [SEP] [MASK]): the same ids."""
-  # transformers' copy of the generated protobuf (sentencepiece's own needs protobuf 7; Beam holds it below).
-  from transformers.utils import sentencepiece_model_pb2_new as sentencepiece_model_pb2
+  from sentencepiece import sentencepiece_model_pb2
 
   bert_names = fixture_tokenizers["sentencepiece"]
   proto = sentencepiece_model_pb2.ModelProto.FromString(bert_names.file_content())
