@@ -7,7 +7,9 @@ import threading
 
 import pytest
 import tensorflow_datasets as tfds
+from etils import epath
 
+from bert_jax import paths
 from bert_jax.data import beam_options, prepare, readers, shards, text
 from bert_jax.data.manifest import MANIFEST, read_manifest
 
@@ -43,18 +45,29 @@ def _files(directory) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_beam_s_local_runner_writes_the_local_preparer_s_corpus_byte_for_byte(
-  tmp_path, tokenizer_args, data_config, text_input
+  tmp_path, tokenizer_args, data_config, text_input, gcs_bucket
 ):
   """Worker processes, as a user's `--config.data.prepare_runner=beam` starts them: every file the same bytes, the
-  manifest included, so a run cannot tell the corpora apart."""
-  local = prepare.prepare(
-    data_config(input_pattern=text_input, prepare_unit_bytes=4096), tokenizer_args, str(tmp_path / "local"), 2
-  )
-  config = data_config(input_pattern=text_input, prepare_unit_bytes=4096, prepare_runner="beam", beam_options="")
+  manifest included, so a run cannot tell the corpora apart. From gs:// to gs:// (the workers read and write the
+  bucket): the same shards. No hold-out minimum: moving documents to the evaluation split at the commit reads a
+  shard through TensorFlow's gs:// file system, as the training pipeline does, which the GCS emulator cannot serve."""
+  settings = dict(input_pattern=text_input, prepare_unit_bytes=4096, eval_min_documents=0)
+  local = prepare.prepare(data_config(**settings), tokenizer_args, str(tmp_path / "local"), 2)
+  config = data_config(**settings, prepare_runner="beam", beam_options="")
   on_beam = prepare.prepare(config, tokenizer_args, str(tmp_path / "beam"))
   assert len(on_beam["shards"]) == 12 and on_beam["documents"] + on_beam["eval_documents"] == 600
   assert on_beam == local
   assert _files(tmp_path / "beam") == _files(tmp_path / "local")
+  paths.copy_tree(tmp_path / "in", f"{gcs_bucket}/beam_in")
+  config.update(input_pattern=f"{gcs_bucket}/beam_in/*.txt")
+  in_bucket = prepare.prepare(config, tokenizer_args, f"{gcs_bucket}/beam_out")
+  assert in_bucket["shards"] == local["shards"] and in_bucket["eval_shards"] == local["eval_shards"]
+  for shard in local["shards"]:
+    assert (
+      epath.Path(f"{gcs_bucket}/beam_out", shard["file"]).read_bytes()
+      == (tmp_path / "local" / shard["file"]).read_bytes()
+    )
+  assert not [path.name for path in epath.Path(f"{gcs_bucket}/beam_out").iterdir() if ".tmp" in path.name]
 
 
 def test_a_failed_run_run_again_writes_the_rest_and_the_same_corpus(
