@@ -79,7 +79,11 @@ def write_shards(units: list[dict], tokenizer_args: dict, flags: str) -> list[di
   for counter in result.metrics().query()["counters"]:
     logging.info("Beam counter %s: %d", counter.key.metric.name, counter.committed or counter.attempted or 0)
   _remove_staged(units)
-  return [shards.read_stats(unit) for unit in units]
+  results = [shards.read_stats(unit) for unit in units]
+  missing = [unit["file"] for unit, result in zip(units, results, strict=True) if result is None]
+  if missing:  # A runner that reported success without running every unit: nothing is committed.
+    raise RuntimeError(f"The Beam pipeline finished without writing {len(missing)} shard(s): {missing[:5]}.")
+  return results
 
 
 def _remove_staged(units: list[dict]) -> None:
