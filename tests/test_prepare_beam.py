@@ -70,6 +70,7 @@ def test_beam_s_local_runner_writes_the_local_preparer_s_corpus_byte_for_byte(
   assert not [path.name for path in epath.Path(f"{gcs_bucket}/beam_out").iterdir() if ".tmp" in path.name]
 
 
+@pytest.mark.slow  # Starts a Beam pipeline.
 def test_a_failed_run_run_again_writes_the_rest_and_the_same_corpus(
   tmp_path, tokenizer_args, data_config, text_input, monkeypatch
 ):
@@ -208,6 +209,7 @@ def test_shards_that_do_not_divide_over_the_run_s_readers_are_refused_or_named(
   assert readers.uneven_share(16, 8) == readers.uneven_share(4, 8) == ""
 
 
+@pytest.mark.slow  # Starts a Beam pipeline.
 def test_a_vocabulary_sampled_on_beam_is_the_one_sampled_here(tmp_path, data_config, text_input):
   """`--mode=prepare` with a missing vocabulary and `data.prepare_runner=beam`: Beam's workers draw the sample, and
   the vocabulary trained on it is the file the local sample gives, byte for byte."""
