@@ -296,6 +296,30 @@ def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   assert batch == 1000 and len(tries) < 20
 
 
+@pytest.mark.parametrize(
+  "peak_of, largest, most_compiles",
+  [
+    (lambda batch: 2_000 + 37 * batch, 296, 4),  # A line, as XLA's peaks nearly are: the guess and the one after.
+    (lambda batch: 2_000 + 37 * batch + batch * batch // 50, 256, 5),  # A bend moves the line; still the largest.
+    (lambda batch: 2_000 + (0 if batch < 100 else 10**6), 96, 8),  # A jump: bisection finishes it.
+  ],
+)
+def test_the_search_aims_at_the_limit_where_the_peaks_say_it_is(peak_of, largest, most_compiles):
+  """With the usable HBM and the peaks in the reports, the search tries where the peaks' line meets the limit: the
+  same answer as doubling and bisection, in fewer compiles when the peaks are straight."""
+  usable = 13_000
+
+  def compile_at(batch):
+    return dict(fits=peak_of(batch) <= usable, peak_bytes=peak_of(batch), usable_bytes=usable)
+
+  batch, report, tries = planner.search(compile_at, 8, 1024)
+  assert batch == largest and report["peak_bytes"] == peak_of(largest)
+  assert compile_at(largest + 8)["fits"] is False
+  assert len(tries) <= most_compiles, [b for b, _ in tries]
+  blind = planner.search(lambda b: dict(compile_at(b), usable_bytes=None), 8, 1024)
+  assert blind[0] == largest and len(blind[2]) >= len(tries)
+
+
 @pytest.mark.parametrize("names", [("none", "nope"), ()])
 def test_a_plan_of_unknown_remat_policies_is_refused_with_the_known_ones(names):
   config = tiny.get_config()

@@ -14,7 +14,9 @@ that give it.
 
 **The largest batch** (`dry_run.plan_largest=True`): for each policy, the per-chip batch doubles from
 `dry_run.plan_batch_step` while the train step fits, then a bisection over multiples of `plan_batch_step` finds the
-largest that fits, up to `dry_run.plan_max_batch`.
+largest that fits, up to `dry_run.plan_max_batch`. Once two compiles have named their peaks, the batch tried next is
+where the line through them meets the usable HBM (a step's peak grows about linearly with its batch), then the one
+above it: four compiles where doubling and bisection take ten or more.
 
 Everything else is the config's: mesh, sequence length, dtype, attention kernel, layer layout, job (pretraining or
 fine-tuning). Every policy is applied to scanned and unrolled layers alike; a scan's stacked buffers still make its
@@ -22,6 +24,7 @@ peak higher than the unrolled program's (1.35x for BERT-Base at 512 tokens, docs
 scanned layers, which compile several times faster, holds for unrolled ones too.
 """
 
+import math
 import time
 
 from absl import logging
@@ -86,16 +89,43 @@ def largest_batch(config, devices, remat: str, usable: int | None, start: int = 
   return search(compile_at, config.dry_run.plan_batch_step, config.dry_run.plan_max_batch, start)
 
 
+# Probes placed by the peaks' line before a search falls back to bisection alone.
+_GUIDED_PROBES = 4
+
+
+def _predicted(peaks: dict, usable: int | None, low: int, high: int) -> int | None:
+  """The largest batch (in units) under `usable` by the line through the two peaks nearest it (peak memory grows
+  about linearly with the batch), kept strictly between `low` and `high`; None without two peaks and a limit."""
+  if not usable or len(peaks) < 2:
+    return None
+  near = sorted(peaks, key=lambda units: abs(peaks[units] - usable))[:2]
+  slope = (peaks[near[1]] - peaks[near[0]]) / (near[1] - near[0])
+  if slope <= 0:
+    return None
+  guess = near[0] + math.floor((usable - peaks[near[0]]) / slope)
+  return min(max(guess, low + 1), high - 1)
+
+
 def search(compile_at, step: int, most: int, start: int = 0) -> tuple[int, dict | None, list]:
   """The largest multiple of `step` up to `most` at which `compile_at(batch)` (a step report with "fits") fits:
-  doubling from `step` (or from `start`, when that fits), then bisection. Returns (batch (0: none fits), its report,
-  every (batch, report) tried)."""
-  tries = []
+  doubling from `step` (or from `start`, when that fits), then bisection. Once two reports name their peak and the
+  usable HBM, the next batch tried is where the line through the two peaks nearest the limit meets it, and the one
+  after it; a peak that bends moves the line, and after a few such probes bisection alone finishes. Returns (batch
+  (0: none fits), its report, every (batch, report) tried)."""
+  tries, peaks, usable, guided = [], {}, [None], [0]
 
   def fits(units: int) -> bool:
     report = compile_at(units * step)
     tries.append((units * step, report))
+    if report.get("peak_bytes"):
+      peaks[units] = report["peak_bytes"]
+    usable[0] = report.get("usable_bytes") or usable[0]
     return report["fits"]
+
+  def next_units(fallback: int, low: int, high: int) -> int:
+    guess = _predicted(peaks, usable[0], low, high) if guided[0] < _GUIDED_PROBES else None
+    guided[0] += guess is not None
+    return fallback if guess is None else guess
 
   # In units of `step`: the largest known to fit and the smallest known not to (or one past the range).
   low, high, top = 0, None, most // step
@@ -103,6 +133,7 @@ def search(compile_at, step: int, most: int, start: int = 0) -> tuple[int, dict 
   if 1 < start // step <= top and fits(start // step):
     low, units = start // step, 2 * (start // step)
   while units <= top:
+    units = next_units(units, low, top + 1)
     if not fits(units):
       high = units
       break
@@ -110,7 +141,7 @@ def search(compile_at, step: int, most: int, start: int = 0) -> tuple[int, dict 
   if high is None:
     high = top + 1
   while high - low > 1:
-    middle = (low + high) // 2
+    middle = next_units((low + high) // 2, low, high)
     if fits(middle):
       low = middle
     else:
