@@ -11,12 +11,11 @@ checkpoints, resumes from those. Phase 1's workdir is only read.
 
 Planned, as phase 1, for a v5p-128 slice at batch 256 (4 packed rows of 512 tokens per chip): it fits there
 (`--mode=dry_run` compiles it for the slice; docs/tpu.md has the figures), and `--mode=plan` there chooses remat
-"none". On smaller slices, at the same batch of 256, `--mode=plan --config.dry_run.topology=...` finds (2026-11-27,
-XLA's TPU compiler from libtpu 0.0.42.1; docs/tpu.md):
+"none". On smaller slices, at the same batch of 256, `--mode=plan --config.dry_run.topology=...` finds (2026-11-28,
+XLA's TPU compiler from libtpu 0.0.42.1, XLA's own peak; docs/tpu.md):
 
-    v6e-16  16 rows per chip: remat none fits (peak 17.45 of 31.25 GiB per chip)
-    v5e-16  16 rows per chip: remat none needs 16.90 GiB of 15.75; save_dots fits (peak 15.09 GiB): pass
-            --config.model.remat=save_dots
+    v6e-16  16 rows per chip: remat none fits (peak 15.30 of 31.25 GiB per chip)
+    v5e-16  16 rows per chip: remat none fits (peak 15.11 of 15.75 GiB per chip), no flag to pass
 """
 
 from configs import large

@@ -126,16 +126,15 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
     config = _tiny("v5e-8", data=8)
     config.model.update(attention=kind, max_position_embeddings=512)
     config.data.update(max_seq_length=512, max_predictions_per_seq=20)
-    config.batch_size = 64  # 8 rows per chip: the scores still dominate; compiles in about a third of 256 rows' time.
+    config.batch_size = 512  # 64 rows per chip: the scores, not the chip's VMEM scratch that XLA's peak counts, make it.
     devices, _ = ahead_of_time.target_devices(config)
     job = ahead_of_time.make_job(config, devices)
     step = ahead_of_time.compile_step(job.run.train_step, job.train_args, None)
     assert (step["tpu_kernels"] > 0) == (kind == "splash")  # The Pallas kernel, compiled by Mosaic.
     peaks[kind] = step["peak_bytes"]
-  # Before the remat policies the XLA path kept each layer's float32 [8, 2, 512, 512] probabilities and splash saved
-  # more than they weigh. Now the XLA path keeps only the bfloat16 scores (remat "none"), and on this tiny model the
-  # two peaks are level (2026-11-27: xla 20.4 MB, splash 21.1 MB per chip): splash must cost no more than that.
-  assert peaks["splash"] <= 1.1 * peaks["xla"], peaks
+  # The XLA path keeps each layer's bfloat16 [64, heads, 512, 512] scores (remat "none");
+  # splash keeps no [seq, seq] tensor. XLA's peaks (2026-11-28): xla 522 MiB, splash 347 MiB per chip.
+  assert peaks["splash"] < 0.8 * peaks["xla"], peaks
 
 
 @requires_libtpu
@@ -209,8 +208,7 @@ def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help_and_keeps_no
 
 def _activation_bound(remat: str) -> dict:
   """A tiny model's scanned step at 256 tokens, 8 rows per chip, dropout on, data parallel on v5e-8: 2 layers, each
-  compiled in about 35 s (at 512 tokens and 16 rows, where activations outgrow the chip's VMEM and the layouts can be
-  compared, a compile took 5 to 15 minutes in CI: that comparison is a benchmark, docs/tpu.md)."""
+  compiled in about 35 s."""
   config = _tiny("v5e-8", data=8)
   config.model.update(
     num_layers=2,
@@ -230,12 +228,14 @@ def _activation_bound(remat: str) -> dict:
 @requires_libtpu
 @pytest.mark.slow
 def test_each_remat_policy_compiles_and_keeps_less_than_the_one_before():
-  """Measured 2026-11-28: none 0.0654 GiB, save_dense 0.0529, offload_dense 0.0248, full 0.0359 (XLA's compile-only
-  analysis; what offload_dense moves to host memory: docs/tpu.md); save_dots is left out here to save a compile."""
+  """Compared by XLA's temporaries, not its peak: the peak counts the chip's VMEM scratch (112 MiB on a v5e), so on
+  this tiny model every policy peaks at 118 MiB (at 64 rows per chip none is still 140 MiB, and 128 rows take
+  minutes a compile). Measured 2026-11-28: temporaries none 0.0654 GiB, save_dense 0.0529, offload_dense 0.0248,
+  full 0.0359 (what offload_dense moves to host memory: docs/tpu.md); save_dots is left out to save a compile."""
   names = ("none", "save_dense", "offload_dense", "full")
   steps = {name: _activation_bound(name) for name in names}
   assert all(step["fits"] for step in steps.values()), steps
-  ordered = [steps[name]["peak_bytes"] for name in ("none", "save_dense", "full")]
+  ordered = [steps[name]["temp_bytes"] for name in ("none", "save_dense", "full")]
   assert ordered == sorted(ordered, reverse=True) and ordered[0] > 1.5 * ordered[-1], ordered
 
 
