@@ -127,7 +127,7 @@ def test_splash_attention_compiles_for_the_tpu_and_needs_less_hbm_at_512():
     config = _tiny("v5e-8", data=8)
     config.model.update(attention=kind, max_position_embeddings=512)
     config.data.update(max_seq_length=512, max_predictions_per_seq=20)
-    config.batch_size = 512  # 64 rows per chip: the scores, not the chip's VMEM scratch that XLA's peak counts, make it.
+    config.batch_size = 512  # 64 rows per chip: the scores make the peak, not the VMEM scratch XLA's peak counts.
     devices, _ = ahead_of_time.target_devices(config)
     job = ahead_of_time.make_job(config, devices)
     step = ahead_of_time.compile_step(job.run.train_step, job.train_args, None)

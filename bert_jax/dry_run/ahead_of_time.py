@@ -12,10 +12,10 @@ and memory are not a TPU's, so those figures are an estimate (the parameter and 
 
 The job is pretraining, or fine-tuning when `finetune.task` is set (its sweep members and its prediction step; the
 encoder's sizes from `init_from`'s metadata when set, its weights never read). Per step the report has: usable HBM,
-train-state bytes, peak bytes (XLA's own: the most its buffer assignment holds at once), whether it fits and by what margin,
-XLA's FLOPs beside the model's, the collectives per step, and the compile time. A step that does not fit says by
-how much and what would help. XLA's `optimal_seconds` estimate is a placeholder, so no time is reported: a time
-comes only from running on the hardware.
+train-state bytes, peak bytes (XLA's own: the most its buffer assignment holds at once), whether it fits and by
+what margin, XLA's FLOPs beside the model's, the collectives per step, and the compile time. A step that does not
+fit says by how much and what would help. XLA's `optimal_seconds` estimate is a placeholder, so no time is reported:
+a time comes only from running on the hardware.
 """
 
 import dataclasses

@@ -20,8 +20,8 @@ above it: four compiles where doubling and bisection take ten or more.
 
 Everything else is the config's: mesh, sequence length, dtype, attention kernel, layer layout, job (pretraining or
 fine-tuning). Every policy is applied to scanned and unrolled layers alike; a scan's stacked buffers still make its
-peak higher than the unrolled program's (1.26x for BERT-Base at 512 tokens, XLA's peak; docs/tpu.md), so a plan made with
-scanned layers, which compile several times faster, holds for unrolled ones too.
+peak higher than the unrolled program's (1.26x for BERT-Base at 512 tokens, XLA's peak; docs/tpu.md), so a plan
+made with scanned layers, which compile several times faster, holds for unrolled ones too.
 """
 
 import math
