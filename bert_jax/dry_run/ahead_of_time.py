@@ -184,7 +184,7 @@ def peak_bytes(memory) -> int:
   chip: 3.23 GiB against XLA's 2.45, its preallocated temporaries 1.87 GiB beside 0.60 of arguments; BERT-Large's
   phase 2 on a v5e-16 chip: 16.90 GiB against 15.11, a program XLA:TPU accepts for 15.75 GiB; docs/tpu.md)."""
   peak = getattr(memory, "peak_memory_in_bytes", 0)
-  if peak and peak > 0:
+  if peak > 0:
     return peak
   # Donated state aliases its outputs: live at the peak are the arguments, the temporaries and fresh outputs.
   return (

@@ -112,19 +112,22 @@ def search(compile_at, step: int, most: int, start: int = 0) -> tuple[int, dict 
   usable HBM, the next batch tried is where the line through the two peaks nearest the limit meets it, and the one
   after it; a peak that bends moves the line, and after a few such probes bisection alone finishes. Returns (batch
   (0: none fits), its report, every (batch, report) tried)."""
-  tries, peaks, usable, guided = [], {}, [None], [0]
+  tries, peaks = [], {}
+  usable, guided = None, 0
 
   def fits(units: int) -> bool:
+    nonlocal usable
     report = compile_at(units * step)
     tries.append((units * step, report))
     if report.get("peak_bytes"):
       peaks[units] = report["peak_bytes"]
-    usable[0] = report.get("usable_bytes") or usable[0]
+    usable = report.get("usable_bytes") or usable
     return report["fits"]
 
   def next_units(fallback: int, low: int, high: int) -> int:
-    guess = _predicted(peaks, usable[0], low, high) if guided[0] < _GUIDED_PROBES else None
-    guided[0] += guess is not None
+    nonlocal guided
+    guess = _predicted(peaks, usable, low, high) if guided < _GUIDED_PROBES else None
+    guided += guess is not None
     return fallback if guess is None else guess
 
   # In units of `step`: the largest known to fit and the smallest known not to (or one past the range).
