@@ -79,7 +79,9 @@ def layer_norm(config: BertConfig, name: str) -> nn.Module:
 
 class Dropout(nn.Dropout):
   """flax's Dropout, the same draw from the same key (its name in a module is flax's, `Dropout_0`, ...), with its
-  mask named `remat.DROPOUT_MASK` for the remat policies that keep it (model/remat.py)."""
+  mask named `remat.DROPOUT_MASK` for the remat policies that keep it (model/remat.py), packed eight to a byte: a
+  kept mask costs an eighth of a boolean one (for BERT-Base at 512 tokens, 0.4 MiB instead of 3 MiB per row and
+  layer for the attention's), and the backward pass unpacks it (element-wise work, no random draw)."""
 
   @nn.compact
   def __call__(self, inputs, deterministic: bool | None = None, rng=None):
@@ -92,8 +94,14 @@ class Dropout(nn.Dropout):
       return jnp.zeros_like(inputs)
     keep_prob = 1.0 - self.rate
     mask = jax.random.bernoulli(self.make_rng(self.rng_collection) if rng is None else rng, keep_prob, inputs.shape)
-    mask = remat.tag(mask, remat.DROPOUT_MASK)
+    mask = _packed_for_backward(mask)
     return jax.lax.select(mask, inputs / keep_prob, jnp.zeros_like(inputs))
+
+
+def _packed_for_backward(mask: Array) -> Array:
+  """`mask` as it is, through its bits packed along the last axis: the packed form is what a policy keeps."""
+  packed = remat.tag(jnp.packbits(mask, axis=-1), remat.DROPOUT_MASK)
+  return jnp.unpackbits(packed, axis=-1, count=mask.shape[-1]).astype(bool)
 
 
 _ACTIVATION_RULES: contextvars.ContextVar[tuple] = contextvars.ContextVar("activation_rules", default=())
