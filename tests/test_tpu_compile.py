@@ -208,8 +208,9 @@ def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help_and_keeps_no
 
 
 def _activation_bound(remat: str) -> dict:
-  """A tiny model's scanned step at 256 tokens, 8 rows per chip, dropout on, data parallel on v5e-8: 2 layers, each
-  compiled in about 35 s."""
+  """A tiny model's scanned step at 256 tokens, 32 rows per chip, dropout on, data parallel on v5e-8: 2 layers, each
+  compiled in about 30 s. At 8 rows XLA:TPU keeps the whole step in the chip's VMEM (no HBM temporaries at all under
+  remat none once its dropout masks were packed): too small for the policies to show."""
   config = _tiny("v5e-8", data=8)
   config.model.update(
     num_layers=2,
@@ -220,7 +221,7 @@ def _activation_bound(remat: str) -> dict:
     attention_dropout_prob=0.1,
   )
   config.data.update(max_seq_length=256, max_predictions_per_seq=20)
-  config.batch_size = 8 * 8
+  config.batch_size = 8 * 32
   devices, _ = ahead_of_time.target_devices(config)
   job = ahead_of_time.make_job(config, devices)
   return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))
@@ -229,15 +230,13 @@ def _activation_bound(remat: str) -> dict:
 @requires_libtpu
 @pytest.mark.slow
 def test_each_remat_policy_compiles_and_keeps_less_than_the_one_before():
-  """Compared by XLA's temporaries, not its peak: the peak counts the chip's VMEM scratch (112 MiB on a v5e), so on
-  this tiny model every policy peaks at 118 MiB (at 64 rows per chip none is still 140 MiB, and 128 rows take
-  minutes a compile). Measured 2026-11-28: temporaries none 0.0654 GiB, save_dense 0.0529, offload_dense 0.0248,
-  full 0.0359 (what offload_dense moves to host memory: docs/tpu.md); save_dots is left out to save a compile."""
+  """By XLA's peak. Measured 2026-11-28 (evening): none 104 MiB, save_dense 91, full 67 (offload_dense compiles; what
+  it moves to host memory: docs/tpu.md); save_dots is left out to save a compile."""
   names = ("none", "save_dense", "offload_dense", "full")
   steps = {name: _activation_bound(name) for name in names}
   assert all(step["fits"] for step in steps.values()), steps
-  ordered = [steps[name]["temp_bytes"] for name in ("none", "save_dense", "full")]
-  assert ordered == sorted(ordered, reverse=True) and ordered[0] > 1.5 * ordered[-1], ordered
+  ordered = [steps[name]["peak_bytes"] for name in ("none", "save_dense", "full")]
+  assert ordered == sorted(ordered, reverse=True) and ordered[0] > 1.3 * ordered[-1], ordered
 
 
 def _stand_in_compiler(monkeypatch, peak_of, limit: list) -> None:
