@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from bert_jax.model import remat
+
 SPLASH_BLOCK = 128  # The splash kernel's block along both sequence axes (the TPU's 128 lanes).
 
 _PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar("attention_platform", default=None)
@@ -98,7 +100,11 @@ def _splash_per_shard(query, key, value, segment_ids, choice, *, splash_masks, i
 
   def attend(splash_mask, q, k, v, ids):
     mask = splash.MultiHeadMask([splash_mask(seq)] * heads)
-    kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1, interpret=interpret)
+    # Its residuals named for the remat policies that keep them (model/remat.py), so the backward pass does not run
+    # the forward kernel again.
+    kernel = splash.make_splash_mha(
+      mask, head_shards=1, q_seq_shards=1, interpret=interpret, residual_checkpoint_name=remat.CONTEXT
+    )
     one_row = lambda q, k, v, ids: kernel(q, k, v, segment_ids=splash.SegmentIds(q=ids, kv=ids))
     return jax.vmap(one_row)(q, k, v, ids)
 

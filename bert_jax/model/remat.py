@@ -30,8 +30,10 @@ _policies = jax.checkpoint_policies
 
 # Values tagged by name in the model, for the policies that save by name.
 QUERY, KEY, VALUE = "query_proj", "key_proj", "value_proj"
-# The attention's output per head, before the output projection: a matmul output on the XLA path, a kernel's output
-# (not a matmul, so a dots policy alone would run the kernel again) with splash or cuDNN.
+# The splash kernel's residuals (its output and log-sum-exp), named by the kernel itself (`residual_checkpoint_name`,
+# model/attention.py): a kernel's output is not a matmul, so a dots policy alone would run the kernel again in the
+# backward pass. On the XLA path the context is a matmul output, kept by the dots policies. cuDNN's residuals have
+# no name: under any policy but full-layer recompute its forward kernel runs again.
 CONTEXT = "context"
 DROPOUT_MASK = "dropout_mask"
 NAMES = (QUERY, KEY, VALUE, CONTEXT, DROPOUT_MASK)
@@ -43,9 +45,11 @@ POLICY_NAMES = ("none", "save_dots", "save_dense", "offload_dense", "save_qkv", 
 def policy(name: str):
   """The `jax.checkpoint` policy of `model.remat=name` (None: save nothing, "full")."""
   if name == "none":
-    return _policies.save_from_both_policies(_policies.checkpoint_dots, _policies.save_only_these_names(DROPOUT_MASK))
+    return _policies.save_from_both_policies(
+      _policies.checkpoint_dots, _policies.save_only_these_names(CONTEXT, DROPOUT_MASK)
+    )
   if name == "save_dots":
-    return _policies.checkpoint_dots
+    return _policies.save_from_both_policies(_policies.checkpoint_dots, _policies.save_only_these_names(CONTEXT))
   if name == "save_dense":
     return _policies.checkpoint_dots_with_no_batch_dims
   if name == "save_qkv":

@@ -86,7 +86,7 @@ class SelfAttention(nn.Module):
       context = jnp.einsum("bhqk,bkhd->bqhd", probs, value)
     if head_mask is not None:  # transformers' head_mask scales the probabilities; a head's context is linear in them.
       context = context * head_mask.astype(context.dtype)[:, None]
-    context = remat.tag(constrain(context, _HEADS), remat.CONTEXT)  # [batch, seq, heads, head_dim]
+    context = constrain(context, _HEADS)  # [batch, seq, heads, head_dim]
     return dense(config, config.hidden_size, ("heads", "kv", "embed"), axis=(-2, -1), name="output")(context)
 
 
