@@ -3,8 +3,8 @@ and what the backward pass computes again. As MaxText offers them, for one layer
 to every layer, scanned or unrolled, so that both layouts keep the same values; a scan still peaks higher, its
 stacked buffers freed whole when its backward loop ends: docs/tpu.md, "Where the memory goes"):
 
-  none           every matmul output, the attention's context (a fused kernel's output too) and every dropout mask
-                 (packed eight to a byte, model/layers.py): only element-wise work (softmax, norms, GELU, unpacking
+  none           every matmul output, the attention's context (splash: its output and log-sum-exp), every dropout
+                 mask (packed eight to a byte, model/layers.py): only element-wise work (softmax, norms, GELU, unpacking
                  and applying a mask) is computed again, as XLA itself does in an unrolled program. No matmul, no
                  kernel, no random draw.
   save_dots      every matmul output and the context; dropout masks are drawn again (the same bits) from their keys.
