@@ -88,8 +88,7 @@ def summarize(metric_sums: dict, num_steps: int) -> dict:
 def model_row(model, num_params: int) -> str:
   """A run header's model row (`model`: a BertConfig; its family's name, e.g. "ModernBERT L22 H768 A12")."""
   return (
-    f"{model.architecture.name} L{model.num_layers} H{model.hidden_size} A{model.num_heads} "
-    f"(feed-forward {model.intermediate_size}), "
+    f"{model.title} (feed-forward {model.intermediate_size}), "
     f"vocabulary {model.vocab_size:,}, {model.dtype}: {num_params:,} parameters"
   )
 

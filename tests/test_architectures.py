@@ -236,9 +236,11 @@ def test_an_attention_pattern_gives_each_layer_its_span(monkeypatch, small_model
     ("modernbert", "ModernBERT"),
   ],
 )
-def test_a_run_header_names_the_family_it_trains(model_type, name):
+def test_a_run_header_and_a_dry_run_name_the_family_they_train(model_type, name):
+  """The run header's model row and the dry run's (both `BertConfig.title`) name the family, not "BERT" for all."""
   from bert_jax import progress
 
   extra = dict(rope_theta=10_000.0) if model_type == "modernbert" else {}
   config = BertConfig(model_type=model_type, vocab_size=99, num_layers=2, hidden_size=32, num_heads=2, **extra)
   assert progress.model_row(config, 1234).startswith(f"{name} L2 H32 A2 (feed-forward ")
+  assert config.title == f"{name} L2 H32 A2"

@@ -340,7 +340,7 @@ def format_report(report: dict) -> str:
     ("mesh", " x ".join(f"{axis} {size}" for axis, size in report["mesh"].items())),
     (
       "model",
-      f"BERT L{model.num_layers} H{model.hidden_size} A{model.num_heads}, {report['parameters']:,} parameters, "
+      f"{model.title}, {report['parameters']:,} parameters, "
       f"{model.dtype}, remat {model.remat}, attention {report['attention']}, "
       f"{'scanned' if model.scan_layers else 'unrolled'} layers",
     ),

@@ -221,6 +221,11 @@ class BertConfig:
     return architectures.architecture(self.model_type)
 
   @property
+  def title(self) -> str:
+    """The family and its sizes, as run headers and dry runs name the model: e.g. "ModernBERT L22 H768 A12"."""
+    return f"{self.architecture.name} L{self.num_layers} H{self.hidden_size} A{self.num_heads}"
+
+  @property
   def embedding_width(self) -> int:
     """The width of the embedding tables: embedding_size, or hidden_size when it is 0."""
     return self.embedding_size or self.hidden_size
