@@ -21,7 +21,7 @@ The batch-size warmup (`batch_warmup_tokens`, `batch_warmup_start`; bert_jax/dat
 code's: its `batch_size_warmup_min_size` is its 96-row microbatch on each of its 8 GPUs, 768 rows, and it adds a
 microbatch per GPU at a time over `batch_size_warmup_tokens: 50_000_000_000tok`. Here the same figures: 768, 1,536,
 ... 3,840 rows for 4,239 steps each (steps 1 to 21,195, 50.005B token positions), then 4,608; six compiled train
-steps. On the v5p-64 below 768 rows are 24 per chip, 12 per microbatch. The training code schedules its learning rate
+steps. On the v5p-64 below 768 rows are 24 per chip. The training code schedules its learning rate
 and its length in tokens, and bert_jax in steps: `warmup_steps` and `num_train_steps` are the steps that read 3B and
 1.719T tokens under the batch warmup (`BatchSchedule.step_reaching`), 3,815 (all at 768 rows) and 374,902.
 
@@ -38,12 +38,12 @@ Where it differs from the training code, and why:
   config has every dropout at 0).
 - Parameters start from bert_jax's initialiser (truncated normal, 0.02), not the training code's Megatron one.
 
-Planned for a v5p-64 slice (32 chips: 144 rows of 1,024 tokens per chip, in 2 microbatches of 72, below the
-training code's 96 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-28, XLA's TPU
-compiler on a 2-core CPU machine, `--mode=dry_run` as below): the train step fits at remat none, peak 33.83 GiB of
-95.74 usable per chip, compiled in 110 s; the eval step 9.32 GiB (the dry run compiles the full batch: the warmup's
-smaller ones take less). `--mode=plan` would choose the remat policy and microbatches there (not run: the margin
-suggests one microbatch may fit).
+Planned for a v5p-64 slice (32 chips: 144 rows of 1,024 tokens per chip in one microbatch, against the training
+code's 96 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-29, XLA's TPU compiler
+on a 2-core CPU machine, XLA's own peak, `--mode=dry_run` as below): the train step fits at remat none, peak 62.75
+GiB of 95.74 usable per chip, compiled in 100 s; the eval step 9.06 GiB (the dry run compiles the full batch: the
+warmup's smaller ones take less). In 2 microbatches of 72 the peak is 32.26 GiB; `--mode=plan` keeps remat none
+there (it tries the config's microbatches and more, never fewer).
 
     python -m bert_jax.main --config=configs/modernbert_base.py --workdir=/tmp/mb --mode=dry_run
 """
@@ -106,7 +106,7 @@ def get_config():
   config.data.max_predictions_per_seq = max_predictions(SEQ_LENGTH)
   config.batch_size = BATCH_SIZE
   config.batch_warmup_start, config.batch_warmup_tokens = BATCH_WARMUP_START, BATCH_WARMUP_TOKENS
-  config.num_microbatches = 2
+  config.num_microbatches = 1
   config.num_train_steps = PHASE_1_STEPS
   config.warmup_steps = WARMUP_STEPS
   config.lr_schedule = "wsd"
