@@ -1,4 +1,6 @@
-"""Fine-tune on a GLUE task with the BERT paper's hyperparameters (batch 32, 3 epochs, 10% warmup, dropout 0.1):
+"""Fine-tune on a GLUE task with the BERT paper's hyperparameters (batch 32, 3 epochs, 10% warmup), and the dropout
+of the model fine-tuned (BERT's 0.1, as the paper; ModernBERT's and ALBERT v2's 0), as transformers' from_pretrained
+takes it from the source's config.json:
 
     python -m bert_jax.main --mode=finetune --config=configs/glue.py --config.finetune.task=mrpc \
         --config.finetune.data_dir=gs://bucket/glue_data/MRPC --config.init_from=gs://bucket/run --workdir=...
@@ -17,6 +19,8 @@ measured favoured the other beyond the seeds' noise; with it (and dropout off) a
 does, step for step. A workdir started with the other schedule resumes only with `--config.lr_schedule=bert`.
 """
 
+import ml_collections
+
 from configs import default
 
 
@@ -33,4 +37,8 @@ def get_config():
   config.lr_schedule = "transformers"
   config.log_every_steps = 50
   config.keep_checkpoints = 1
+  # Unset: init_from's (its config.json or saved config); set, they override it, as from_pretrained(...,
+  # hidden_dropout_prob=0.1) does. With no init_from, BERT's 0.1.
+  config.model.hidden_dropout_prob = ml_collections.config_dict.placeholder(float)
+  config.model.attention_dropout_prob = ml_collections.config_dict.placeholder(float)
   return config

@@ -1,6 +1,6 @@
 """Fine-tune on CoNLL-2003 named entities with the BERT paper's hyperparameters: a label on the first piece of
 each word, rows of 128 tokens (longer sentences split at word boundaries), batch 32, learning rate 5e-5,
-3 epochs, 10% warmup, dropout 0.1; entity-level F1 as conlleval computes it.
+3 epochs, 10% warmup, the source's dropout (BERT's 0.1); entity-level F1 as conlleval computes it.
 
     python -m bert_jax.main --mode=finetune --config=configs/ner.py --config.finetune.data_dir=gs://bucket/conll2003 \
         --config.init_from=gs://bucket/run --workdir=...

@@ -1,6 +1,6 @@
 """Fine-tune on SQuAD v1.1 with the BERT paper's hyperparameters: windows of 384 tokens every 128 with questions
-cut to 64, batch 32, learning rate 5e-5, 3 epochs, 10% warmup, dropout 0.1. SQuAD v2.0 has a config of its own,
-configs/squad_v2.py (the paper's 2 epochs at batch 48 for v2.0).
+cut to 64, batch 32, learning rate 5e-5, 3 epochs, 10% warmup, the source's dropout (BERT's 0.1). SQuAD v2.0 has a
+config of its own, configs/squad_v2.py (the paper's 2 epochs at batch 48 for v2.0).
 
     python -m bert_jax.main --mode=finetune --config=configs/squad.py --config.finetune.data_dir=gs://bucket/squad \
         --config.init_from=gs://bucket/run --workdir=...

@@ -1,6 +1,6 @@
 """Fine-tune on SQuAD v2.0 with the BERT paper's hyperparameters for it: configs/squad.py's windows (384 tokens
 every 128, questions cut to 64) and learning rate 5e-5, with batch 48 and 2 epochs (v1.1: batch 32, 3 epochs),
-10% warmup, dropout 0.1.
+10% warmup, the source's dropout (BERT's 0.1).
 
     python -m bert_jax.main --mode=finetune --config=configs/squad_v2.py --config.finetune.data_dir=gs://bucket/squad \
         --config.init_from=gs://bucket/run --workdir=...

@@ -1,5 +1,6 @@
 """Fine-tune on SWAG with the BERT paper's hyperparameters: four (context, ending) sequences per example scored
-through [CLS], rows of 128 tokens, batch 16, learning rate 2e-5, 3 epochs, 10% warmup, dropout 0.1.
+through [CLS], rows of 128 tokens, batch 16, learning rate 2e-5, 3 epochs, 10% warmup, the source's dropout
+(BERT's 0.1).
 
     python -m bert_jax.main --mode=finetune --config=configs/swag.py --config.finetune.data_dir=gs://bucket/swag \
         --config.init_from=gs://bucket/run --workdir=...

@@ -62,3 +62,18 @@ def test_bad_model_configs_name_the_value():
     BertConfig(layer_sharing="half")
   with pytest.raises(ValueError, match=r"model.embedding_size must be a non-negative integer, got -1"):
     BertConfig(embedding_size=-1)
+
+
+def test_a_fine_tuning_config_takes_the_encoder_s_dropout_from_its_source_unless_it_sets_it():
+  """configs/glue.py (and the fine-tuning configs built on it) leaves the encoder's dropout unset: a run takes its
+  source's (ModernBERT's and ALBERT v2's 0, BERT's 0.1), as transformers' from_pretrained reads config.json; with no
+  source, BERT's 0.1; set, it overrides the source's."""
+  from bert_jax.model.bert_config import from_fields
+  from configs import glue
+
+  fields = glue.get_config().model.to_dict()
+  dropout = lambda model: (model.hidden_dropout_prob, model.attention_dropout_prob)  # noqa: E731
+  assert dropout(from_fields(fields, BertConfig(hidden_dropout_prob=0.0, attention_dropout_prob=0.05))) == (0.0, 0.05)
+  assert dropout(from_fields(fields)) == (0.1, 0.1)
+  fields.update(hidden_dropout_prob=0.2)
+  assert dropout(from_fields(fields, BertConfig(hidden_dropout_prob=0.0, attention_dropout_prob=0.0))) == (0.2, 0.0)

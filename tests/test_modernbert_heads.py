@@ -417,6 +417,9 @@ def test_a_modernbert_run_starts_where_transformers_from_pretrained_starts(
     ["decoder.bias"],
   )
   assert reference.config.classifier_pooling == expected
+  # The encoder's dropout, which glue.py leaves unset, is the source's too (ModernBERT's 0, not BERT's 0.1).
+  theirs_dropout = (reference.config.mlp_dropout, reference.config.attention_dropout)
+  assert (model_cfg.hidden_dropout_prob, model_cfg.attention_dropout_prob) == theirs_dropout == (0.0, 0.0)
   tensors = {name: value.detach().numpy() for name, value in reference.state_dict().items()}
   params["classifier"] = hf_format.params_from_hf(tensors, model_cfg)["classifier"]
   batch = _batch("classification", 405)

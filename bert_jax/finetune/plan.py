@@ -21,9 +21,9 @@ from bert_jax.train.optim import Steps, make_sweep_optimizer
 
 
 def model_config(config, source: pretrained.Pretrained | formats.Source | None) -> BertConfig:
-  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat, layout, dropout,
-  and its head's `classifier_*` (ModernBERT's pooling, prediction head and dropout): those the run sets, else the
-  source's, as transformers' from_pretrained takes them (else transformers' defaults). Raises ValueError for what
+  """The encoder's architecture (the source's, else config.model) with this run's dtype, remat and layout, and its
+  dropout and its head's `classifier_*` (ModernBERT's pooling, prediction head and dropout): those the run sets, else
+  the source's, as transformers' from_pretrained takes them (else transformers' defaults). Raises ValueError for what
   the family's fine-tuning heads cannot honour (`config_checks.check_fine_tunable`)."""
   ours = config_checks.model_config(config, None if source is None else source.config)
   if source is None:

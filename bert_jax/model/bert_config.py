@@ -55,6 +55,9 @@ CLASSIFIER_POOLING = ("cls", "mean")
 # A config may leave them unset (None): `from_fields` takes them from a source (a fine-tuning run's `init_from`), as
 # transformers' from_pretrained reads them from the source's config.json.
 PREDICTION_HEAD_FIELDS = ("classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
+# The encoder's dropout: a fine-tuning config leaves it unset (None) to take the source's, as from_pretrained does
+# (BERT's, RoBERTa's and ELECTRA's 0.1; ModernBERT's and ALBERT v2's 0).
+DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_dropout_prob")
 # model.layer_sharing: which parameters every layer shares (ALBERT): none, all, or the attention or the
 # feed-forward sub-layer (with its LayerNorm) only.
 LAYER_SHARING = ("none", "all", "attention", "ffn")
@@ -241,9 +244,10 @@ class BertConfig:
 
 def from_fields(fields: dict, source: BertConfig | None = None) -> BertConfig:
   """`fields` (`config.model` as a dict, or the model a checkpoint recorded) as a BertConfig, which checks them; the
-  PREDICTION_HEAD_FIELDS they leave unset (None) are `source`'s, else BertConfig's (transformers' defaults)."""
+  PREDICTION_HEAD_FIELDS and DROPOUT_FIELDS they leave unset (None) are `source`'s, else BertConfig's (transformers'
+  defaults)."""
   values = dict(fields)
-  for name in PREDICTION_HEAD_FIELDS:
+  for name in PREDICTION_HEAD_FIELDS + DROPOUT_FIELDS:
     if values.get(name) is None:
       values[name] = getattr(source or BertConfig(), name)
   return BertConfig(**values)
