@@ -38,11 +38,28 @@ def zeros(axes: tuple):
   return nn.with_logical_partitioning(nn.initializers.zeros_init(), axes)
 
 
-def dense(config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None, bias=None) -> nn.DenseGeneral:
+def merged_output_dot(lhs: jax.Array, rhs: jax.Array, dimension_numbers, precision=None) -> jax.Array:
+  """`lax.dot_general` for a kernel [in, *features] contracted on its first axis, as one matmul into the features
+  merged ([..., prod(features)]), then reshaped. The same products and sums; but the matmul's output, which the
+  remat policies keep, is [..., heads * head_dim] rather than [..., heads, 64]: XLA:TPU tiles an array's two minor
+  dimensions in HBM by (8, 128), and a kept query laid out for splash's kernel (head_dim minor) took twice its bytes
+  (docs/tpu.md, "Where the memory goes")."""
+  (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+  if tuple(rhs_contract) != (0,) or lhs_batch or rhs_batch:
+    raise ValueError(f"merged_output_dot contracts a kernel's first axis only, not {dimension_numbers}.")
+  out = jax.lax.dot_general(lhs, rhs.reshape(rhs.shape[0], -1), ((lhs_contract, (0,)), ((), ())), precision=precision)
+  return out.reshape(*out.shape[:-1], *rhs.shape[1:])
+
+
+def dense(
+  config: BertConfig, features, kernel_axes: tuple, axis=-1, name=None, bias=None, dot_general=None
+) -> nn.DenseGeneral:
   """A dense layer with BERT's init; the bias (`bias`, default `config.linear_bias`: the encoder's and its heads'
-  hidden layers; a task's output layer has one in every family) is named by the output axes of the kernel."""
+  hidden layers; a task's output layer has one in every family) is named by the output axes of the kernel;
+  `dot_general`: flax's, e.g. `merged_output_dot`."""
   num_out = 1 if isinstance(features, int) else len(features)
   return nn.DenseGeneral(
+    dot_general=dot_general,
     features=features,
     axis=axis,
     use_bias=config.linear_bias if bias is None else bias,

@@ -65,3 +65,11 @@ def policy(name: str):
 def tag(value: jax.Array, name: str) -> jax.Array:
   """`value`, named `name` for the policies that save by name."""
   return checkpoint_name(value, name)
+
+
+def tag_heads(value: jax.Array, name: str) -> jax.Array:
+  """`value` [..., heads, head_dim], named `name` in its [..., heads * head_dim] form. XLA:TPU tiles the two minor
+  dimensions of an array in HBM by (8, 128): a saved query laid out as splash's kernel reads it (head_dim minor, 64)
+  takes twice its bytes, where the merged form is lane-dense (docs/tpu.md, "Where the memory goes")."""
+  *lead, heads, head_dim = value.shape
+  return checkpoint_name(value.reshape(*lead, heads * head_dim), name).reshape(value.shape)

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from bert_jax.model import attention, remat, rotary
 from bert_jax.model.attention_patterns import SpanTable
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.layers import Dropout, constrain, current_activation_rules, dense
+from bert_jax.model.layers import Dropout, constrain, current_activation_rules, dense, merged_output_dot
 
 Array = jax.Array
 
@@ -41,7 +41,7 @@ class SelfAttention(nn.Module):
     config = self.config
     heads = (config.num_heads, config.head_dim)
     query, key, value = (
-      constrain(dense(config, heads, ("embed", "heads", "kv"), name=name)(x), _HEADS)
+      constrain(dense(config, heads, ("embed", "heads", "kv"), name=name, dot_general=merged_output_dot)(x), _HEADS)
       for name in ("query", "key", "value")
     )
     table = span if isinstance(span, SpanTable) else None
@@ -50,7 +50,8 @@ class SelfAttention(nn.Module):
       positions = jnp.arange(x.shape[1])[None] if positions is None else positions
       query, key = rotary.rotate(query, positions, theta), rotary.rotate(key, positions, theta)
     query, key, value = (
-      remat.tag(projected, tag) for projected, tag in ((query, remat.QUERY), (key, remat.KEY), (value, remat.VALUE))
+      remat.tag_heads(projected, tag)
+      for projected, tag in ((query, remat.QUERY), (key, remat.KEY), (value, remat.VALUE))
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
     kind = attention.resolve(
