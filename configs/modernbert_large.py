@@ -6,7 +6,7 @@ decay of 1e-5 (bert_jax's weight_decay = 1e-5 / 5e-4 = 0.02).
 Its batch-size warmup is base's scheme at the paper's large figures: from the training code's 56-row microbatch on each
 of 8 GPUs, 448 rows, by 448 at a time, over the first 10B tokens: 448 to 4,480 rows for 397 steps each (steps 1 to
 3,970, 10.017B token positions), then 4,928; eleven compiled train steps. On the v5p-64 below 448 rows are 14 per
-chip, 2 per microbatch. As for base, the step counts are those that read the tokens under the warmup.
+chip, 7 per microbatch. As for base, the step counts are those that read the tokens under the warmup.
 
     python -m bert_jax.main --config=configs/modernbert_large.py --workdir=gs://BUCKET/modernbert-large \\
         --config.tokenizer.path=gs://BUCKET/vocab/bpe/tokenizer.json --config.data.prepared_dir=gs://BUCKET/web_bpe
@@ -24,11 +24,11 @@ state and step), to step 338,868 (1.7T tokens in all):
 `configs/modernbert_large_context_extension.py` continues from there at 8,192 tokens. The paper started large from
 base's weights (tiled); this one starts from the seed.
 
-Planned for a v5p-64 slice (32 chips: 154 rows of 1,024 tokens per chip, in 7 microbatches of 22, below the
-training code's 56 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-28, XLA's TPU
-compiler on a 2-core CPU machine, `python -m bert_jax.main --config=configs/modernbert_large.py --workdir=/tmp/ml
---mode=dry_run`): the train step fits at remat none, peak 27.55 GiB of 95.74 usable per chip, compiled in 105 s (the
-full batch; the warmup's smaller ones take less); `--mode=plan` would choose fewer microbatches there (not run).
+Planned for a v5p-64 slice (32 chips: 154 rows of 1,024 tokens per chip, in 2 microbatches of 77, against the
+training code's 56 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-29, XLA's TPU
+compiler on a 2-core CPU machine, XLA's own peak, `python -m bert_jax.main --config=configs/modernbert_large.py
+--workdir=/tmp/ml --mode=dry_run`): the train step fits at remat none, peak 67.89 GiB of 95.74 usable per chip,
+compiled in 194 s (the full batch; the warmup's smaller ones take less); in 7 microbatches of 22, 25.02 GiB.
 """
 
 from bert_jax.data.batch_warmup import BatchSchedule
@@ -49,7 +49,7 @@ def get_config():
   config.model.update(num_layers=28, hidden_size=1024, num_heads=16, intermediate_size=2624)
   config.batch_size = BATCH_SIZE
   config.batch_warmup_start, config.batch_warmup_tokens = BATCH_WARMUP_START, BATCH_WARMUP_TOKENS
-  config.num_microbatches = 7
+  config.num_microbatches = 2
   config.num_train_steps = FIRST_PART_STEPS
   config.warmup_steps = BATCHES.step_reaching(2e9)  # 1,666
   config.learning_rate = PEAK_LEARNING_RATE
