@@ -14,10 +14,11 @@ here, over batches of 576 rows (4.7M tokens): from phase 1's last step at 3e-4 (
 training code restarts its schedule), the decay over the last 10,596 steps. Weight decay 1e-5 fully decoupled, so
 weight_decay = 1e-5 / 3e-4. The same recipe otherwise (30% masking, evaluation at 15%, packed rows).
 
-Planned, as phase 1, for a v5p-64 slice (32 chips: 18 rows of 8,192 tokens per chip, in 2 microbatches of 9, below
-the training code's 12 rows per 80 GB GPU). Compiled for it (2026-11-28, XLA's TPU compiler on a 2-core CPU machine,
-`python -m bert_jax.main --config=configs/modernbert_context_extension.py --workdir=/tmp/mc --mode=dry_run`): the
-train step fits at remat none with splash's local mask, peak 33.77 GiB of 95.74 usable per chip, compiled in 94 s.
+Planned, as phase 1, for a v5p-64 slice (32 chips: 18 rows of 8,192 tokens per chip in one microbatch, against the
+training code's 12 rows per 80 GB GPU). Compiled for it (2026-11-29, XLA's TPU compiler on a 2-core CPU machine,
+XLA's own peak, `python -m bert_jax.main --config=configs/modernbert_context_extension.py --workdir=/tmp/mc
+--mode=dry_run`): the train step fits at remat none with splash's local mask, peak 62.61 GiB of 95.74 usable per
+chip, compiled in 196 s; in 2 microbatches of 9, 32.24 GiB.
 """
 
 from configs import modernbert_base
@@ -60,7 +61,7 @@ def get_config():
     modernbert_base.get_config(),
     phase_1_steps=modernbert_base.PHASE_1_STEPS,
     batch_size=576,
-    num_microbatches=2,
+    num_microbatches=1,
     learning_rate=3e-4,
     decoupled_weight_decay=modernbert_base.DECOUPLED_WEIGHT_DECAY,
   )
