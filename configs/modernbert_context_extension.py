@@ -16,9 +16,10 @@ weight_decay = 1e-5 / 3e-4. The same recipe otherwise (30% masking, evaluation a
 
 Planned, as phase 1, for a v5p-64 slice (32 chips: 18 rows of 8,192 tokens per chip in one microbatch, against the
 training code's 12 rows per 80 GB GPU). Compiled for it (2026-11-29, XLA's TPU compiler on a 2-core CPU machine,
-XLA's own peak, `python -m bert_jax.main --config=configs/modernbert_context_extension.py --workdir=/tmp/mc
---mode=dry_run`): the train step fits at remat none with splash's local mask, peak 62.61 GiB of 95.74 usable per
-chip, compiled in 196 s; in 2 microbatches of 9, 32.24 GiB.
+XLA's own peak, the command below): the train step fits at remat none with splash's local mask, peak 62.61 GiB of
+95.74 usable per chip, compiled in 196 s; in 2 microbatches of 9, 32.24 GiB.
+
+    python -m bert_jax.main --config=configs/modernbert_context_extension.py --workdir=/tmp/mc --mode=dry_run
 """
 
 from configs import modernbert_base

@@ -9,9 +9,10 @@ weight_decay = 1e-6 / 5e-5 = 0.02 here, as in phase 1).
 
 Planned for a v5p-16 slice (8 chips, as the training code's 8 GPUs: 616 rows divide among 8 chips, not 32), 77 rows
 per chip in 11 microbatches of 7 (the training code's microbatch). Compiled for it (2026-11-29, XLA's TPU compiler on
-a 2-core CPU machine, XLA's own peak, `python -m bert_jax.main --config=configs/modernbert_large_context_extension.py
---workdir=/tmp/mlc --mode=dry_run`): the train step fits at remat none with splash's local mask, peak 51.52 GiB of
-95.74 usable per chip, compiled in 156 s; the eval step (77 rows a chip at once) 37.49 GiB.
+a 2-core CPU machine, XLA's own peak, the command below): the train step fits at remat none with splash's local
+mask, peak 51.52 GiB of 95.74 usable per chip, compiled in 156 s; the eval step (77 rows a chip at once) 37.49 GiB.
+
+    python -m bert_jax.main --config=configs/modernbert_large_context_extension.py --workdir=/tmp/mlc --mode=dry_run
 """
 
 from configs import modernbert_context_extension, modernbert_large
