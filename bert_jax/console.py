@@ -18,6 +18,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from absl import flags
@@ -183,6 +184,15 @@ def configure(verbose_flag: bool = False, log_dir: str = "") -> None:
     file_handler.setFormatter(absl_logging.PythonFormatter())
     file_handler.addFilter(_one_line_storage_errors)
     logging.getLogger().addHandler(file_handler)
+
+
+def only_this_thread() -> None:
+  """From now on the console shows the calling thread's records only, and no thread's uncaught exception (the log
+  file, with --log_dir, keeps every record). For a process about to leave with one line saying why (main.py): a
+  storage library's background threads would otherwise still report the same failure after that line."""
+  ident = threading.get_ident()
+  absl_logging.get_absl_handler().addFilter(lambda record: record.thread == ident)
+  threading.excepthook = lambda args: None
 
 
 def name_process(index: int, count: int) -> None:

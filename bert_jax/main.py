@@ -246,9 +246,11 @@ def _train(config, workdir: str, checked) -> None:
       pretraining.pretrain(config, workdir, checked)
   except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError, paths.WriteError) as error:
     distributed.report_failure(error)
+    # The run has closed its checkpoints, logs and lease. This line is its last: the storage library's threads
+    # still running (writes of a save the new holder's cleanup cut short) report their failures to the log file
+    # only, and the process leaves without the interpreter's shutdown, where they would print their tracebacks.
+    console.only_this_thread()
     logging.error("%s", error)
-    # The run has closed its checkpoints, logs and lease; leave without the interpreter's shutdown, where the
-    # storage library's threads would print their own tracebacks of the same failure after this line.
     logging.flush()
     sys.stderr.flush()
     os._exit(1)

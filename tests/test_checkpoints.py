@@ -2,6 +2,7 @@
 file, with the previous step restored instead when `restore_fallback` is set; and the format of today's checkpoints
 still restoring bitwise (a committed golden checkpoint)."""
 
+import gc
 import json
 import logging
 import os
@@ -175,6 +176,7 @@ def test_a_corrupt_checkpoint_with_a_truncated_file_is_logged_in_one_line_per_da
   caplog.clear()
   with caplog.at_level(logging.INFO):
     _, resumed = _resume_over(small_config, tmp_path, original, _truncate_files)
+    gc.collect()  # Orbax's failed read tasks, freed now rather than whenever: asyncio logs each one it frees.
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
   captured = capfd.readouterr()
   printed = (captured.out + captured.err).splitlines()
@@ -293,6 +295,49 @@ def test_small_arrays_hash_on_the_host_to_what_the_device_program_gives_and_ever
   others, _ = checksums.arrays(dict(flipped=flipped, swapped=swapped, large=large), "tree")
   assert len({hashes["tree/float32"], others["tree/flipped"], others["tree/swapped"]}) == 3
   assert others["tree/large"] == int(checksums._hash_on_host(large)[0])
+
+
+def test_a_read_error_asyncio_finds_unretrieved_is_one_debug_line_and_any_other_stays_an_error(caplog):
+  """Orbax's gather raises the first failed read of an item and leaves the others' errors unretrieved, which asyncio
+  logs with their tracebacks whenever it frees them; those are one DEBUG line. Anyone else's stays an ERROR."""
+  import asyncio
+
+  def unretrieved(error: Exception) -> None:
+    loop = asyncio.new_event_loop()
+    loop.create_future().set_exception(error)  # Freed at once, never retrieved: asyncio logs it.
+    loop.close()
+    gc.collect()
+
+  with caplog.at_level(logging.DEBUG, logger="asyncio"):
+    unretrieved(ValueError('OUT_OF_RANGE: Error opening "zarr" driver [tensorstore_spec=...]'))
+    unretrieved(ValueError("a user's own coroutine failed"))
+  records = [record for record in caplog.records if "never retrieved" in record.getMessage()]
+  assert [(record.levelname, record.exc_info is None) for record in records] == [("DEBUG", True), ("ERROR", False)]
+  assert records[0].getMessage() == "Future exception was never retrieved"
+
+
+def test_an_error_that_surfaces_only_when_the_manager_closes_never_replaces_the_one_on_its_way_out(
+  tmp_path, monkeypatch, caplog
+):
+  """Orbax may raise a background save's error again, or for the first time, when the manager closes: `finish`
+  turns it into the run's one line (a `SaveError` naming the step, or the lost lease) and never lets the storage's
+  own exception escape (main would show it as a traceback)."""
+  workdir = tmp_path / "run"
+  item = {"kernel": np.arange(6, dtype=np.float32)}
+  manager = checkpoints.make_manager(str(workdir), 1)
+  manager.save(1, args=ocp.args.Composite(params=ocp.args.StandardSave(item)))
+  close = manager.close
+
+  def close_and_raise():
+    close()
+    raise FileNotFoundError("No such file or directory: '.../1.orbax-checkpoint-tmp/params/commit_success.txt'")
+
+  monkeypatch.setattr(manager, "close", close_and_raise)
+  with pytest.raises(checkpoints.SaveError, match=r"Saving checkpoint step 1 to .*/1 failed: No such file"):
+    checkpoints.finish(manager, 1)
+  with caplog.at_level(logging.ERROR):
+    checkpoints.finish(manager, 1, raise_errors=False)  # Another error is on its way out: this one is logged.
+  assert [record.getMessage()[:27] for record in caplog.records] == ["Saving checkpoint step 1 to"]
 
 
 def test_a_save_whose_run_was_taken_over_before_its_commit_is_never_committed(tmp_path):

@@ -86,3 +86,26 @@ def test_the_console_format_names_warnings_and_indents_a_block():
   assert not console.is_library_noise(busy)  # A TPU that is there but fails: the only line that says why.
   jax_probe.levelno = logging.WARNING
   assert not console.is_library_noise(jax_probe)  # Warnings are never noise.
+
+
+def test_a_process_leaving_with_one_line_shows_no_other_thread_after_it(tmp_path):
+  # A storage library's thread still failing after the line: its record and its uncaught exception stay out of the
+  # console; the log file keeps the record.
+  code = (
+    "import os, sys, threading\n"
+    "from absl import logging\n"
+    "from bert_jax import console\n"
+    f"console.configure(log_dir={str(tmp_path)!r})\n"
+    "logging.info('before')\n"
+    "console.only_this_thread()\n"
+    "logging.error('The run stops.')\n"
+    "def background():\n"
+    "  logging.error('a background save failed')\n"
+    "  raise FileNotFoundError('commit_success.txt')\n"
+    "thread = threading.Thread(target=background); thread.start(); thread.join()\n"
+    "logging.flush(); sys.stderr.flush(); os._exit(1)\n"
+  )
+  printed = _run(code, returncode=1, **os.environ)
+  assert [line[9:] for line in printed.splitlines()] == ["before", "ERROR The run stops."], printed
+  (log,) = tmp_path.iterdir()
+  assert "a background save failed" in log.read_text()

@@ -34,6 +34,8 @@ import contextlib
 import copy
 import dataclasses
 import json
+import logging as std_logging
+import traceback
 
 import jax
 import orbax.checkpoint as ocp
@@ -141,6 +143,25 @@ def _write_small_arrays_from_one_replica() -> None:
 
 
 _write_small_arrays_from_one_replica()
+
+
+def _unretrieved_read_errors_at_debug(record: std_logging.LogRecord) -> bool:
+  """asyncio's "Task exception was never retrieved" (or Future's) for Orbax's reads and writes, at DEBUG and in one
+  line. When an item cannot be read, Orbax's gather raises the first of its tasks' errors (a reader reports it, one
+  line an item) and leaves the others unretrieved; asyncio logs each, with its traceback, whenever the garbage
+  collector frees it: at no fixed time, often long after the reader's line."""
+  message = str(record.msg)
+  if record.levelno >= std_logging.ERROR and message.split("\n")[0].endswith("exception was never retrieved"):
+    frames = traceback.extract_tb(record.exc_info[2]) if record.exc_info else []
+    where = record.getMessage() + "".join(frame.filename for frame in frames)
+    if "/orbax/" in where or "tensorstore" in where:
+      record.levelno, record.levelname = std_logging.DEBUG, "DEBUG"
+      record.msg, record.args = message.split("\n")[0], ()
+      record.exc_info, record.exc_text = None, None
+  return True
+
+
+std_logging.getLogger("asyncio").addFilter(_unretrieved_read_errors_at_debug)
 
 
 def _leased_temporary_path(directory: epath.Path, held: lease.Holder) -> type:
@@ -279,17 +300,20 @@ def finish(
   """Waits for the save in flight (never exit with a checkpoint half-written) and closes the manager (`held`: None for
   a manager made without one). A failed save raises as in `check_saves`, or, with `raise_errors=False` (the run is
   already failing with another error), is logged if it is a `SaveError`; a lost lease is not (when the run's own
-  check raised it, it is the error on its way out, which main shows once)."""
-  try:
-    manager.wait_until_finished()
-  except Exception as error:  # noqa: BLE001
-    failure = _save_error(manager, step, error, held)
-    if raise_errors:
-      raise failure from None
-    if isinstance(failure, SaveError):
-      logging.error("%s", failure)
-  finally:
-    manager.close()
+  check raised it, it is the error on its way out, which main shows once). Closing waits again, and a background
+  error that surfaces only there is handled the same way: it never replaces the error on its way out."""
+  failure = None
+  for wait in (manager.wait_until_finished, manager.close):  # `close` even when the wait failed.
+    try:
+      wait()
+    except Exception as error:  # noqa: BLE001 - whatever the storage raised.
+      failure = failure or _save_error(manager, step, error, held)
+  if failure is None:
+    return
+  if raise_errors:
+    raise failure
+  if isinstance(failure, SaveError):
+    logging.error("%s", failure)
 
 
 def reader(directory) -> ocp.CheckpointManager:
