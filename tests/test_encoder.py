@@ -353,3 +353,31 @@ def test_a_model_without_a_head_mask_compiles_with_no_trace_of_it(small_model_co
   assert count(with_mask) == count(without) + 1
   assert without.cost_analysis()["flops"] < with_mask.cost_analysis()["flops"]
   assert "head_mask" not in jax.jit(apply).lower(params, None).as_text()
+
+
+def test_the_q_k_v_projections_one_merged_matmul_equal_flax_s_dense_general():
+  # What the attention's query, key and value projections compute (`layers.merged_output_dot`: one matmul into
+  # [..., heads * head_dim], so that what the remat policies keep is lane-dense on a TPU) equals flax's DenseGeneral
+  # into [..., heads, head_dim], in float32 and in bfloat16, gradients included.
+  from bert_jax.model.layers import merged_output_dot
+
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 5, 16)), jnp.float32)
+  for dtype in (jnp.float32, jnp.bfloat16):
+    layers = [nn.DenseGeneral((3, 8), dtype=dtype, dot_general=dot) for dot in (jax.lax.dot_general, merged_output_dot)]
+    params = layers[0].init(jax.random.key(0), x)
+
+    def loss(params, layer):
+      return jnp.sum(jnp.sin(layer.apply(params, x).astype(jnp.float32)))
+
+    outputs = [layer.apply(params, x) for layer in layers]
+    assert outputs[1].shape == (2, 5, 3, 8) and outputs[1].dtype == dtype
+    np.testing.assert_allclose(
+      *(np.asarray(out, np.float32) for out in outputs), rtol=1e-6 if dtype == jnp.float32 else 1e-2
+    )
+    grads = [jax.grad(loss)(params, layer) for layer in layers]
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == jnp.float32 else dict(rtol=1e-5, atol=1e-2)
+    for a, b in zip(jax.tree.leaves(grads[0]), jax.tree.leaves(grads[1]), strict=True):
+      np.testing.assert_allclose(a, b, **tolerance)
+  with pytest.raises(ValueError, match="contracts a kernel's first axis only"):
+    merged_output_dot(x, jnp.ones((5, 16, 4)), (((1,), (0,)), ((0,), ())))
