@@ -50,16 +50,7 @@ def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
     builder = text.prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir, data_config.beam_options)
     record = dict(tfds=input_record.tfds_record(builder, data_config.tfds_split), settings=chosen)
     splits = tfds.even_splits(data_config.tfds_split, n=chosen["num_shards"])
-    units = [
-      dict(
-        source="tfds",
-        name=data_config.tfds_name,
-        split=s,
-        feature=chosen["tfds_feature"],
-        data_dir=data_config.tfds_data_dir,
-      )
-      for s in splits
-    ]
+    units = [text.tfds_unit(data_config, split, chosen["tfds_feature"]) for split in splits]
   else:
     if chosen["input_format"] not in text.INPUT_FORMATS:
       raise ValueError(f"data.input_format={chosen['input_format']!r}; expected one of {text.INPUT_FORMATS}.")
@@ -67,24 +58,10 @@ def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
     if not inputs:
       raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
     record = dict(files=input_record.files_record(inputs), settings=chosen)
-    unit_bytes = chosen["prepare_unit_bytes"]
     units = []
     for entry in record["files"]:
-      count = max(1, -(-entry["bytes"] // unit_bytes))
-      units += [
-        dict(
-          source="files",
-          path=entry["path"],
-          file_bytes=entry["bytes"],
-          file_sha256=entry["sha256"],
-          input_format=chosen["input_format"],
-          index=index,
-          units_of_file=count,
-          unit_bytes=unit_bytes,
-          max_document_bytes=chosen["max_document_bytes"],
-        )
-        for index in range(count)
-      ]
+      found = dict(file_bytes=entry["bytes"], file_sha256=entry["sha256"])
+      units += text.file_units(entry["path"], entry["bytes"], chosen, **found)
   for unit in units:
     unit.update(
       eval_fraction=chosen["eval_fraction"],

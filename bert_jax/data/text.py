@@ -145,6 +145,34 @@ def text_documents(texts: Iterator[str]) -> Iterator[list[str]]:
     yield [sentence for paragraph in paragraphs for sentence in split_sentences(paragraph)]
 
 
+def file_units(path: str, size: int, settings, **extra) -> list[dict]:
+  """The work units `unit_documents` reads of one input file of `size` bytes, cut into `prepare_unit_bytes`
+  each (a unit's reader finds the document or paragraph boundaries); `settings`: `config.data`, or its values as
+  `input_record.settings` records them; `extra` added to each unit."""
+  unit_bytes = settings["prepare_unit_bytes"]
+  count = max(1, -(-size // unit_bytes))
+  return [
+    dict(
+      source="files",
+      path=path,
+      **extra,
+      input_format=settings["input_format"],
+      index=index,
+      units_of_file=count,
+      unit_bytes=unit_bytes,
+      max_document_bytes=settings["max_document_bytes"],
+    )
+    for index in range(count)
+  ]
+
+
+def tfds_unit(data_config, split: str, feature: str) -> dict:
+  """The work unit `unit_documents` reads of a TFDS `split` (a slice of one, or the whole)."""
+  return dict(
+    source="tfds", name=data_config.tfds_name, split=split, feature=feature, data_dir=data_config.tfds_data_dir
+  )
+
+
 def unit_documents(unit: dict, counts: TextCounts) -> Iterator[list[str]]:
   """The documents (lists of sentences) of one work unit: a unit of a text file, or a slice of a TFDS split."""
   if unit["source"] == "files" and unit["input_format"] == "bert":

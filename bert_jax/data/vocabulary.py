@@ -104,26 +104,9 @@ def _units(data_config) -> Iterator[dict]:
   split."""
   if data_config.tfds_name:
     text.prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir, data_config.beam_options)
-    yield dict(
-      source="tfds",
-      name=data_config.tfds_name,
-      split=data_config.tfds_split,
-      feature=data_config.tfds_feature,
-      data_dir=data_config.tfds_data_dir,
-    )
+    yield text.tfds_unit(data_config, data_config.tfds_split, data_config.tfds_feature)
     return
   if data_config.input_format not in text.INPUT_FORMATS:
     raise ValueError(f"data.input_format={data_config.input_format!r}; expected one of {text.INPUT_FORMATS}.")
-  unit_bytes = data_config.prepare_unit_bytes
   for path in paths.glob(data_config.input_pattern):
-    count = max(1, -(-epath.Path(path).stat().length // unit_bytes))
-    for index in range(count):
-      yield dict(
-        source="files",
-        path=path,
-        input_format=data_config.input_format,
-        index=index,
-        units_of_file=count,
-        unit_bytes=unit_bytes,
-        max_document_bytes=data_config.max_document_bytes,
-      )
+    yield from text.file_units(path, epath.Path(path).stat().length, data_config)
