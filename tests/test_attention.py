@@ -110,6 +110,13 @@ def test_splash_equals_xla_in_outputs_and_gradients(model_config, packed, family
   np.testing.assert_allclose(actual["mlm_logits"], expected["mlm_logits"], atol=2e-5, rtol=0)
   if "nsp_logits" in expected:
     np.testing.assert_allclose(actual["nsp_logits"], expected["nsp_logits"], atol=2e-5, rtol=0)
+  # A head mask (bertology's pruning and head importance) scales each head's context, in either kernel's layout.
+  head_mask = jnp.asarray(
+    np.random.default_rng(0).choice([0.0, 0.5, 1.0], (model_config.num_layers, model_config.num_heads)), jnp.float32
+  )
+  masked = dict(inputs, head_mask=head_mask)
+  expected, actual = _outputs(model_config, params, masked), _outputs(splash, params, masked)
+  np.testing.assert_allclose(actual["sequence_output"][real], expected["sequence_output"][real], atol=2e-5, rtol=0)
 
   expected_loss, expected_grads = _loss_and_grads(model_config, params, batch)
   actual_loss, actual_grads = _loss_and_grads(splash, params, batch)
