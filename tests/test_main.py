@@ -301,7 +301,14 @@ def test_the_console_shows_a_header_progress_lines_and_a_summary_and_leaves_libr
   lines = log.splitlines()
   assert all(re.match(r"\d\d:\d\d:\d\d \S", line) or line.startswith("         ") for line in lines), log
   assert not any(console.native_noise(line) for line in lines), log
-  for noise in ("Sharding callback duration", "Unable to initialize backend", "Orbax", "absl::InitializeLog"):
+  noises = (
+    "Sharding callback duration",
+    "Unable to initialize backend",
+    "Orbax",
+    "absl::InitializeLog",
+    "Type handler",
+  )
+  for noise in noises:
     assert noise not in log, noise
   header = _block(log, "Pretraining")
   for row in (

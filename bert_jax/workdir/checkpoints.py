@@ -132,6 +132,16 @@ def tokenizer_item(tokenizer) -> dict:
 MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 
+@contextlib.contextmanager
+def _quiet_orbax_warnings():
+  previous = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)
+  try:
+    yield
+  finally:
+    logging.set_verbosity(previous)
+
+
 def _write_small_arrays_from_one_replica() -> None:
   """Registers Orbax's jax.Array handler (its default, metadata store included) with MIN_REPLICA_SLICE_BYTES."""
   handler = copy.copy(ocp.type_handlers.get_type_handler(jax.Array))
@@ -139,7 +149,8 @@ def _write_small_arrays_from_one_replica() -> None:
     logging.warning("orbax-checkpoint's ArrayHandler has no replica-slice threshold; small arrays are sliced.")
     return
   handler._min_slice_bytes_for_replica_parallel = MIN_REPLICA_SLICE_BYTES  # noqa: SLF001 - its constructor's argument.
-  ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+  with _quiet_orbax_warnings():  # "... overriding jax.Array": what this asks for, not a warning for the console.
+    ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
 
 
 _write_small_arrays_from_one_replica()
@@ -321,16 +332,6 @@ def reader(directory) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0, create=False)
   with _quiet_orbax_warnings():  # "Given directory is read only": what a reader asks for.
     return ocp.CheckpointManager(paths.absolute(directory), options=options)
-
-
-@contextlib.contextmanager
-def _quiet_orbax_warnings():
-  previous = logging.get_verbosity()
-  logging.set_verbosity(logging.ERROR)
-  try:
-    yield
-  finally:
-    logging.set_verbosity(previous)
 
 
 def read_only_manager(workdir: str) -> ocp.CheckpointManager:
