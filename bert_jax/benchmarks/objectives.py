@@ -42,9 +42,13 @@ from absl import app, flags, logging
 from etils import epath
 
 from bert_jax import config_checks
+from bert_jax.model.bert_config import preset
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import registry
 from configs import modernbert_base, tiny_english
+
+# The encoder sizes a comparison can take (Google's BERT miniatures): L2 H128 A2 and L4 H256 A4.
+SIZES = ("tiny", "mini")
 
 _PREPARED_DIR = flags.DEFINE_string("prepared_dir", None, "The prepared corpus (configs/tiny_english.py's).")
 _VOCAB = flags.DEFINE_string("vocab", None, "The WordPiece vocabulary the corpus was prepared with.")
@@ -56,15 +60,19 @@ _TASKS = flags.DEFINE_list("tasks", ["mrpc", "rte", "cola", "sst2"], "GLUE tasks
 _SEEDS = flags.DEFINE_integer("seeds", 5, "Fine-tuning seeds per task.")
 _EVALS = flags.DEFINE_integer("evals", 10, "Held-out evaluations per contestant (the curves' points).")
 _EPOCHS = flags.DEFINE_string("num_epochs", "sst2:0.25,default:2", "finetune_glue's --num_epochs (task:epochs pairs).")
+_SIZE = flags.DEFINE_enum("size", "tiny", list(SIZES), "The encoder's size, every contestant's (a BERT preset).")
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 1e-3, "Every contestant's peak pretraining learning rate.")
+_RANDOM_INIT = flags.DEFINE_bool(
+  "random_init", False, "Also fine-tune each architecture from random weights (its first contestant's sizes)."
+)
 
-# ModernBERT's architecture at the encoder's size (L2 H128 A2; configs/modernbert_base.py's choices): pre-norm
-# LayerNorm without biases, no bias in any dense layer, a GeGLU feed-forward 1.5 times the width (192, as base's
-# 1,152 for 768), rotary positions (base 10,000, phase 1's), layer 0 global and layer 1 local over 32 tokens (16 each
-# side: ModernBERT's 128 of 1,024, scaled to the 128-token rows), no dropout; its rows: one document's text per
-# instance, packed, attention within each instance.
+# ModernBERT's architecture at the encoder's size (configs/modernbert_base.py's choices): pre-norm LayerNorm without
+# biases, no bias in any dense layer, a GeGLU feed-forward 1.5 times the width (`contestant_config`: 192 at H128, as
+# base's 1,152 for 768), rotary positions (base 10,000, phase 1's), every third layer global (0, 3, ...) and the
+# others local over 32 tokens (16 each side: ModernBERT's 128 of 1,024, scaled to the 128-token rows), no dropout;
+# its rows: one document's text per instance, packed, attention within each instance.
 MODERNBERT_ARCHITECTURE = {
   "model.model_type": "modernbert",
-  "model.intermediate_size": 192,
   "model.layer_norm_eps": 1e-5,
   "model.hidden_act": "gelu",
   "model.norm_bias": False,
@@ -87,7 +95,7 @@ MASKING_30 = {
 }
 # ModernBERT's recipe beyond the masking (configs/modernbert_base.py): warmup-stable-decay with a 1-sqrt decay over
 # the last fifth, StableAdamW with its betas and eps, no gradient clipping; the same peak learning rate and warmup
-# as the others, and its fully decoupled weight decay (1e-5 per step at the peak) as bert_jax's weight_decay.
+# as the others, and its fully decoupled weight decay (1e-5 per step at the peak: `contestant_config`).
 MODERNBERT_RECIPE = {
   **MASKING_30,
   "lr_schedule": "wsd",
@@ -97,7 +105,6 @@ MODERNBERT_RECIPE = {
   "adam_b1": 0.9,
   "adam_b2": 0.98,
   "adam_eps": 1e-6,
-  "weight_decay": modernbert_base.DECOUPLED_WEIGHT_DECAY / tiny_english.get_config().learning_rate,
   "max_grad_norm": float("inf"),
 }
 
@@ -128,8 +135,11 @@ COMMON_EVALUATION = "modernbert_bert_recipe"
 
 
 def contestant_config(name: str, steps: int | None = None):
-  """configs/tiny_english.py with the recipe's changes (and `steps` train steps, a tenth of them between evals)."""
+  """configs/tiny_english.py at `--size` and `--learning_rate`, with the recipe's changes (and `steps` train steps,
+  a tenth of them between evals)."""
   config = tiny_english.get_config()
+  config.model.update(preset(_SIZE.value))
+  config.learning_rate = _LEARNING_RATE.value
   config.tokenizer.path = _VOCAB.value
   config.data.prepared_dir = _PREPARED_DIR.value
   for dotted, value in CONTESTANTS[name].items():
@@ -138,6 +148,10 @@ def contestant_config(name: str, steps: int | None = None):
     for parent in parents:
       node = node[parent]
     node[leaf] = value
+  if config.model.model_type == "modernbert":  # GeGLU's width: 1.5 times the hidden size, as ModernBERT-base's.
+    config.model.intermediate_size = 3 * config.model.hidden_size // 2
+  if config.optimizer == "stable_adamw":  # ModernBERT's fully decoupled decay, 1e-5 a step at the peak rate.
+    config.weight_decay = modernbert_base.DECOUPLED_WEIGHT_DECAY / config.learning_rate
   if steps is not None:
     config.num_train_steps = steps
     config.warmup_steps = steps // 10
@@ -233,8 +247,20 @@ def pretrain(name: str, budget: float) -> dict:
   return result
 
 
-def finetune(name: str) -> dict:
-  """finetune_glue's results for the contestant's pretrained encoder (a subprocess: its flags are its own)."""
+def random_init_contestants(names: list[str]) -> list[str]:
+  """With --random_init, the first contestant of each architecture (BERT's, ModernBERT's): its fine-tuning also runs
+  from random weights of its sizes, the mark its pretraining must beat."""
+  if not _RANDOM_INIT.value:
+    return []
+  firsts = {}
+  for name in names:
+    firsts.setdefault(contestant_config(name).model.model_type, name)
+  return list(firsts.values())
+
+
+def finetune(name: str, random_init: bool) -> dict:
+  """finetune_glue's results for the contestant's pretrained encoder, and from random weights of its sizes when
+  `random_init` (a subprocess: its flags are its own)."""
   glue_workdir = epath.Path(_WORKDIR.value) / name / "glue"
   command = [
     sys.executable,
@@ -248,7 +274,7 @@ def finetune(name: str) -> dict:
     f"--seeds={_SEEDS.value}",
     f"--num_epochs={_EPOCHS.value}",
     "--contestants=bert_jax:transformers",
-    "--inits=pretrained",
+    f"--inits={'pretrained,random' if random_init else 'pretrained'}",
   ]
   subprocess.run(command, check=True)
   return json.loads((glue_workdir / "results.json").read_text())
@@ -273,7 +299,9 @@ def _plot(results: list[dict], path: str) -> None:
     axes.set_ylabel(what)
     axes.grid(alpha=0.3)
     axes.legend()
-  figure.suptitle("Pretraining recipes at equal compute (L2 H128; one held-out stream for all, masked at 15%)")
+  model = preset(_SIZE.value)
+  size = f"L{model['num_layers']} H{model['hidden_size']}"
+  figure.suptitle(f"Pretraining recipes at equal compute ({size}; one held-out stream for all, masked at 15%)")
   figure.tight_layout()
   figure.savefig(path, dpi=120)
 
@@ -289,8 +317,9 @@ def main(argv):
   budget = flops_per_step(contestant_config("bert")) * _BERT_STEPS.value
   results = [pretrain(name, budget) for name in _CONTESTANTS.value]
   if _GLUE_DIR.value:
+    randoms = random_init_contestants(_CONTESTANTS.value)
     for result in results:
-      result["glue"] = finetune(result["name"])
+      result["glue"] = finetune(result["name"], result["name"] in randoms)
   out = epath.Path(_WORKDIR.value)
   (out / "objectives.json").write_text(json.dumps(dict(budget_flops=budget, results=results), indent=1))
   curves = ("curve", "common_curve")  # Each contestant's own held-out rows, and the stream common to all.
@@ -322,15 +351,24 @@ def main(argv):
     common = result["common_curve"][-1] if result["common_curve"] else None
     cells += [f"{common['mlm_loss']:.3f}", f"{common['mlm_accuracy']:.3f}"] if common else ["-", "-"]
     cells.append(other)
-    means = []
-    for task in tasks:
-      summary = next(iter(result["glue"][task].values()))
-      rate = next(iter(summary["sweep"].values()))
-      means.append(100 * rate["mean"])
-      cells.append(f"{100 * rate['mean']:.1f} +- {100 * rate['std']:.1f}")
-    cells += [f"{sum(means) / len(means):.1f}"] if means else []
+    cells += _glue_cells(result, tasks, "pretrained")
     cells.append(f"{result['seconds'] / 60:.0f} min")
     print("| " + " | ".join(cells) + " |")
+  for result in results:  # The marks: each architecture fine-tuned from random weights.
+    if tasks and any(name.startswith("random ") for name in result["glue"][tasks[0]]):
+      cells = [f"{contestant_config(result['name']).model.model_type}, random weights", *["-"] * 6]
+      print("| " + " | ".join(cells + _glue_cells(result, tasks, "random") + ["-"]) + " |")
+
+
+def _glue_cells(result: dict, tasks: list[str], init: str) -> list[str]:
+  """Per task the dev metric's mean +- std over the seeds (x 100) of the contestant's `init` runs, then their mean."""
+  cells, means = [], []
+  for task in tasks:
+    summary = next(value for name, value in result["glue"][task].items() if name.startswith(f"{init} "))
+    rate = next(iter(summary["sweep"].values()))
+    means.append(100 * rate["mean"])
+    cells.append(f"{100 * rate['mean']:.1f} +- {100 * rate['std']:.1f}")
+  return cells + ([f"{sum(means) / len(means):.1f}"] if means else [])
 
 
 if __name__ == "__main__":
