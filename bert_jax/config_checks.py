@@ -486,6 +486,11 @@ def check_dry_run(config) -> None:
     raise ValueError(
       f"dry_run.plan_remat={tuple(config.dry_run.plan_remat)!r}: expected one or more of {REMAT_POLICIES}."
     )
+  if config.dry_run.plan_min_microbatch_tokens < 1:
+    raise ValueError(
+      f"dry_run.plan_min_microbatch_tokens={config.dry_run.plan_min_microbatch_tokens}: expected a positive number "
+      "of tokens a chip."
+    )
 
 
 # The bucket name the shipped configs and their docstrings' commands write where the user's own goes (gs://BUCKET/...).

@@ -472,9 +472,14 @@ def get_config() -> ml_collections.ConfigDict:
   # Slices of that topology joined over the data-center network (multi-slice); the mesh's data axis spans them.
   config.dry_run.num_slices = 1
   # --mode=plan: the remat policies (model/remat.py) to try, in order of preference (the least recomputation first);
-  # the first that fits the config's batch is chosen. offload_dense is left out: XLA's compile-only memory analysis
+  # the first that fits the config's batch is chosen, each at the config's num_microbatches and more (doubling)
+  # before the next policy. offload_dense is left out: XLA's compile-only memory analysis
   # counts what it offloads to the host, so its HBM is not known ahead of time.
   config.dry_run.plan_remat = ("none", "save_dots", "save_dense", "save_qkv", "full")
+  # --mode=plan: the fewest tokens per chip a microbatch keeps before the planner takes more recomputation instead
+  # of more microbatches (a bfloat16 matmul of T tokens does about T FLOPs per weight byte it reads: 1,024 keeps a
+  # v6e's matmuls, whose chip does 560 FLOPs per HBM byte, bound by compute, not by reading weights).
+  config.dry_run.plan_min_microbatch_tokens = 1024
   # --mode=plan: also the largest per-chip batch of each policy, multiples of plan_batch_step (a power of two: 1 for
   # exact). Several compiles per policy.
   config.dry_run.plan_largest = False

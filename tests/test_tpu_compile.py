@@ -260,24 +260,39 @@ def _stand_in_compiler(monkeypatch, peak_of, limit: list) -> None:
 
 
 def test_the_planner_takes_the_least_recomputation_that_fits_the_configs_batch(monkeypatch):
-  """Against a stand-in compiler: each policy keeps less than the one before; the first that fits is taken, and
-  when none does at one microbatch, microbatches double."""
+  """Against a stand-in compiler: each policy keeps less than the one before. A policy is tried in more microbatches
+  (no recomputation) before the next policy, while a microbatch keeps plan_min_microbatch_tokens tokens a chip; then
+  every policy at each smaller microbatch, down to a row per chip."""
   keeps = dict(none=6, save_dots=5, save_dense=4, offload_dense=3, save_qkv=2, full=1)
   limit = [4 * 32]
   _stand_in_compiler(monkeypatch, lambda c: c.batch_size // c.num_microbatches * keeps[c.model.remat], limit)
   config = tiny.get_config()
-  config.batch_size = 32
+  config.batch_size = 32  # 32 rows of 128 tokens a chip: 4,096 tokens, 1,024 in 4 microbatches.
+  config.data.max_seq_length = 128
+  assert config.dry_run.plan_min_microbatch_tokens == 1024
+  choice, tries = planner.choose(config, [], None)
+  assert (choice["remat"], choice["microbatches"]) == ("none", 2)  # Not save_dense in one microbatch.
+  assert [(t["remat"], t["microbatches"]) for t in tries] == [("none", 1), ("none", 2)]
+  limit[0] = 24
+  choice, tries = planner.choose(config, [], None)
+  assert (choice["remat"], choice["microbatches"], len(tries)) == ("save_qkv", 4, 12)
+  limit[0] = 4  # Only 4 rows at a time under full: 8 microbatches of 512 tokens, after every policy at 1, 2 and 4.
+  choice, tries = planner.choose(config, [], None)
+  assert (choice["remat"], choice["microbatches"], len(tries)) == ("full", 8, 20)
+  assert [t["remat"] for t in tries[15:]] == list(config.dry_run.plan_remat)
+  limit[0] = 4 * 32
+  config.dry_run.plan_min_microbatch_tokens = 4096  # No microbatch smaller than the batch: recompute first.
   choice, tries = planner.choose(config, [], None)
   assert (choice["remat"], choice["microbatches"]) == ("save_dense", 1)
   assert [t["remat"] for t in tries] == ["none", "save_dots", "save_dense"]
-  limit[0] = 24  # Not even 32 rows under full: 16 at a time (two microbatches) do.
-  choice, tries = planner.choose(config, [], None)
-  assert (choice["remat"], choice["microbatches"], len(tries)) == ("full", 2, 10)
   limit[0] = 0  # Nothing fits, down to a row per microbatch.
   choice, tries = planner.choose(config, [], None)
   assert choice is None and {t["microbatches"] for t in tries} == {1, 2, 4, 8, 16, 32}
   text = planner.format_choice(*planner.choose(config, [], None), "v5e-8", config)
   assert "nothing fits" in text
+  config.num_microbatches = 3  # The config's microbatches must divide its rows a chip.
+  with pytest.raises(ValueError, match="batch_size=32 must be a positive multiple .* num_microbatches=3"):
+    planner.choose(config, [], None)
 
 
 def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
@@ -330,6 +345,13 @@ def test_the_search_aims_at_the_limit_where_the_peaks_say_it_is(peak_of, largest
   assert len(tries) <= most_compiles, [b for b, _ in tries]
   blind = planner.search(lambda b: dict(compile_at(b), usable_bytes=None), 8, 1024)
   assert blind[0] == largest and len(blind[2]) >= len(tries)
+
+
+def test_a_plan_whose_microbatches_keep_no_tokens_is_refused():
+  config = tiny.get_config()
+  config.dry_run.plan_min_microbatch_tokens = 0
+  with pytest.raises(ValueError, match=r"dry_run.plan_min_microbatch_tokens=0: expected a positive number"):
+    config_checks.check_dry_run(config)
 
 
 @pytest.mark.parametrize("names", [("none", "nope"), ()])

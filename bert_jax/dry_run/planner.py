@@ -7,10 +7,11 @@ batch, and (on request) the largest per-chip batch that fits for each policy. Se
 
 **The config's batch** (always): the policies of `dry_run.plan_remat`, in order of the recomputation they cost
 (model/remat.py: none, save_dots, save_dense, save_qkv, full by default), are compiled at the config's
-`batch_size` and `num_microbatches` until one fits (the compiler accepts it and its peak is under the usable HBM);
-that one is chosen. When none fits, the microbatches double (the same update from sequential slices of the batch)
-and the policies are tried again, while a microbatch still holds a row per chip. The answer is printed as the flags
-that give it.
+`batch_size` until one fits (the compiler accepts it and its peak is under the usable HBM); that one is chosen.
+Each policy is tried at the config's `num_microbatches`, then at twice as many, ... before the next policy:
+microbatches recompute nothing (the same update from sequential slices of the batch), as long as a microbatch keeps
+`dry_run.plan_min_microbatch_tokens` tokens a chip for its matmuls. When nothing fits so, the smaller microbatches
+are tried, every policy at each, down to a row per chip. The answer is printed as the flags that give it.
 
 **The largest batch** (`dry_run.plan_largest=True`): for each policy, the per-chip batch doubles from
 `dry_run.plan_batch_step` while the train step fits, then a bisection over multiples of `plan_batch_step` finds the
@@ -58,25 +59,42 @@ def _compile(config, devices, per_chip: int, remat: str, usable: int | None, mic
   return step
 
 
+def _sequence_length(config) -> int:
+  return config.finetune.max_seq_length if config.finetune.task else config.data.max_seq_length
+
+
+def candidates(config, per_chip: int) -> list[tuple[str, int]]:
+  """(remat, microbatches) in the order `choose` tries them. Microbatches recompute nothing (the same update from
+  sequential slices of the batch), so each policy is tried at the config's microbatches and at twice as many, ...,
+  before the next policy, while a microbatch keeps at least `dry_run.plan_min_microbatch_tokens` tokens a chip (below
+  that its matmuls read the weights for too few tokens, and the next policy's recomputation costs less). Then, for
+  a batch that nothing fits so, the smaller microbatches, every policy at each, down to a row per chip."""
+  counts = [config.num_microbatches]
+  while per_chip % (2 * counts[-1]) == 0:
+    counts.append(2 * counts[-1])
+  tokens = _sequence_length(config)
+  roomy = [m for m in counts if per_chip // m * tokens >= config.dry_run.plan_min_microbatch_tokens] or counts[:1]
+  tight = counts[len(roomy) :]
+  policies = config.dry_run.plan_remat
+  return [(remat, m) for remat in policies for m in roomy] + [(remat, m) for m in tight for remat in policies]
+
+
 def choose(config, devices, usable: int | None) -> tuple[dict | None, list[dict]]:
-  """(the first try that fits the config's batch, or None; every try): policies in `dry_run.plan_remat`'s order at
-  the config's microbatches, then at twice as many, ... while each microbatch holds at least a row per chip. A try
-  is dict(remat, microbatches, per_chip_batch, step)."""
+  """(the first try that fits the config's batch, or None; every try), in `candidates`' order: the least
+  recomputation first, then the fewest microbatches. A try is dict(remat, microbatches, per_chip_batch, step)."""
   per_chip, remainder = divmod(config.batch_size, _data_parallel(config, devices))
-  if remainder or not per_chip:
+  if remainder or not per_chip or per_chip % config.num_microbatches:
     raise ValueError(
       f"batch_size={config.batch_size} must be a positive multiple of the mesh's data-parallel size "
-      f"{_data_parallel(config, devices)} on {config.dry_run.topology}."
+      f"{_data_parallel(config, devices)} on {config.dry_run.topology} times num_microbatches="
+      f"{config.num_microbatches}."
     )
   tries = []
-  microbatches = config.num_microbatches
-  while per_chip % microbatches == 0:
-    for remat in config.dry_run.plan_remat:
-      step = _compile(config, devices, per_chip, remat, usable, microbatches)
-      tries.append(dict(remat=remat, microbatches=microbatches, per_chip_batch=per_chip, step=step))
-      if step["fits"]:
-        return tries[-1], tries
-    microbatches *= 2
+  for remat, microbatches in candidates(config, per_chip):
+    step = _compile(config, devices, per_chip, remat, usable, microbatches)
+    tries.append(dict(remat=remat, microbatches=microbatches, per_chip_batch=per_chip, step=step))
+    if step["fits"]:
+      return tries[-1], tries
   return None, tries
 
 
@@ -168,7 +186,7 @@ def plan(config) -> dict:
     )
   devices, target = ahead_of_time.target_devices(config)
   usable = ahead_of_time.usable_hbm(devices)
-  seq = config.finetune.max_seq_length if config.finetune.task else config.data.max_seq_length
+  seq = _sequence_length(config)
   data_parallel = sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
   logging.info("Planning for %s: usable HBM %s per chip.", target, ahead_of_time.gib(usable))
   choice, tries = choose(config, devices, usable)
