@@ -38,3 +38,28 @@ def test_random_weights_are_fine_tuned_once_per_architecture_and_only_when_asked
     assert objectives.random_init_contestants(["modernbert", "bert_mlm30"]) == ["modernbert", "bert_mlm30"]
   with flagsaver.as_parsed(random_init="false", **DEFAULTS):
     assert objectives.random_init_contestants(MODERN) == []
+
+
+def _glue(values: dict) -> dict:
+  """finetune_glue's results for one task: per init, its members' final dev metric (seeds in order)."""
+  return {
+    "sst2": {
+      f"{init} bert_jax:transformers": dict(main_metric="accuracy", final={"dev": [{"accuracy": v} for v in seeds]})
+      for init, seeds in values.items()
+    }
+  }
+
+
+def test_the_paired_table_sets_each_contestant_against_bert_and_its_architectures_random_weights(capsys):
+  results = [
+    dict(name="bert", glue=_glue({"pretrained": [0.60, 0.62, 0.64], "random": [0.50, 0.52, 0.51]})),
+    dict(name="modernbert_bert_recipe", glue=_glue({"pretrained": [0.70, 0.71, 0.75], "random": [0.55, 0.50, 0.51]})),
+    dict(name="modernbert", glue=_glue({"pretrained": [0.61, 0.66, 0.62]})),
+  ]
+  with flagsaver.as_parsed(**DEFAULTS):
+    objectives._print_paired(results, ["sst2"])
+  rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in capsys.readouterr().out.splitlines()}
+  # Differences by seed 10, 10, 13 (t = 11 with 2 degrees of freedom); 10, 9, 11; 1, 4, -2; 6, 16, 11.
+  assert rows["bert"] == ["-", "+11.0 (p = 0.0082) |"]
+  assert rows["modernbert_bert_recipe"] == ["+10.0 (p = 0.0033)", "+20.0 (p = 0.017) |"]
+  assert rows["modernbert"] == ["+1.0 (p = 0.62)", "+11.0 (p = 0.062) |"]  # Against ModernBERT's random weights.

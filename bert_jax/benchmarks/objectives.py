@@ -16,8 +16,18 @@ modern encoders' comparison, "ModernBERT's recipe at equal compute":
         --contestants=bert,bert_mlm30,modernbert_bert_recipe,modernbert --glue_dir=../shared/data/glue --seeds=5 \
         --bert_steps=500 --tasks=sst2,cola,rte --num_epochs=sst2:0.1,default:2
 
-Every contestant starts from configs/tiny_english.py (BERT-Tiny, L2 H128, WordPiece; the corpus its docstring
-prepares) and changes only what its recipe changes (`CONTESTANTS`). The budget is BERT's model FLOPs per step
+and the same at BERT-Mini's size, where the masked-LM decoder is a smaller part of a step and the random-weight
+marks are fine-tuned too:
+
+    python -m bert_jax.benchmarks.objectives --prepared_dir=/tmp/english_prepared \
+        --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt --workdir=/tmp/modern_mini --size=mini \
+        --learning_rate=5e-4 --random_init --contestants=bert,bert_mlm30,modernbert_bert_recipe,modernbert \
+        --glue_dir=../shared/data/glue --seeds=5 --bert_steps=1000 --tasks=sst2,cola,rte
+
+Every contestant starts from configs/tiny_english.py (WordPiece; the corpus its docstring prepares) at `--size`
+(BERT-Tiny, L2 H128 A2, or BERT-Mini, L4 H256 A4) and `--learning_rate`, and changes only what its recipe changes
+(`CONTESTANTS`). With `--random_init` the first contestant of each architecture is also fine-tuned from random
+weights of its sizes: the mark its pretraining must beat. The budget is BERT's model FLOPs per step
 (`flops.py`) times `--bert_steps`; a contestant runs as many steps as its own objective's FLOPs per step allow
 (ELECTRA counts its generator and its discriminator's every-token head), evaluating its own held-out loss every
 tenth of them. Each contestant is also evaluated on one held-out stream that is the same for all (`common_evaluation`:
@@ -358,6 +368,48 @@ def main(argv):
     if tasks and any(name.startswith("random ") for name in result["glue"][tasks[0]]):
       cells = [f"{contestant_config(result['name']).model.model_type}, random weights", *["-"] * 6]
       print("| " + " | ".join(cells + _glue_cells(result, tasks, "random") + ["-"]) + " |")
+  _print_paired(results, tasks)
+
+
+def _per_seed(result: dict, task: str, init: str) -> list[float]:
+  """The dev main metric x 100 of each fine-tuning seed of the contestant's `init` runs, in seed order."""
+  summary = next(value for name, value in result["glue"][task].items() if name.startswith(f"{init} "))
+  return [100 * member[summary["main_metric"]] for member in next(iter(summary["final"].values()))]
+
+
+def _paired(ours: list[float], theirs: list[float]) -> str:
+  """The mean difference and a paired t-test's two-sided p over the seeds."""
+  from scipy import stats
+
+  difference = sum(ours) / len(ours) - sum(theirs) / len(theirs)
+  p = stats.ttest_rel(ours, theirs).pvalue if len(ours) > 1 and ours != theirs else float("nan")
+  return f"{difference:+.1f} (p = {p:.2g})"
+
+
+def _print_paired(results: list[dict], tasks: list[str]) -> None:
+  """How sure: each contestant against the first (BERT) and against its architecture's random weights, paired by
+  fine-tuning seed (the same rows in the same order for every contestant of a seed)."""
+  if not tasks:
+    return
+  random = {}
+  for result in results:
+    if any(name.startswith("random ") for name in result["glue"][tasks[0]]):
+      random[contestant_config(result["name"]).model.model_type] = result
+  first = results[0]
+  print(
+    f"\nPaired by seed, dev metric x 100: the mean difference (paired t-test p) against {first['name']} and "
+    "against random weights of the same architecture."
+  )
+  print("| contestant | " + " | ".join(f"{task}: vs {first['name']} | {task}: vs random" for task in tasks) + " |")
+  print("|---|" + "---|---|" * len(tasks))
+  for result in results:
+    mark = random.get(contestant_config(result["name"]).model.model_type)
+    cells = []
+    for task in tasks:
+      ours = _per_seed(result, task, "pretrained")
+      cells.append("-" if result is first else _paired(ours, _per_seed(first, task, "pretrained")))
+      cells.append("-" if mark is None else _paired(ours, _per_seed(mark, task, "random")))
+    print(f"| {result['name']} | " + " | ".join(cells) + " |")
 
 
 def _glue_cells(result: dict, tasks: list[str], init: str) -> list[str]:
