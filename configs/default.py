@@ -214,7 +214,8 @@ def get_config() -> ml_collections.ConfigDict:
   # Global batch size, over all hosts and devices.
   config.batch_size = 256
   # Each step's batch is processed as this many sequential microbatches whose gradients are summed (gradient
-  # accumulation): the same update as the whole batch, with one microbatch's activation memory.
+  # accumulation): the same update as the whole batch, with one microbatch's activation memory. Pretraining's
+  # held-out batches are evaluated in the same slices.
   config.num_microbatches = 1
   # Batch-size warmup (ModernBERT's; bert_jax/data/batch_warmup.py), pretraining only: the first steps read
   # batch_warmup_start rows, then 2, 3, ... times that, each size for as many steps, until the sizes below batch_size

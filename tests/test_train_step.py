@@ -175,6 +175,17 @@ def test_gradient_accumulation_equals_the_full_batch(small_config):
   scale = max(float(np.abs(g).max()) for g in jax.tree.leaves(full_grads))
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5 * scale, rtol=1e-4), accumulated, full_grads)
 
+  # The pretraining run's held-out step takes its batch in the train step's slices: the same metric sums.
+  small_config.num_microbatches = 4
+  sliced = pretraining.make_run(small_config, jax.devices()[:2])
+  programs = [str(r.eval_step.trace(state.params, batch).jaxpr) for r in (sliced, run)]
+  assert "length=4" in programs[0] and "length=4" not in programs[1]  # A loop over 4 slices.
+  jax.tree.map(
+    lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5),
+    sliced.eval_step(state.params, batch),
+    run.eval_step(state.params, batch),
+  )
+
   # A batch that does not split evenly is refused before anything is compiled.
   with pytest.raises(ValueError, match="microbatch"):
     sharding.check_batch_size(16, run.mesh, num_microbatches=16)

@@ -309,7 +309,7 @@ def _step_rows(name: str, step: dict, chips: int, model_flops: float) -> list[tu
   if "flops_from" in step:
     counted_once = f" (from {step['flops_from']})"
   elif step["collectives"].loops:
-    counted_once = " (XLA counts a loop's body once: scanned layers once)"
+    counted_once = " (XLA counts a loop's body once: scanned layers and microbatches once)"
   else:
     counted_once = ""
   return [

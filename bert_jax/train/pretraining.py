@@ -36,7 +36,13 @@ def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.R
   frozen = objective.frozen(config, model_cfg)
   loss = objective.loss(config, frozen)
   made = run.make_run(
-    config, objective.model(config, model_cfg), loss, make_optimizer(config), devices=devices, frozen=frozen
+    config,
+    objective.model(config, model_cfg),
+    loss,
+    make_optimizer(config),
+    devices=devices,
+    frozen=frozen,
+    eval_microbatches=config.num_microbatches,  # Held-out batches are batch_size rows: the train step's slices.
   )
   _check_warmup_sizes(config, made.mesh)
   return made

@@ -132,11 +132,13 @@ def make_run(
   devices: Sequence[jax.Device] | None = None,
   frozen: Frozen | None = None,
   mesh: Mesh | None = None,
+  eval_microbatches: int = 1,
 ) -> Run:
   """Mesh from `config.mesh` over `devices` (or `mesh`, made so already), the state's shapes and shardings, and the
   steps jitted over them; checks the
   batch against the mesh before anything is compiled. With `frozen`, the steps take its parameters as one more
-  argument (see the module docstring); they are read later, by `Run.read_frozen`."""
+  argument (see the module docstring); they are read later, by `Run.read_frozen`. The eval step runs its batch in
+  `eval_microbatches` sequential slices."""
   mesh = mesh or sharding.make_mesh(config.mesh.to_dict(), devices)
   sharding.check_batch_size(config.batch_size, mesh, config.num_microbatches)
   rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
@@ -149,7 +151,7 @@ def make_run(
     num_microbatches=config.num_microbatches,
     guard=Guard.from_config(config),
   )
-  evaluate = functools.partial(step_lib.eval_step, model=model, loss=loss)
+  evaluate = functools.partial(step_lib.eval_step, model=model, loss=loss, num_microbatches=eval_microbatches)
   key_sharding = sharding.replicated(mesh)
   frozen_shardings = None
   if frozen is not None:

@@ -229,7 +229,20 @@ def _select(skip: jax.Array, kept, applied):
   return jax.tree.map(lambda old, new: jnp.where(skip, old, new), kept, applied)
 
 
-def eval_step(params, batch: dict, frozen=None, *, model: nn.Module, loss: Loss) -> dict:
-  """The loss's metric sums on `batch`, without dropout."""
-  _, metrics = loss.value(params, batch, model, **_frozen_keyword(frozen))
-  return metrics
+def eval_step(params, batch: dict, frozen=None, *, model: nn.Module, loss: Loss, num_microbatches: int = 1) -> dict:
+  """The loss's metric sums on `batch`, without dropout, over `num_microbatches` sequential slices (sums add up, so
+  the totals are the whole batch's; activation memory is that of one slice, as the train step's)."""
+
+  def metric_sums(microbatch):
+    return loss.value(params, microbatch, model, **_frozen_keyword(frozen))[1]
+
+  if num_microbatches == 1:
+    return metric_sums(batch)
+  parts = microbatches(batch, num_microbatches)
+
+  def accumulate(totals, microbatch):
+    return jax.tree.map(jnp.add, totals, metric_sums(microbatch)), None
+
+  first = jax.tree.map(lambda x: x[0], parts)
+  zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(metric_sums, first))
+  return jax.lax.scan(accumulate, zeros, parts)[0]
