@@ -16,6 +16,8 @@ XLA's TPU compiler from libtpu 0.0.42.1, XLA's own peak; docs/tpu.md):
 
     v6e-16  16 rows per chip: remat none fits (peak 15.30 of 31.25 GiB per chip)
     v5e-16  16 rows per chip: remat none fits (peak 15.11 of 15.75 GiB per chip), no flag to pass
+    v5e-8   32 rows per chip: remat none in 2 microbatches of 16 (peak 14.84 GiB; 2026-11-29):
+            --config.model.remat=none --config.num_microbatches=2
 """
 
 from configs import large

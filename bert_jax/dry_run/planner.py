@@ -235,7 +235,9 @@ def format_choice(choice: dict | None, tries: list[dict], target: str, config) -
       flags += f" --config.num_microbatches={choice['microbatches']}"
     verdict = f"{flags} (the least recomputation that fits; peak {ahead_of_time.gib(choice['step']['peak_bytes'])})"
   rows = [("", line) for line in lines] + [("chosen", verdict)]
-  scanned = " (scanned layers: XLA counts the layer once)" if config.model.scan_layers else ""
+  loops = ["scanned layers"] * bool(config.model.scan_layers)
+  loops += ["microbatches"] * any(tried["microbatches"] > 1 for tried in tries)
+  scanned = f" (XLA counts a loop's body once: {' and '.join(loops)} once)" if loops else ""
   return console.block(
     f"Plan for {target}: batch {config.batch_size} ({per_chip} rows per chip); remat policies in order of "
     f"recomputation{scanned}",
