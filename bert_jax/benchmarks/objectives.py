@@ -365,10 +365,15 @@ def main(argv):
     cells.append(f"{result['seconds'] / 60:.0f} min")
     print("| " + " | ".join(cells) + " |")
   for result in results:  # The marks: each architecture fine-tuned from random weights.
-    if tasks and any(name.startswith("random ") for name in result["glue"][tasks[0]]):
+    if _fine_tuned_from_random(result, tasks):
       cells = [f"{contestant_config(result['name']).model.model_type}, random weights", *["-"] * 6]
       print("| " + " | ".join(cells + _glue_cells(result, tasks, "random") + ["-"]) + " |")
   _print_paired(results, tasks)
+
+
+def _fine_tuned_from_random(result: dict, tasks: list[str]) -> bool:
+  """Whether the contestant was also fine-tuned from random weights (`random_init_contestants`)."""
+  return bool(tasks) and any(name.startswith("random ") for name in result["glue"][tasks[0]])
 
 
 def _per_seed(result: dict, task: str, init: str) -> list[float]:
@@ -393,7 +398,7 @@ def _print_paired(results: list[dict], tasks: list[str]) -> None:
     return
   random = {}
   for result in results:
-    if any(name.startswith("random ") for name in result["glue"][tasks[0]]):
+    if _fine_tuned_from_random(result, tasks):
       random[contestant_config(result["name"]).model.model_type] = result
   first = results[0]
   print(
