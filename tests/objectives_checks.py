@@ -4,12 +4,16 @@ absl refuses a flag defined twice."""
 
 import contextlib
 import io
+import pathlib
+from unittest import mock
 
+import jax.numpy as jnp
 import pytest
 from absl.testing import flagsaver
 
 from bert_jax.benchmarks import objectives
 from bert_jax.model.bert_config import preset
+from bert_jax.train.step import TrainState
 from configs import modernbert_base
 
 DEFAULTS = dict(vocab="vocab.txt", prepared_dir="/prepared", size="tiny", learning_rate="1e-3", evals="10")
@@ -41,6 +45,19 @@ def random_weights_are_fine_tuned_once_per_architecture_and_only_when_asked():
     assert objectives.random_init_contestants(["modernbert", "bert_mlm30"]) == ["modernbert", "bert_mlm30"]
   with flagsaver.as_parsed(random_init="false", **DEFAULTS):
     assert objectives.random_init_contestants(MODERN) == []
+
+
+def a_contestant_stopped_before_its_last_step_writes_no_result(workdir: str):
+  """pretraining.pretrain returns at the step a SIGTERM stopped it: the benchmark must not take that state for the
+  contestant's result (it is read back, and never pretrained again, by every later run)."""
+  stopped = TrainState(step=jnp.asarray(3), params={}, opt_state=())
+  with flagsaver.as_parsed(**DEFAULTS, workdir=workdir):
+    budget = 10 * objectives.flops_per_step(objectives.contestant_config("bert"))
+    with mock.patch.object(objectives.pretraining, "pretrain", return_value=stopped) as pretrain:
+      with pytest.raises(SystemExit, match="bert stopped at step 3 of 10; nothing written"):
+        objectives.pretrain("bert", budget)
+  assert pretrain.call_args.args[0].num_train_steps == 10
+  assert not (pathlib.Path(workdir) / "bert" / "objective_result.json").exists()
 
 
 def _glue(values: dict) -> dict:

@@ -29,3 +29,7 @@ def test_random_weights_are_fine_tuned_once_per_architecture_and_only_when_asked
 
 def test_the_paired_table_sets_each_contestant_against_bert_and_its_architectures_random_weights():
   _check("the_paired_table_sets_each_contestant_against_bert_and_its_architectures_random_weights()")
+
+
+def test_a_contestant_stopped_before_its_last_step_writes_no_result(tmp_path):
+  _check(f"a_contestant_stopped_before_its_last_step_writes_no_result({str(tmp_path)!r})")

@@ -46,7 +46,6 @@ import math
 import os
 import subprocess
 import sys
-import time
 
 from absl import app, flags, logging
 from etils import epath
@@ -189,6 +188,18 @@ def _read_events(directory: epath.Path) -> dict[str, dict[int, float]]:
   return values
 
 
+def _wall_seconds(directory: epath.Path) -> float:
+  """The run's wall time: each of its processes' train events file spans the process's start (the file's creation)
+  to its last train metrics; summed, a run killed and resumed counts both processes (and the steps it repeated)."""
+  from bert_jax.tensorflow_cpu import tf
+
+  seconds = 0.0
+  for path in directory.glob("events.out.tfevents.*"):
+    times = [event.wall_time for event in tf.compat.v1.train.summary_iterator(str(path))]
+    seconds += max(times) - min(times)
+  return seconds
+
+
 def common_evaluation(name: str, flops_per_step: float) -> list[dict]:
   """The contestant's held-out MLM loss and accuracy at each of its checkpoints, on one stream that is the same for
   every contestant: COMMON_EVALUATION's held-out rows masked at 15% (its config's seed and `eval_steps` batches),
@@ -236,9 +247,9 @@ def pretrain(name: str, budget: float) -> dict:
   steps = math.floor(budget / per_step)
   config = contestant_config(name, steps)
   logging.info("%s: %d steps of %.3g model FLOPs (budget %.3g).", name, steps, per_step, budget)
-  start = time.perf_counter()
-  pretraining.pretrain(config, str(workdir))
-  seconds = time.perf_counter() - start
+  reached = pretraining.pretrain(config, str(workdir)).host_step()
+  if reached < steps:  # Preempted (SIGTERM): a half-trained contestant's result would be read back as its last.
+    raise SystemExit(f"{name} stopped at step {reached} of {steps}; nothing written: the same command resumes it.")
   evaluation = _read_events(workdir / "tensorboard" / "eval")
   curve = [
     dict(step=step, model_flops=step * per_step, **{tag: by_step[step] for tag, by_step in evaluation.items()})
@@ -248,7 +259,7 @@ def pretrain(name: str, budget: float) -> dict:
     name=name,
     steps=steps,
     flops_per_step=per_step,
-    seconds=seconds,
+    seconds=_wall_seconds(workdir / "tensorboard" / "train"),
     curve=curve,
     common_curve=common_evaluation(name, per_step),
     final={tag: by_step[max(by_step)] for tag, by_step in evaluation.items()},

@@ -177,7 +177,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
     start = job.start(manager)
     state = start.state
     logging.info("%s", console.block(job.title, [*job.header_rows(), ("start", start.started)]))
-    first_step = _step(state)
+    first_step = state.host_step()
     job.open_data(start)
     dropout_key = job.dropout_key()
     last_step = job.last_step
@@ -250,7 +250,7 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
       train_writer.close()
       eval_writer.close()
     stop.close()
-  step = _step(state)
+  step = state.host_step()
   rows = [("steps", progress.launch_row(ticker, first_step, step, time.perf_counter() - started_at))]
   rows += job.finish(state, step, stopped)
   if saving is not None:
@@ -259,8 +259,3 @@ def _train(job: Job, workdir: str, held: lease.Holder, started_at: float):
   title = job.finished if step >= job.last_step else "Stopped"
   logging.info("%s", console.block(f"{title} at step {step}", rows))
   return state
-
-
-def _step(state) -> int:
-  """The state's step (a sweep's members share it)."""
-  return int(jax.device_get(state.step).reshape(-1)[0])

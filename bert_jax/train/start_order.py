@@ -283,8 +283,7 @@ def start(config, manager, restore, fresh) -> Start:
   if restored is None:
     return fresh()
   state, data_position = restored
-  step = int(jax.device_get(state.step).reshape(-1)[0])
-  return Start(state, data_position, True, f"Resumed from step {step}")
+  return Start(state, data_position, True, f"Resumed from step {state.host_step()}")
 
 
 def warn_damaged(error: checkpoints.CorruptCheckpointError) -> None:

@@ -35,6 +35,10 @@ class TrainState:
   # The step guard's memory: {"loss_average": float32, "finite_steps": int32} (see `guard.Guard`).
   guard: Any = None
 
+  def host_step(self) -> int:
+    """The step as a Python int, read to the host (a sweep's members share it)."""
+    return int(jax.device_get(self.step).reshape(-1)[0])
+
 
 def initial_guard() -> dict:
   return {"loss_average": jnp.zeros((), jnp.float32), "finite_steps": jnp.zeros((), jnp.int32)}
