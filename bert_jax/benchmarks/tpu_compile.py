@@ -231,6 +231,11 @@ def _layouts_table() -> None:
           )
 
 
+def _host(step: dict) -> str:
+  """What the step keeps in the host's memory (remat offload_dense), beside its HBM peak."""
+  return f" (+{_gib(step['host_temp_bytes'])} in host memory)" if step.get("host_temp_bytes") else ""
+
+
 def _policies_table() -> None:
   print(
     f"\n| model | seq | topology | remat | peak at {_PER_CHIP.value} rows/chip (GiB) | XLA TFLOP/step per chip "
@@ -246,7 +251,7 @@ def _policies_table() -> None:
           flops = ahead_of_time.xla_flops_per_device(config, devices, config.model.num_layers) / 1e12
           batch, seconds = _largest(lambda b, p=preset_name, s=seq, t=topology, r=remat: _ours(p, s, t, b, remat=r))
           print(
-            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(step['peak_bytes'])}"
+            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(step['peak_bytes'])}{_host(step)}"
             f"{'' if step['fits'] else ' (does not fit)'} | {flops:.2f} | {batch} | {seconds:.0f} |",
             flush=True,
           )

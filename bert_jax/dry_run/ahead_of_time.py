@@ -168,6 +168,8 @@ def compile_step(jitted, args, usable_bytes: int | None) -> dict:
     output_bytes=memory.output_size_in_bytes,
     alias_bytes=memory.alias_size_in_bytes,
     temp_bytes=memory.temp_size_in_bytes,
+    # Activations a policy offloads (remat offload_dense) live in the host's memory, outside the HBM peak.
+    host_temp_bytes=getattr(memory, "host_temp_size_in_bytes", 0),
     xla_flops_per_device=float(cost.get("flops", float("nan"))),
     collectives=hlo_stats.collectives(text),
     # Pallas kernels compiled by Mosaic (splash attention) in the optimised HLO; the text itself is not kept (a
@@ -320,7 +322,8 @@ def _step_rows(name: str, step: dict, chips: int, model_flops: float) -> list[tu
     (
       "",
       f"arguments {gib(step['argument_bytes'])}, outputs {gib(step['output_bytes'])} "
-      f"({gib(step['alias_bytes'])} donated), temporaries {gib(step['temp_bytes'])}",
+      f"({gib(step['alias_bytes'])} donated), temporaries {gib(step['temp_bytes'])}"
+      + (f"; in host memory {gib(step['host_temp_bytes'])}" if step.get("host_temp_bytes") else ""),
     ),
     (
       "",
