@@ -1,7 +1,8 @@
 """The equal-compute benchmark's contestants (bert_jax/benchmarks/objectives.py): each a valid config at every size
-it offers, changing only what its recipe changes; its table paired by seed. Each check (tests/objectives_checks.py)
-runs in a fresh interpreter: the benchmark defines absl flags that other benchmark modules, imported by other tests
-in the same process, define too."""
+it offers, changing only what its recipe changes; its table paired by seed; a contestant stopped by SIGTERM (in its
+pretraining or in finetune_glue) recorded nowhere as finished. Each check (tests/objectives_checks.py,
+tests/finetune_glue_checks.py) runs in a fresh interpreter: the benchmark defines absl flags that other benchmark
+modules, imported by other tests in the same process, define too."""
 
 import pathlib
 import subprocess
@@ -12,8 +13,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _check(call: str) -> None:
-  code = f"from tests import objectives_checks as checks; checks.{call}"
+def _check(call: str, checks: str = "objectives_checks") -> None:
+  code = f"from tests import {checks} as checks; checks.{call}"
   result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
 
@@ -33,3 +34,7 @@ def test_the_paired_table_sets_each_contestant_against_bert_and_its_architecture
 
 def test_a_contestant_stopped_before_its_last_step_writes_no_result(tmp_path):
   _check(f"a_contestant_stopped_before_its_last_step_writes_no_result({str(tmp_path)!r})")
+
+
+def test_a_fine_tuning_stopped_before_its_last_step_writes_no_metrics(tmp_path):
+  _check(f"a_fine_tuning_stopped_before_its_last_step_writes_no_metrics({str(tmp_path)!r})", "finetune_glue_checks")

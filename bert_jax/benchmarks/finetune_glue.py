@@ -141,6 +141,10 @@ def _run(task: str, init: str, contestant: str) -> dict:
     summary = job.finetune(config, str(workdir))
   else:
     summary = _reference(config, task)
+  if summary is None:  # Preempted (SIGTERM): its checkpoint is saved, its metrics are not final.
+    raise SystemExit(
+      f"{task}/{init}/{contestant} stopped before its last step; nothing written: the same command resumes it."
+    )
   summary["seconds"] = time.perf_counter() - start
   workdir.mkdir(parents=True, exist_ok=True)
   metrics_file.write_text(json.dumps(summary, indent=1))

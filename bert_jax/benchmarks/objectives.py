@@ -297,7 +297,8 @@ def finetune(name: str, random_init: bool) -> dict:
     "--contestants=bert_jax:transformers",
     f"--inits={'pretrained,random' if random_init else 'pretrained'}",
   ]
-  subprocess.run(command, check=True)
+  if subprocess.run(command).returncode:  # Its own message says why (a stop: the same command resumes).
+    raise SystemExit(f"{name}: fine-tuning ended early ({' '.join(command)}).")
   return json.loads((glue_workdir / "results.json").read_text())
 
 
