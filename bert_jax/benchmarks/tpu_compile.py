@@ -231,11 +231,6 @@ def _layouts_table() -> None:
           )
 
 
-def _host(step: dict) -> str:
-  """What the step keeps in the host's memory (remat offload_dense), beside its HBM peak."""
-  return f" (+{_gib(step['host_temp_bytes'])} in host memory)" if step.get("host_temp_bytes") else ""
-
-
 def _policies_table() -> None:
   print(
     f"\n| model | seq | topology | remat | peak at {_PER_CHIP.value} rows/chip (GiB) | XLA TFLOP/step per chip "
@@ -250,8 +245,9 @@ def _policies_table() -> None:
           step = _ours(preset_name, seq, topology, _PER_CHIP.value, remat=remat)
           flops = ahead_of_time.xla_flops_per_device(config, devices, config.model.num_layers) / 1e12
           batch, seconds = _largest(lambda b, p=preset_name, s=seq, t=topology, r=remat: _ours(p, s, t, b, remat=r))
+          host = f" (+{ahead_of_time.in_host_memory(step)})" if ahead_of_time.in_host_memory(step) else ""
           print(
-            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(step['peak_bytes'])}{_host(step)}"
+            f"| {preset_name} | {seq} | {topology} | {remat} | {_gib(step['peak_bytes'])}{host}"
             f"{'' if step['fits'] else ' (does not fit)'} | {flops:.2f} | {batch} | {seconds:.0f} |",
             flush=True,
           )

@@ -194,6 +194,11 @@ def peak_bytes(memory) -> int:
   )
 
 
+def in_host_memory(step: dict) -> str:
+  """What a compiled step keeps in the host's memory (remat offload_dense's activations), "" for none."""
+  return f"{gib(step['host_temp_bytes'])} in host memory" if step.get("host_temp_bytes") else ""
+
+
 def usable_hbm(devices) -> int | None:
   """Usable HBM per chip of TPU `devices` (None for others, and where XLA:TPU did not say: then "fits" means only
   that the compiler accepted the program, and a warning says so)."""
@@ -323,7 +328,7 @@ def _step_rows(name: str, step: dict, chips: int, model_flops: float) -> list[tu
       "",
       f"arguments {gib(step['argument_bytes'])}, outputs {gib(step['output_bytes'])} "
       f"({gib(step['alias_bytes'])} donated), temporaries {gib(step['temp_bytes'])}"
-      + (f"; in host memory {gib(step['host_temp_bytes'])}" if step.get("host_temp_bytes") else ""),
+      + (f"; {in_host_memory(step)}" if in_host_memory(step) else ""),
     ),
     (
       "",

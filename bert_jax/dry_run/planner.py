@@ -233,10 +233,8 @@ def format_choice(choice: dict | None, tries: list[dict], target: str, config) -
     flags = f"--config.model.remat={choice['remat']}"
     if choice["microbatches"] != config.num_microbatches:
       flags += f" --config.num_microbatches={choice['microbatches']}"
-    peak = ahead_of_time.gib(choice["step"]["peak_bytes"])
-    host = choice["step"].get("host_temp_bytes")
-    peak += f", and {ahead_of_time.gib(host)} in host memory" if host else ""
-    verdict = f"{flags} (the least recomputation that fits; peak {peak})"
+    peak, host = ahead_of_time.gib(choice["step"]["peak_bytes"]), ahead_of_time.in_host_memory(choice["step"])
+    verdict = f"{flags} (the least recomputation that fits; peak {peak}{f', and {host}' if host else ''})"
   rows = [("", line) for line in lines] + [("chosen", verdict)]
   loops = ["scanned layers"] * bool(config.model.scan_layers)
   loops += ["microbatches"] * any(tried["microbatches"] > 1 for tried in tries)
