@@ -2,12 +2,16 @@
 fresh interpreter (its absl flags --glue_dir, --vocab ... are defined by other benchmark modules too)."""
 
 import pathlib
+from types import SimpleNamespace
 from unittest import mock
 
 import pytest
+from absl import flags
 from absl.testing import flagsaver
 
 from bert_jax.benchmarks import finetune_glue
+from bert_jax.finetune import plan
+from bert_jax.model.bert_config import BertConfig
 
 
 def a_fine_tuning_stopped_before_its_last_step_writes_no_metrics(workdir: str):
@@ -19,3 +23,37 @@ def a_fine_tuning_stopped_before_its_last_step_writes_no_metrics(workdir: str):
           finetune_glue._run("sst2", "pretrained", "bert_jax:transformers")
   assert finetune.call_count == 1
   assert not list(pathlib.Path(workdir).rglob("metrics.json"))
+
+
+def random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes(workdir: str):
+  """The random mark is the pretrained contestant's model with fresh weights: a ModernBERT's RoPE bases, local window,
+  norms, dropout (0) and head all come from the source, not only its sizes (a ModernBERT's random run had no
+  rotary base and was refused)."""
+  source = SimpleNamespace(
+    config=BertConfig(
+      model_type="modernbert",
+      vocab_size=64,
+      hidden_size=32,
+      num_layers=3,
+      num_heads=2,
+      intermediate_size=48,
+      rope_theta=160_000.0,
+      local_rope_theta=10_000.0,
+      local_attention=8,
+      global_attention_every=3,
+      norm_bias=False,
+      linear_bias=False,
+      hidden_dropout_prob=0.0,
+      attention_dropout_prob=0.0,
+      classifier_pooling="mean",
+    )
+  )
+  flags.FLAGS.mark_as_parsed()  # Every other flag at its default.
+  with flagsaver.as_parsed(workdir=workdir, glue_dir="/glue", vocab="vocab.txt", init_from="/pretrained"):
+    with mock.patch.object(finetune_glue.formats, "describe", return_value=source):
+      pretrained_run = finetune_glue._config("sst2", "pretrained", "transformers")
+      random_run = finetune_glue._config("sst2", "random", "transformers")
+  assert not random_run.init_from and random_run.tokenizer.path == "vocab.txt"
+  random_model = plan.model_config(random_run, None)
+  assert random_model == plan.model_config(pretrained_run, source)
+  assert (random_model.rope_theta, random_model.local_attention, random_model.hidden_dropout_prob) == (160_000.0, 8, 0)

@@ -38,3 +38,9 @@ def test_a_contestant_stopped_before_its_last_step_writes_no_result(tmp_path):
 
 def test_a_fine_tuning_stopped_before_its_last_step_writes_no_metrics(tmp_path):
   _check(f"a_fine_tuning_stopped_before_its_last_step_writes_no_metrics({str(tmp_path)!r})", "finetune_glue_checks")
+
+
+def test_random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes(tmp_path):
+  _check(
+    f"random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes({str(tmp_path)!r})", "finetune_glue_checks"
+  )

@@ -35,7 +35,6 @@ from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, job, plan, rows
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.handoff import export, formats, pretrained
-from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
 from bert_jax.train.optim import LINEAR_SCHEDULES
 from configs import glue as glue_config
 
@@ -79,9 +78,12 @@ def _config(task: str, init: str, schedule: str):
   config.update(batch_size=_BATCH.value, log_every_steps=100, seed=_SEED.value)
   if init == "pretrained":
     config.init_from = _INIT_FROM.value
-  else:  # The pretrained model's sizes, from its metadata; random weights.
-    source = formats.describe(_INIT_FROM.value)
-    config.model.update({name: getattr(source.config, name) for name in SIZE_FIELDS + ARCHITECTURE_FIELDS})
+  else:  # Random weights of the model the pretrained run fine-tunes (from the source's metadata: its sizes,
+    # architecture, RoPE bases, dropout and head), with --vocab's WordPiece tokenizer.
+    pretrained_run = config.copy_and_resolve_references()
+    pretrained_run.init_from = _INIT_FROM.value
+    model = plan.model_config(pretrained_run, formats.describe(_INIT_FROM.value))
+    config.model.update({name: value for name, value in dataclasses.asdict(model).items() if name in config.model})
     config.tokenizer.update(kind="wordpiece", path=_VOCAB.value, lower_case=_LOWER_CASE.value)
   return config
 
