@@ -15,6 +15,7 @@ import pytest
 
 from bert_jax import config_checks
 from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
+from bert_jax.model import stack
 from configs import tiny
 from tests.test_main import ROOT, _env
 
@@ -249,14 +250,44 @@ def test_each_remat_policy_compiles_and_keeps_less_than_the_one_before():
 
 @requires_libtpu
 @pytest.mark.slow
-def test_scanned_layers_peak_as_unrolled_ones_under_full_remat_and_at_most_a_quarter_higher_without():
+def test_scanned_layers_peak_as_unrolled_ones_under_full_remat_and_at_most_30_percent_higher_without():
   """Issue 41's goal, a scanned step's peak within 10% of the unrolled step's at equal remat, holds under full remat
-  and is missed without: measured 2026-11-29, this step's peak is 104.2 MiB scanned against 87.3 unrolled at none
-  (1.19, as BERT-Base's at 512 tokens, 16 rows a chip: docs/tpu.md, "Where the memory goes"), 66.8 against 66.7 at
-  full. The bound at none keeps the scan's excess from growing."""
-  for remat, bound in (("full", 1.10), ("none", 1.25)):
+  and is missed without: measured 2026-11-29 (evening), this step's peak is 111.7 MiB scanned against 87.3 unrolled
+  at none (1.28), 66.2 against 66.7 at full. At none it was 104.2 (1.19) before the scanned kernels were read in
+  bfloat16: at this shape XLA's schedule then keeps one more [rows, 2, 256, 256] scores buffer in the backward loop
+  and the tiny kernels give nothing back (at BERT's sizes the scan's excess shrank: docs/tpu.md, "Where the memory
+  goes"). The bound at none keeps the excess from growing further."""
+  for remat, bound in (("full", 1.10), ("none", 1.30)):
     scanned, unrolled = _activation_bound(remat)["peak_bytes"], _activation_bound(remat, False)["peak_bytes"]
     assert scanned <= bound * unrolled, (remat, scanned, unrolled)
+
+
+@requires_libtpu
+@pytest.mark.slow
+def test_a_scanned_stack_accumulates_its_kernels_gradients_in_the_compute_dtype(monkeypatch):
+  """The scanned layers read their kernels already cast to bfloat16 (model/stack.py), so the backward loop stacks
+  their gradients in bfloat16, where a cast in each layer leaves it float32 stacks live through the whole backward
+  pass: 2 bytes a kernel element of HBM. A step whose layers' kernels are large beside its small vocabulary (6
+  layers of width 512, 128 tokens, 32 rows a v5e chip, remat none): measured 2026-11-29, 592.7 MiB against 631.6
+  with the cast left to each layer, 38.9 MiB for the 36 MiB of the kernels' second two bytes."""
+
+  def peak() -> int:
+    config = _tiny("v5e-8", data=8)
+    config.model.update(
+      num_layers=6, hidden_size=512, intermediate_size=2048, num_heads=8, max_position_embeddings=128, remat="none"
+    )
+    config.data.update(max_seq_length=128, max_predictions_per_seq=20)
+    config.batch_size = 8 * 32
+    devices, _ = ahead_of_time.target_devices(config)
+    job = ahead_of_time.make_job(config, devices)
+    return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))[
+      "peak_bytes"
+    ]
+
+  cast = peak()
+  monkeypatch.setattr(stack, "_kernels_in_compute_dtype", lambda config, scanned: scanned)
+  kernel_elements = 6 * (4 * 512 * 512 + 2 * 512 * 2048)
+  assert peak() - cast >= 0.75 * 2 * kernel_elements, cast
 
 
 def _stand_in_compiler(monkeypatch, peak_of, limit: list) -> None:

@@ -57,7 +57,7 @@ class Generator(nn.Module):
 
   def setup(self):
     config = self.config
-    self.stack = stack.make_stack(config)
+    self.stack = stack.make_stack(config, self.is_initializing())
     self.masked_lm = _head(config, "generator")(self, config)
 
   def __call__(

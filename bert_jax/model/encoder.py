@@ -54,7 +54,8 @@ class BertModel(nn.Module):
   def setup(self):
     config = self.config
     self.embeddings = parts.resolve(config).embeddings(config)
-    self.stack = stack.make_stack(config)  # The embeddings' projection (if any), the layers, a final norm.
+    # The embeddings' projection (if any), the layers, a final norm.
+    self.stack = stack.make_stack(config, self.is_initializing())
     self.pooler = make_pooler(config, name="pooler") if config.architecture.pooler == "tanh" else None
 
   def __call__(

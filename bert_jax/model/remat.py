@@ -1,8 +1,8 @@
 """Rematerialisation policies by name (`model.remat`): what each layer's forward pass keeps for the backward pass,
 and what the backward pass computes again. As MaxText offers them, for one layer (model/stack.py applies the policy
 to every layer, scanned or unrolled, so that both layouts keep the same values; a scan still peaks higher: its
-backward loop works on copies of a layer's residuals above every layer's stacks, and accumulates whole float32
-gradient stacks: docs/tpu.md, "Where the memory goes"):
+backward loop works on copies of a layer's residuals above every layer's stacks, and accumulates whole gradient
+stacks, the kernels' in the compute dtype (model/stack.py): docs/tpu.md, "Where the memory goes"):
 
   none           every matmul output, the attention's context (splash: its output and log-sum-exp), every dropout
                  mask (packed eight to a byte, model/layers.py): only element-wise work (softmax, norms, GELU, unpacking

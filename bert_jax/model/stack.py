@@ -1,9 +1,9 @@
 """The encoder's stack of layers: the composition's layer part, its feed-forward and each layer's attention span
 (model/parts.py), rematerialisation, the two parameter layouts and the sharing of parameters across layers.
 
-`make_stack(config)` builds, inside a module's `setup`, the optional projection of the embeddings to the hidden
-width (`embeddings_project`, when `config.embedding_width` differs from `hidden_size`: ALBERT, ELECTRA) and the
-layers; the parameters land directly in the calling module's scope:
+`make_stack(config, initializing)` builds, inside a module's `setup`, the optional projection of the embeddings to
+the hidden width (`embeddings_project`, when `config.embedding_width` differs from `hidden_size`: ALBERT, ELECTRA)
+and the layers; the parameters land directly in the calling module's scope:
 
   layer_sharing  unrolled                                      scanned (`scan_layers`)
   "none"         `layer_{i}/...`                                `layers/...`, stacked on a leading layer axis
@@ -80,16 +80,43 @@ def _span_for(spans: tuple):
 _SCAN_IN_AXES = (nn.broadcast, nn.broadcast, 0, nn.broadcast, 0)
 
 
-def _scanned_layers(config: BertConfig, layer_cls: type[nn.Module], length: int, **attributes) -> nn.Module:
-  """`length` layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each."""
-  return nn.scan(
+def _kernels_in_compute_dtype(config: BertConfig, stack_cls: type[nn.Module]) -> type[nn.Module]:
+  """`stack_cls`, a scan over stacked layers, reading its stacked matmul kernels already cast to the compute dtype.
+
+  Each dense layer casts its kernel to `config.compute_dtype` itself (flax's `promote_dtype`): the same values
+  either way. Cast outside the scan, the backward loop accumulates the kernels' gradients as a compute-dtype stack,
+  converted to float32 after the loop, once the activations are gone (an unrolled program keeps them so too); cast
+  inside, XLA hoists the cast out of the forward loop anyway, but the backward loop accumulates float32 stacks,
+  live through the whole backward pass: 2 more bytes a kernel element at the peak (docs/tpu.md, "Where the memory
+  goes"). An unrolled stack is left as it is (cast outside, its peak rose). Norm scales and biases stay float32."""
+  dtype = config.compute_dtype
+  if dtype == jnp.float32:
+    return stack_cls
+
+  def cast(params):
+    return jax.tree_util.tree_map_with_path(
+      lambda path, x: x.astype(dtype) if path[-1] == jax.tree_util.DictKey("kernel") else x, params
+    )
+
+  return nn.map_variables(stack_cls, "params", trans_in_fn=cast)
+
+
+def _scanned_layers(
+  config: BertConfig, layer_cls: type[nn.Module], length: int, initializing: bool, **attributes
+) -> nn.Module:
+  """`length` layers as one scanned module: parameters stacked on a leading `layers` axis, one dropout key each;
+  applied (not initialised), its kernels are read in the compute dtype (`_kernels_in_compute_dtype`)."""
+  scanned = nn.scan(
     _layer_class(config, _carry_form(layer_cls)),
     variable_axes={"params": 0, "intermediates": 0},
     split_rngs={"params": True, "dropout": True},
     in_axes=_SCAN_IN_AXES,
     length=length,
     metadata_params={nn.PARTITION_NAME: "layers"},
-  )(config, name="layers", **attributes)
+  )
+  if not initializing:  # Initialisation makes float32 parameters; a mapped collection is read-only.
+    scanned = _kernels_in_compute_dtype(config, scanned)
+  return scanned(config, name="layers", **attributes)
 
 
 def _scanned_shared_layer(config: BertConfig, layer_cls: type[nn.Module], length: int, **attributes) -> nn.Module:
@@ -162,9 +189,10 @@ class Stack:
     return x if self.final_norm is None else constrain(self.final_norm(x), HIDDEN)
 
 
-def make_stack(config: BertConfig) -> Stack:
+def make_stack(config: BertConfig, initializing: bool) -> Stack:
   """The projection, the layers and the final norm of `config`, created in the calling module's `setup` (their
-  parameters are its children; see the module docstring for the names)."""
+  parameters are its children; see the module docstring for the names); `initializing`: the calling module's
+  `is_initializing()`."""
   found = parts.resolve(config)
   spans = found.attention_pattern(config)
   project = None
@@ -189,7 +217,9 @@ def make_stack(config: BertConfig) -> Stack:
     if sharing == "none":
       span = _span_for(spans[prefix:])
       choices = span.choices if isinstance(span, SpanTable) else None
-      scanned = _scanned_layers(config, found.layer, count - prefix, feed_forward=found.feed_forward, span=span)
+      scanned = _scanned_layers(
+        config, found.layer, count - prefix, initializing, feed_forward=found.feed_forward, span=span
+      )
     else:
       span, choices = _one_span(config, spans, "model.layer_sharing='all'"), None
       scanned = _scanned_shared_layer(config, found.layer, count, feed_forward=found.feed_forward, span=span)
