@@ -26,9 +26,10 @@ base's weights (tiled); this one starts from the seed.
 
 Planned for a v5p-64 slice (32 chips: 154 rows of 1,024 tokens per chip, in 2 microbatches of 77, against the
 training code's 56 rows per 80 GB GPU), in bfloat16 with the splash kernel. Compiled for it (2026-11-29, XLA's TPU
-compiler on a 2-core CPU machine, XLA's own peak, the command below): the train step fits at remat none, peak 67.89
-GiB of 95.74 usable per chip, compiled in 194 s (the full batch; the warmup's smaller ones take less); in 7
-microbatches of 22, 25.02 GiB.
+compiler on a 2-core CPU machine, XLA's own peak, the command below): the train step fits at remat none, peak 67.27
+GiB of 95.74 usable per chip (67.89 until the scanned kernels' gradients were stacked in bfloat16, the same
+evening), compiled in 194 s (the full batch; the warmup's smaller ones take less); in 7 microbatches of 22, 25.02
+GiB (then).
 
     python -m bert_jax.main --config=configs/modernbert_large.py --workdir=/tmp/ml --mode=dry_run
 """

@@ -10,7 +10,8 @@ weight_decay = 1e-6 / 5e-5 = 0.02 here, as in phase 1).
 Planned for a v5p-16 slice (8 chips, as the training code's 8 GPUs: 616 rows divide among 8 chips, not 32), 77 rows
 per chip in 11 microbatches of 7 (the training code's microbatch). Compiled for it (2026-11-29, XLA's TPU compiler on
 a 2-core CPU machine, XLA's own peak, the command below): the train step fits at remat none with splash's local
-mask, peak 51.52 GiB of 95.74 usable per chip, compiled in 156 s; the eval step 5.48 GiB (its 77 rows a chip in the
+mask, peak 50.90 GiB of 95.74 usable per chip (51.52 until the scanned kernels' gradients were stacked in
+bfloat16, the same evening), compiled in 156 s; the eval step 5.48 GiB (its 77 rows a chip in the
 train step's 11 slices; 37.49 GiB when it took them at once, before 2026-11-29).
 
     python -m bert_jax.main --config=configs/modernbert_large_context_extension.py --workdir=/tmp/mlc --mode=dry_run
