@@ -138,6 +138,11 @@ def main(argv):
       jax.config.update("jax_enable_compilation_cache", False)
     else:
       _fake_cpu_devices_for_dry_run(config)
+  # On a TPU VM the runtime compiles with libtpu too: the same fiber stacks as the compile-only devices get.
+  from bert_jax.dry_run import tpu_topology
+
+  if init_args := tpu_topology.libtpu_init_args(os.environ.get("LIBTPU_INIT_ARGS", "")):
+    os.environ["LIBTPU_INIT_ARGS"] = init_args
   # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
   with console.native_noise_left_out():
     if mode in ("pretrain", "finetune"):  # Preparation, export and features run on one machine: they join no job.

@@ -52,6 +52,30 @@ def test_without_libtpu_a_topology_says_how_to_install_it(monkeypatch):
     tpu_topology.devices(tpu_topology.parse("v5e-8"))
 
 
+@requires_libtpu
+def test_libtpus_compiler_gets_fiber_stacks_its_convolution_lowering_does_not_overflow(monkeypatch):
+  """libtpu 0.0.42.1 overflowed a fiber's stack compiling BERT-Base at 512 tokens for v6e-8 (docs/tpu.md): the
+  compile-only devices (and main, for a TPU VM's runtime) start it with larger ones, keep a user's own setting and
+  flags, and leave the environment as they found it; a flag the installed libtpu lacks (it would refuse to start) is
+  never added."""
+  flag = f"--fibers_default_thread_stack_size={tpu_topology.FIBER_STACK_BYTES}"
+  assert tpu_topology.libtpu_init_args("") == flag
+  assert tpu_topology.libtpu_init_args("--xla_enable_async_all_gather=true") == (
+    f"--xla_enable_async_all_gather=true {flag}"
+  )
+  own = "--fibers_default_thread_stack_size=4194304"
+  assert tpu_topology.libtpu_init_args(own) == own
+  assert not tpu_topology._libtpu_knows("bert_jax_no_such_flag")
+  monkeypatch.delenv("LIBTPU_INIT_ARGS", raising=False)
+  with tpu_topology._libtpu_environment("v6e-8"):
+    assert os.environ["LIBTPU_INIT_ARGS"] == flag
+  assert "LIBTPU_INIT_ARGS" not in os.environ
+  monkeypatch.setenv("LIBTPU_INIT_ARGS", "--xla_enable_async_all_gather=true")
+  with tpu_topology._libtpu_environment("v6e-8"):
+    assert os.environ["LIBTPU_INIT_ARGS"] == f"--xla_enable_async_all_gather=true {flag}"
+  assert os.environ["LIBTPU_INIT_ARGS"] == "--xla_enable_async_all_gather=true"
+
+
 def _tiny(topology: str, **mesh) -> object:
   config = tiny.get_config()
   config.dry_run.topology = topology

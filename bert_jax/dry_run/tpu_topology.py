@@ -15,7 +15,9 @@ joined over the data-center network), whose devices carry their `slice_index`.
 
 import contextlib
 import dataclasses
+import functools
 import math
+import mmap
 import os
 import re
 
@@ -114,14 +116,46 @@ class LibtpuMissing(RuntimeError):
   """A TPU topology was asked for where libtpu is not installed."""
 
 
+# libtpu's compiler lowers a fused convolution's window search on fibers, and the recursion of its cost estimate can
+# overflow a fiber's default stack: for BERT-Base's train step at 512 tokens on v6e-8 (attention dropout on, 16 rows a
+# chip, remat none), libtpu 0.0.42.1 died with "SIGSEGV STACK OVERFLOW" in
+# FusedSpatialMajorConvolution::CalculateClassicConvWindowsCost in 4 of 5 compiles, which of them varying from run to
+# run; with the fibers' stacks at 16 MiB, 6 of 6 compiled (docs/tpu.md, "libtpu's compiler crash").
+_FIBER_STACK_FLAG = "fibers_default_thread_stack_size"
+FIBER_STACK_BYTES = 16 << 20
+
+
+def libtpu_init_args(current: str) -> str:
+  """LIBTPU_INIT_ARGS `current` with the compiler's fiber stacks raised to FIBER_STACK_BYTES, unless `current` sets
+  them already or the installed libtpu does not know the flag (libtpu refuses to start on a flag it does not know)."""
+  if _FIBER_STACK_FLAG in current or not _libtpu_knows(_FIBER_STACK_FLAG):
+    return current
+  return f"{current} --{_FIBER_STACK_FLAG}={FIBER_STACK_BYTES}".strip()
+
+
+@functools.cache
+def _libtpu_knows(flag: str) -> bool:
+  """Whether the installed libtpu defines the command-line flag `flag` (its absl flag symbol is in the library)."""
+  try:
+    import libtpu
+  except ImportError:
+    return False
+  try:
+    with open(os.path.join(os.path.dirname(libtpu.__file__), "libtpu.so"), "rb") as library:
+      with mmap.mmap(library.fileno(), 0, access=mmap.ACCESS_READ) as contents:
+        return contents.find(f"FLAGS_{flag}".encode()) >= 0
+  except (OSError, ValueError):
+    return False
+
+
 @contextlib.contextmanager
 def _libtpu_environment(accelerator: str):
   """While libtpu loads: no metadata server to query (the topology is given, not discovered); a type and a worker
   so that it does not print four lines of warnings on a machine that is not a TPU VM (they only name this host);
-  and other processes may load libtpu at the same time (compile-only devices touch no chip; its lockfile
-  otherwise refuses a second process: test workers, a dry run beside a run). Values already set are kept, and
-  the ones set here are removed again, so that no child process inherits them (a notebook would take itself for a
-  TPU VM)."""
+  other processes may load libtpu at the same time (compile-only devices touch no chip; its lockfile otherwise
+  refuses a second process: test workers, a dry run beside a run); and the compiler's fibers get stacks that its
+  convolution lowering does not overflow (`libtpu_init_args`). Values already set are kept, and the environment is
+  restored afterwards, so that no child process inherits these (a notebook would take itself for a TPU VM)."""
   settings = {
     "TPU_SKIP_MDS_QUERY": "1",
     "TPU_ACCELERATOR_TYPE": accelerator,
@@ -130,11 +164,18 @@ def _libtpu_environment(accelerator: str):
   }
   added = [name for name in settings if name not in os.environ]
   os.environ.update({name: settings[name] for name in added})
+  init_args = os.environ.get("LIBTPU_INIT_ARGS")
+  if raised := libtpu_init_args(init_args or ""):
+    os.environ["LIBTPU_INIT_ARGS"] = raised
   try:
     yield
   finally:
     for name in added:
       os.environ.pop(name, None)
+    if init_args is None:
+      os.environ.pop("LIBTPU_INIT_ARGS", None)
+    else:
+      os.environ["LIBTPU_INIT_ARGS"] = init_args
 
 
 def devices(topology: Topology) -> list[jax.Device]:
