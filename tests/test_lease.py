@@ -196,6 +196,33 @@ def test_a_run_stopped_past_its_timeout_finds_the_takeover_at_its_next_check_bef
       held.check()
 
 
+def test_a_run_frozen_while_it_holds_the_lock_stops_no_check_and_a_taker_gives_up_saying_why(tmp_path):
+  """Locally, changes of LEASE take a `flock` on the workdir. A run frozen (SIGSTOP, a hung host) inside one keeps
+  it: the others' checks read LEASE without it, and a run that would take over waits the lease timeout, then stops
+  with a line that says what holds it, instead of waiting for good (the CI run of 2026-11-29 hung there)."""
+  import fcntl
+
+  workdir = str(tmp_path / "run")
+  with lease.hold(workdir, timeout_seconds=60, heartbeat_seconds=60) as held:
+    frozen = os.open(workdir, os.O_RDONLY)  # Another open file description: flock conflicts as another run's.
+    fcntl.flock(frozen, fcntl.LOCK_EX)
+    try:
+      checking = threading.Thread(target=held.check, daemon=True)  # Reads LEASE: no lock.
+      checking.start()
+      checking.join(timeout=5)
+      assert not checking.is_alive(), "check() waits for the frozen run's lock"
+      write_lease(workdir, heartbeat_time=time.time() - 1000)  # Stale: a taker would rewrite it, under the lock.
+      started = time.monotonic()
+      with pytest.raises(
+        lease.LeaseHeldError, match=r"held the lock on .*run \(flock.* for more than 1 s: a run frozen"
+      ):
+        lease.WorkdirLease(workdir, timeout_seconds=1.0, heartbeat_seconds=60).acquire()
+      assert 1.0 <= time.monotonic() - started < 5.0
+    finally:
+      os.close(frozen)
+  assert read_lease(workdir)["run_id"] == "other"
+
+
 @pytest.mark.parametrize("stale", [False, True])
 def test_one_of_eight_concurrent_runs_wins(workdir, stale):
   if stale:  # They all find the same stale lease and race to take it over.

@@ -442,18 +442,14 @@ class _FullFile:
 def _fill_the_disk(where: str, workdir: pathlib.Path, monkeypatch) -> pathlib.Path:
   """Makes the start of a run meet a full disk at `where`; returns the path the run should name."""
   gpath = type(epath.Path(workdir))
-  if where == "lease":
-    fdopen = os.fdopen
-    lease_file = lambda fd: os.readlink(f"/proc/self/fd/{fd}") == str(workdir / "LEASE")
-    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: _FullFile(fd) if lease_file(fd) else fdopen(fd, *a, **k))
-    return workdir / "LEASE"
-  if where == "lease taken over":  # An empty LEASE (a run that met a full disk before this fix) is taken over.
+  if where in ("lease", "lease taken over"):  # The new LEASE's temporary file is on the full disk.
     from bert_jax.workdir import lease
 
-    workdir.mkdir()
-    (workdir / "LEASE").write_bytes(b"")
+    if where == "lease taken over":  # An empty LEASE (a run that met a full disk before this fix) is taken over.
+      workdir.mkdir()
+      (workdir / "LEASE").write_bytes(b"")
 
-    def opened(path, mode="r"):  # The takeover's temporary file is on the full disk.
+    def opened(path, mode="r"):
       return _FullFile(os.open(path, os.O_WRONLY | os.O_CREAT)) if path.endswith(".tmp") else open(path, mode)
 
     monkeypatch.setattr(lease, "open", opened, raising=False)

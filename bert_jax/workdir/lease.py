@@ -4,8 +4,9 @@ Process 0 of a run takes the lease before it writes anything else (creating the 
 exception) and gives it back when the run ends:
 
 - Take: create `<workdir>/LEASE`, a JSON record of the holder (host, pid, a random run id, start time, heartbeat
-  time, command line), only if it does not exist: `os.open(O_CREAT | O_EXCL)` on a local disk, an upload with the
-  precondition `ifGenerationMatch=0` on GCS (the server answers 412 if the object exists).
+  time, command line), only if it does not exist: on a local disk a written temporary file linked into place
+  (`os.link` refuses an existing LEASE), on GCS an upload with the precondition `ifGenerationMatch=0` (the server
+  answers 412 if the object exists).
 - If a LEASE exists and its heartbeat is younger than `timeout_seconds`, the run is refused (`LeaseHeldError`, naming
   the holder). If it is older (the holder was killed, or hangs), the run takes it over, with a warning. A holder on
   this machine (same host name, boot and PID namespace) whose process is gone, or is another process under a reused
@@ -27,11 +28,16 @@ exception) and gives it back when the run ends:
 
 Every change after the creation is a compare-and-swap against the LEASE as last read: on GCS a precondition on the
 object's generation, checked by the server; locally a rewrite (temporary file, `os.replace`) or deletion after
-re-reading the file under an exclusive `flock` on the workdir directory, which every operation here takes. So of
-runs that start together, or that find one stale lease together, exactly one wins. Limits: locally, `flock` excludes
-processes of one machine; a workdir on a network file system shared by several machines relies on that file
-system's lock emulation. Ages compare the reader's clock with the holder's: keep the timeout well above the clock
-skew between hosts, and above the longest pause of a whole process (which stops its heartbeat too).
+re-reading the file under an exclusive `flock` on the workdir directory, which every change here takes. So of
+runs that start together, or that find one stale lease together, exactly one wins. Locally a LEASE only ever
+appears whole (the creation links a written temporary file into place, which fails if LEASE exists; a rewrite is
+an `os.replace`), so reading it (`check()`, before every write) takes no lock: a run frozen (SIGSTOP, a hung host)
+while it held the lock would otherwise leave every other run waiting on it for good. The lock is held only for a
+change (the heartbeat's, every `heartbeat_seconds`); a run that finds it held for longer than `timeout_seconds`
+stops with `LeaseHeldError` instead of waiting. Limits: locally, `flock` excludes processes of one machine; a
+workdir on a network file system shared by several machines relies on that file system's lock emulation. Ages
+compare the reader's clock with the holder's: keep the timeout well above the clock skew between hosts, and above
+the longest pause of a whole process (which stops its heartbeat too).
 """
 
 import contextlib
@@ -68,16 +74,30 @@ class LeaseLostError(LeaseError):
 
 
 class _LocalStore:
-  """LEASE on a local disk. A version is the file's bytes, compared under an exclusive `flock` on the directory."""
+  """LEASE on a local disk. A version is the file's bytes; changes compare it under an exclusive `flock` on the
+  directory, waited for at most `lock_wait_seconds`."""
 
-  def __init__(self, path: str):
+  def __init__(self, path: str, lock_wait_seconds: float):
     self.path = path
+    self.lock_wait_seconds = lock_wait_seconds
 
   @contextlib.contextmanager
   def _locked(self):
     directory = os.open(os.path.dirname(self.path), os.O_RDONLY)
     try:
-      fcntl.flock(directory, fcntl.LOCK_EX)
+      deadline = time.monotonic() + self.lock_wait_seconds
+      while True:
+        try:
+          fcntl.flock(directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
+          break
+        except BlockingIOError:
+          if time.monotonic() > deadline:
+            raise LeaseHeldError(
+              f"Another process has held the lock on {os.path.dirname(self.path)} (flock, for changes of "
+              f"{self.path}) for more than {self.lock_wait_seconds:.0f} s: a run frozen (SIGSTOP, a hung host) "
+              "while it changed the lease. Stop or wake that run, then start again."
+            ) from None
+          time.sleep(0.01)
       yield
     finally:
       os.close(directory)  # Releases the lock.
@@ -90,20 +110,21 @@ class _LocalStore:
       return None, None
 
   def read(self):
-    """(content, version, modification time), or None if there is no LEASE."""
-    with self._locked():
-      data, mtime = self._read()
+    """(content, version, modification time), or None if there is no LEASE. No lock: a LEASE appears whole."""
+    data, mtime = self._read()
     return None if data is None else (data, data, mtime)
 
   def create(self, data: bytes) -> bytes:
-    with self._locked(), paths.writing(self.path):
-      fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # FileExistsError if it exists.
-      try:
-        with os.fdopen(fd, "wb") as f:
+    """Writes LEASE if there is none (FileExistsError otherwise): a temporary file, linked into place whole."""
+    temporary = f"{self.path}.{uuid.uuid4().hex}.tmp"
+    try:
+      with self._locked(), paths.writing(self.path):
+        with open(temporary, "wb") as f:
           f.write(data)
-      except OSError:
-        os.remove(self.path)  # This run's, cut short (a full disk): no empty LEASE is left for the next run.
-        raise
+        os.link(temporary, self.path)  # FileExistsError if it exists.
+    finally:
+      if os.path.exists(temporary):
+        os.remove(temporary)  # Linked, or a write cut short (a full disk): no empty LEASE is left.
     return data
 
   def replace(self, data: bytes, version: bytes) -> bytes:
@@ -247,7 +268,7 @@ class WorkdirLease:
     )
     self.record["command"] = " ".join(sys.argv)
     self.record["process"] = _process_identity(os.getpid())
-    self._store = _LocalStore(self.path) if paths.is_local(self.path) else _GcsStore(self.path)
+    self._store = _LocalStore(self.path, timeout_seconds) if paths.is_local(self.path) else _GcsStore(self.path)
     self._version = None  # Of the LEASE this run last wrote; None while it holds none.
     self._renewed = now
     self._lost = ""  # Why the lease was lost: said once, by the LeaseLostError that `check()` raises.
