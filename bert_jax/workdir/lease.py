@@ -118,10 +118,11 @@ class _LocalStore:
     """Writes LEASE if there is none (FileExistsError otherwise): a temporary file, linked into place whole."""
     temporary = f"{self.path}.{uuid.uuid4().hex}.tmp"
     try:
-      with self._locked(), paths.writing(self.path):
-        with open(temporary, "wb") as f:
+      with paths.writing(self.path):
+        with open(temporary, "wb") as f:  # Outside the lock: it is held for the link alone.
           f.write(data)
-        os.link(temporary, self.path)  # FileExistsError if it exists.
+        with self._locked():
+          os.link(temporary, self.path)  # FileExistsError if it exists.
     finally:
       if os.path.exists(temporary):
         os.remove(temporary)  # Linked, or a write cut short (a full disk): no empty LEASE is left.
