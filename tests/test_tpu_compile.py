@@ -11,11 +11,13 @@ import subprocess
 import sys
 import types
 
+import optax
 import pytest
 
 from bert_jax import config_checks
 from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 from bert_jax.model import stack
+from bert_jax.train import step as train_step
 from configs import tiny
 from tests.test_main import ROOT, _env
 
@@ -286,32 +288,59 @@ def test_scanned_layers_peak_as_unrolled_ones_under_full_remat_and_at_most_30_pe
     assert scanned <= bound * unrolled, (remat, scanned, unrolled)
 
 
+def _wide_layers_peak(remat: str = "none", width: int = 512, layers: int = 6, rows: int = 32, **model) -> int:
+  """XLA's peak of a step whose layers' kernels are large beside its small vocabulary (by default 6 layers of width
+  512, 128 tokens, 32 rows a v5e chip, scanned)."""
+  config = _tiny("v5e-8", data=8)
+  config.model.update(
+    **model,
+    num_layers=layers,
+    hidden_size=width,
+    intermediate_size=4 * width,
+    num_heads=width // 64,
+    max_position_embeddings=128,
+    remat=remat,
+  )
+  config.data.update(max_seq_length=128, max_predictions_per_seq=20)
+  config.batch_size = 8 * rows
+  devices, _ = ahead_of_time.target_devices(config)
+  job = ahead_of_time.make_job(config, devices)
+  return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))["peak_bytes"]
+
+
+_WIDE_KERNEL_ELEMENTS = 6 * (4 * 512 * 512 + 2 * 512 * 2048)
+
+
 @requires_libtpu
 @pytest.mark.slow
 def test_a_scanned_stack_accumulates_its_kernels_gradients_in_the_compute_dtype(monkeypatch):
   """The scanned layers read their kernels already cast to bfloat16 (model/stack.py), so the backward loop stacks
   their gradients in bfloat16, where a cast in each layer leaves it float32 stacks live through the whole backward
-  pass: 2 bytes a kernel element of HBM. A step whose layers' kernels are large beside its small vocabulary (6
-  layers of width 512, 128 tokens, 32 rows a v5e chip, remat none): measured 2026-11-29, 592.7 MiB against 631.6
+  pass: 2 bytes a kernel element of HBM. Measured 2026-11-29 on `_wide_layers_peak`'s step, 592.7 MiB against 631.6
   with the cast left to each layer, 38.9 MiB for the 36 MiB of the kernels' second two bytes."""
-
-  def peak() -> int:
-    config = _tiny("v5e-8", data=8)
-    config.model.update(
-      num_layers=6, hidden_size=512, intermediate_size=2048, num_heads=8, max_position_embeddings=128, remat="none"
-    )
-    config.data.update(max_seq_length=128, max_predictions_per_seq=20)
-    config.batch_size = 8 * 32
-    devices, _ = ahead_of_time.target_devices(config)
-    job = ahead_of_time.make_job(config, devices)
-    return ahead_of_time.compile_step(job.run.train_step, job.train_args, ahead_of_time.usable_hbm(devices))[
-      "peak_bytes"
-    ]
-
-  cast = peak()
+  cast = _wide_layers_peak()
   monkeypatch.setattr(stack, "_kernels_in_compute_dtype", lambda config, scanned: scanned)
-  kernel_elements = 6 * (4 * 512 * 512 + 2 * 512 * 2048)
-  assert peak() - cast >= 0.75 * 2 * kernel_elements, cast
+  assert _wide_layers_peak() - cast >= 0.75 * 2 * _WIDE_KERNEL_ELEMENTS, cast
+
+
+@requires_libtpu
+@pytest.mark.slow
+def test_the_step_guard_decides_without_holding_the_updated_model_beside_the_old_one(monkeypatch):
+  """The guard's select must know whether the updated parameters are finite before it writes one. Judged on the
+  applied update's parameters themselves, XLA held the whole updated model at once beside the old one; judged on the
+  update computed again (`step._updated_params_not_finite`), it does not. BERT-Large's width and vocabulary, 8
+  layers, 128 tokens, 16 rows a v5e chip, full remat (where the update, not the activations, makes the peak):
+  measured 2026-11-30, 1.928 GiB against 2.369, 451 MiB for 503 MiB of float32 parameters."""
+  shape = dict(width=1024, layers=8, rows=16, vocab_size=30522)
+  guarded = _wide_layers_peak("full", **shape)
+
+  def judged_on_the_applied_update(tx, grads, state):
+    updates, _ = tx.update(grads, state.opt_state, state.params)
+    return optax.skip_not_finite(optax.apply_updates(state.params, updates), state.step, None)[0]
+
+  monkeypatch.setattr(train_step, "_updated_params_not_finite", judged_on_the_applied_update)
+  parameter_bytes = 4 * (8 * (4 * 1024 * 1024 + 2 * 1024 * 4096) + 30522 * 1024)
+  assert _wide_layers_peak("full", **shape) - guarded >= 0.6 * parameter_bytes, guarded
 
 
 def _stand_in_compiler(monkeypatch, peak_of, limit: list) -> None:
