@@ -610,7 +610,7 @@ def _check_exports(workdir: str, expected: TaskHead, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_fine_tuning_gives_the_parameters_recorded_before_the_package_was_regrouped(sweep_run):
+def test_fine_tuning_gives_its_golden_parameters(sweep_run):
   """Bitwise: the sweep's final parameters (4 members, 4 epochs) against their recording. The members of seed 1 were
   recorded again when each member got its own training order (issue 23); those of seed 0 kept theirs, bitwise."""
   golden_params.check("finetuning", _params(sweep_run[0]))

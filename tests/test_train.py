@@ -280,6 +280,6 @@ def test_the_first_progress_line_shows_the_compiling_step_not_a_speed(monkeypatc
   assert ticker.report(2, summary)["tokens_per_sec"] > 0 and "tok/s" in lines[-1]
 
 
-def test_pretraining_gives_the_parameters_recorded_before_the_package_was_regrouped(wordpiece_run):
+def test_pretraining_gives_its_golden_parameters(wordpiece_run):
   """Bitwise: the session's pretraining run (packed WordPiece rows, FSDP over 8 devices) against its recording."""
   golden_params.check("pretraining", wordpiece_run[2])
