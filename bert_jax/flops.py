@@ -63,13 +63,20 @@ def electra_flops_per_step(
   return 3.0 * (generator_flops + _encoder_flops(discriminator, batch, seq) + rtd_head)
 
 
+def forward_flops(train_flops: float) -> float:
+  """The forward pass's share of a train step's FLOPs (an evaluation step's, a teacher's): a third, since the backward
+  pass costs twice the forward (`train_flops_per_step`)."""
+  return train_flops / 3
+
+
 def distillation_flops_per_step(
   student: BertConfig, teacher: BertConfig, batch: int, seq: int, predictions: int, training: bool = True
 ) -> float:
   """A distillation step's FLOPs: the student's training FLOPs (`train_flops_per_step`; its forward pass alone when
   not `training`) plus the teacher's forward pass, which has no backward."""
   student_flops = train_flops_per_step(student, batch, seq, predictions)
-  return (student_flops if training else student_flops / 3) + train_flops_per_step(teacher, batch, seq, predictions) / 3
+  teacher_flops = forward_flops(train_flops_per_step(teacher, batch, seq, predictions))
+  return (student_flops if training else forward_flops(student_flops)) + teacher_flops
 
 
 def peak_flops_per_device(device_kind: str, configured_tflops: float = 0.0) -> float | None:

@@ -1,17 +1,9 @@
 """Entry point, run on every host: `python -m bert_jax.main --config=configs/tiny.py --workdir=DIR`.
 
-`--mode=prepare` prepares a corpus (once, on one machine); `--mode=dry_run` compiles the job's steps for the
-configured mesh, on this machine's devices or a Cloud TPU topology (`dry_run.topology`), and reports memory, FLOPs,
-collectives and shardings (see dry_run/ahead_of_time.py); `--mode=plan` finds the largest per-chip batch that fits a TPU
-topology for each remat policy (dry_run/planner.py); `--mode=export` writes the workdir's
-newest checkpoint as a bundle, a Hugging Face or a Google BERT directory (handoff/export.py); `--mode=features` writes
-per-token vectors of text lines (handoff/extract_features.py); `--mode=attention` writes what each attention
-head looks at over text lines, as JSON and heat maps (bertology/attention.py); `--mode=heads` each head's importance
-to a fine-tuned model and its metric as heads are pruned (bertology/heads.py); `--mode=probe` probes on frozen
-layers and their scalar mix (bertology/probe.py); `--mode=feature_based` a BiLSTM tagger on frozen layers
-(bertology/feature_based.py); `--mode=pretrain` pretrains
-(train/loop.py) and `--mode=finetune` fine-tunes (finetune/job.py; configs/glue.py, squad.py, ner.py, swag.py).
-Without `--mode`, a config that sets `finetune.task` fine-tunes and any other pretrains.
+`--mode` picks the job from the front door's table (`bert_jax/jobs.py`: pretrain, finetune, prepare, dry_run, plan,
+export, features and the BERTology analyses, each with what it does); without it, a config that sets
+`finetune.task` fine-tunes and any other pretrains. main checks the config there once, sets the process up (the
+multi-host job, libtpu's settings, the devices) and starts the job; what a user must fix ends with one line.
 
 The only module that defines flags. `--config.key=value` overrides any key of the config file; an unknown key
 is an error. `--verbose` shows what the libraries underneath print (see console.py); `--log_dir=DIR` keeps
@@ -29,41 +21,16 @@ import jax
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax import console
+from bert_jax import console, jobs  # jobs: the table of modes (it imports no TensorFlow).
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and TensorBoard logs go (a path or gs://).")
 _MODE = flags.DEFINE_enum(
   "mode",
   None,
-  [
-    "pretrain",
-    "finetune",
-    "prepare",
-    "dry_run",
-    "plan",
-    "export",
-    "features",
-    "attention",
-    "heads",
-    "probe",
-    "feature_based",
-  ],
-  "pretrain: pretrain (resuming from the workdir). finetune: fine-tune finetune.task (resuming from the workdir). "
+  list(jobs.JOBS),
   "Without --mode: finetune when the config sets finetune.task, else pretrain. "
-  "prepare: train the SentencePiece vocabulary if tokenizer.path is "
-  "missing, then tokenize data.input_pattern / data.tfds_name into data.prepared_dir. dry_run: compile the train "
-  "and eval steps on abstract inputs and report per-chip memory, whether it fits, FLOPs, collectives and parameter "
-  "shardings, for dry_run.topology (a Cloud TPU accelerator type, e.g. v5p-128; needs libtpu) or this machine (on "
-  "CPU, a mesh with no -1 gets that many fake devices). plan: the largest per-chip batch that fits "
-  "dry_run.topology for each remat policy. export: write the workdir's newest checkpoint (or export.source) to "
-  "export.dir as export.format (bundle, huggingface, google). features: per-token vectors of "
-  "features.input_pattern's lines into features.output_dir (.npz). attention: what each attention head looks at "
-  "over bertology.input_pattern's lines (entropy, [CLS], [SEP], previous/next/self, distance) into "
-  "bertology.output_dir (JSON, PNG heat maps and attention maps). heads: each attention head's importance to a model "
-  "fine-tuned on finetune.task (its dev split), and the metric as heads are pruned, into bertology.output_dir. "
-  "probe: linear probes for finetune.task on each frozen layer and on their learned scalar mix. feature_based: the "
-  "BERT paper's BiLSTM tagger for finetune.task on frozen layers (bertology.feature_layers).",
+  + " ".join(f"{name}: {job.summary}" for name, job in jobs.JOBS.items()),
 )
 _VERBOSE = flags.DEFINE_bool(
   "verbose",
@@ -112,21 +79,20 @@ def main(argv):
     raise app.UsageError(str(error)) from None
   sys.unraisablehook = _quiet_closed_loop_callbacks
   config = _CONFIG.value
-  mode = _mode(config)
-  from bert_jax import config_checks  # After the console (see the docstring); it imports no TensorFlow.
-
   try:
-    checked = config_checks.check(config, mode)  # Once, before anything is imported, read or written.
+    mode = jobs.mode_of(config, _MODE.value)
+  except ValueError as error:
+    sys.exit(str(error))
+  try:
+    checked = jobs.check(config, mode)  # Once, before anything is imported, read or written.
   except ValueError as error:
     sys.exit(f"--mode={mode}: {error}")
+  job = jobs.JOBS[mode]
   from bert_jax import distributed
-  from bert_jax.data import prepare
-  from bert_jax.handoff import export, extract_features
 
-  one_machine = ("export", "features", "attention", "heads", "probe", "feature_based")
-  if mode in one_machine and distributed.settings(config.distributed)[1] not in (None, 1):
+  if job.one_machine and distributed.settings(config.distributed)[1] not in (None, 1):
     sys.exit(f"--mode={mode} runs on one machine; unset the distributed settings (process count > 1).")
-  if mode in ("dry_run", "plan"):
+  if job.compiles_ahead:
     if config.dry_run.topology:
       # Compile-only TPU devices come from libtpu (tpu_topology.devices); this process runs on the CPU backend, so
       # JAX's look at the devices below does not load libtpu before its settings are made.
@@ -145,7 +111,7 @@ def main(argv):
     os.environ["LIBTPU_INIT_ARGS"] = init_args
   # JAX's first look at the devices, where libtpu (if installed) prints its start-up lines on a machine without TPU.
   with console.native_noise_left_out():
-    if mode in ("pretrain", "finetune"):  # Preparation, export and features run on one machine: they join no job.
+    if job.joins_job:  # Preparation, export and the analyses run on one machine: they join no job.
       distributed.initialize(config.distributed)  # Before anything touches a device.
     jax.devices()
   distributed.watch_for_failures()
@@ -161,7 +127,7 @@ def main(argv):
     jax.devices()[0].platform,
   )
   try:
-    _run(config, mode, checked, prepare, export, extract_features)
+    _run(config, checked)
   except BaseException as error:
     if jax.process_count() == 1 or isinstance(error, SystemExit) and not error.code:
       raise
@@ -174,65 +140,29 @@ def main(argv):
     os._exit(1)
 
 
-def _run(config, mode: str, checked, prepare, export, extract_features) -> None:
+def _run(config, checked) -> None:
+  """The job, through the front door (`jobs.start`); what a user must fix ends with one line naming it, and nothing
+  cut short is kept."""
   from bert_jax import paths
+  from bert_jax.dry_run import tpu_topology
+  from bert_jax.handoff import export
 
-  if mode == "prepare":
-    try:
-      prepare.prepare_for_run(config, _WORKDIR.value)
-    # Bad input, a corpus there from other input, or a full disk: one line naming the file; nothing cut short is kept.
-    except (FileNotFoundError, ValueError, paths.WriteError) as error:
-      sys.exit(f"--mode=prepare: {error}")
-  elif mode in ("dry_run", "plan"):
-    _compile_ahead_of_time(config, mode)
-  elif mode == "export":
-    try:
-      export.export(
-        config.export.source or _WORKDIR.value, config.export.dir, config.export.format, config.export.overwrite
-      )
-    except (export.ExportError, export.ExportStopped) as error:  # One line: what failed, and that nothing is left.
-      print(error, file=sys.stderr, flush=True)
-      sys.exit(error.exit_code)
-  elif mode == "features":
-    extract_features.extract(config, _WORKDIR.value, checked)
-  elif mode in ("attention", "heads", "probe", "feature_based"):
-    from bert_jax.bertology import attention, feature_based, heads, probe
-
-    jobs = dict(attention=attention, heads=heads, probe=probe, feature_based=feature_based)
-    try:
-      jobs[mode].analyse(config, _WORKDIR.value, checked)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:  # Bad input: named before anything is written.
-      sys.exit(f"--mode={mode}: {error}")
-  else:
-    _train(config, _WORKDIR.value, checked)
-
-
-def _mode(config) -> str:
-  """The job: --mode, else finetune when the config names a task, else pretrain; a mode the config contradicts
-  ends with one line."""
-  task = config.finetune.task
-  mode = _MODE.value or ("finetune" if task else "pretrain")
-  if mode == "pretrain" and task:
-    sys.exit(f"--mode=pretrain, but the config sets finetune.task={task!r}: use --mode=finetune, or unset the task.")
-  if mode == "finetune" and not task:
-    sys.exit("--mode=finetune needs finetune.task (configs/glue.py, squad.py, ner.py and swag.py set it).")
-  return mode
-
-
-def _compile_ahead_of_time(config, mode: str) -> None:
-  """--mode=dry_run or plan: a bad value, or no libtpu, ends with one line; a step that does not fit exits 1."""
-  from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
-
+  mode, workdir = checked.mode, _WORKDIR.value
+  if mode in ("pretrain", "finetune"):
+    _train(config, workdir, checked)
+    return
   try:
-    if mode == "plan":
-      if planner.plan(config)["choice"] is None:
-        sys.exit(f"The job does not fit {config.dry_run.topology} at batch {config.batch_size}: see the plan above.")
-      return
-    report = ahead_of_time.dry_run(config)
-  except (ValueError, tpu_topology.LibtpuMissing) as error:
+    result = jobs.start(config, workdir, checked)
+  except (export.ExportError, export.ExportStopped) as error:  # One line: what failed, and that nothing is left.
+    print(error, file=sys.stderr, flush=True)
+    sys.exit(error.exit_code)
+  # Bad input, a corpus there from other input, an output directory in use, a full disk, no libtpu.
+  except (FileNotFoundError, FileExistsError, ValueError, paths.WriteError, tpu_topology.LibtpuMissing) as error:
     sys.exit(f"--mode={mode}: {error}")
-  if not all(step["fits"] for step in report["steps"].values()):
-    sys.exit(f"The job does not fit {report['target']}: see the report above.")
+  if mode == "plan" and result["choice"] is None:
+    sys.exit(f"The job does not fit {config.dry_run.topology} at batch {config.batch_size}: see the plan above.")
+  if mode == "dry_run" and not all(step["fits"] for step in result["steps"].values()):
+    sys.exit(f"The job does not fit {result['target']}: see the report above.")
 
 
 def _train(config, workdir: str, checked) -> None:
@@ -240,15 +170,11 @@ def _train(config, workdir: str, checked) -> None:
   save, a workdir another run holds, a write at its start that fails: a full disk) ends with one line saying why and
   a non-zero exit."""
   from bert_jax import distributed, paths
-  from bert_jax.finetune import job
-  from bert_jax.train import guard, pretraining
+  from bert_jax.train import guard
   from bert_jax.workdir import checkpoints, lease
 
   try:
-    if checked.mode == "finetune":
-      job.finetune(config, workdir, checked)
-    else:
-      pretraining.pretrain(config, workdir, checked)
+    jobs.start(config, workdir, checked)
   except (guard.TrainingStopped, checkpoints.SaveError, lease.LeaseError, paths.WriteError) as error:
     distributed.report_failure(error)
     # The run has closed its checkpoints, logs and lease. This line is its last: the storage library's threads

@@ -36,6 +36,7 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
 
 import pytest  # noqa: E402
 
+from bert_jax import jobs
 from bert_jax.model.bert_config import BertConfig  # noqa: E402
 from configs import default, tiny  # noqa: E402
 
@@ -179,7 +180,6 @@ def wordpiece_run(tmp_path_factory, data_config):
   import numpy as np
 
   from bert_jax.data import prepare
-  from bert_jax.train import pretraining
 
   with _once_per_session(tmp_path_factory, "wordpiece_run") as (root, built):
     if not built:
@@ -207,7 +207,7 @@ def wordpiece_run(tmp_path_factory, data_config):
     config.update(batch_size=8, num_train_steps=2, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=2)
     config.update(eval_every_steps=2, eval_steps=1)
     if not built:
-      state = pretraining.pretrain(config, str(root / "run"))
+      state = jobs.run(config, str(root / "run"), "pretrain")
       params = jax.tree.map(np.asarray, jax.device_get(state.params))
       (root / "params.pickle").write_bytes(pickle.dumps(params))
       (root / "COMPLETE").touch()

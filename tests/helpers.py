@@ -30,11 +30,10 @@ def write_checkpoint(workdir, config, history: dict, value: float = 1.0, step: i
   import jax.numpy as jnp
   import ml_collections
 
-  from bert_jax import config_checks
-  from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS
+  from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, model_config
   from bert_jax.train import step as step_lib
 
-  model = dataclasses.asdict(config_checks.model_config(config))
+  model = dataclasses.asdict(model_config(config))
   recorded = ml_collections.ConfigDict(config.to_dict())
   recorded.model.update({name: model[name] for name in PREDICTION_HEAD_FIELDS})
   state = step_lib.TrainState(jnp.int32(step), {"w": jnp.full(4, value)}, {}, step_lib.initial_guard())

@@ -9,9 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import config_checks, sharding
+from bert_jax import sharding
 from bert_jax.data.pretraining_batch import pretraining_shapes
-from bert_jax.model import attention
+from bert_jax.model import attention, bert_config
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
 from bert_jax.model.tracing import with_activation_rules
@@ -134,7 +134,7 @@ def test_splash_sharded_over_the_mesh_equals_xla_in_loss_and_gradients(small_con
   small_config.mesh.update(data=2, fsdp=2, tensor=2)
   small_config.data.update(max_seq_length=160, max_predictions_per_seq=6)
   small_config.batch_size = 4
-  host_batch = _packed_batch(config_checks.model_config(small_config))
+  host_batch = _packed_batch(bert_config.model_config(small_config))
   assert {name: (v.shape, v.dtype) for name, v in host_batch.items()} == {
     name: (shape, np.dtype(dtype)) for name, (shape, dtype) in pretraining_shapes(4, 160, 6, 3).items()
   }

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import config_checks
+from bert_jax.model import bert_config
 from bert_jax.model.bert_config import PRESETS, BertConfig, preset
 from bert_jax.model.encoder import BertForPretraining
 
@@ -32,7 +32,7 @@ def test_paper_sizes_have_the_papers_parameter_counts(name, millions):
   """BERT's two sizes, and RoBERTa's, ALBERT's (factorised embeddings, one shared layer) and ModernBERT's configs
   (gated feed-forward, no biases, no position table)."""
   if name.startswith("configs."):
-    config = config_checks.model_config(importlib.import_module(name).get_config())
+    config = bert_config.model_config(importlib.import_module(name).get_config())
   else:
     config = BertConfig(**preset(name))
   count = _param_count(config)

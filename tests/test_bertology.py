@@ -11,8 +11,8 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import config_checks
-from bert_jax.bertology import attention, feature_based, heads, probe
+from bert_jax import jobs
+from bert_jax.bertology import attention, feature_based, heads
 from bert_jax.finetune import tasks
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import BertConfig
@@ -81,7 +81,7 @@ def test_attention_statistics_equal_numpy_on_transformers_attentions(hf_bert, tm
   config = default.get_config()
   settings = dict(input_pattern=str(tmp_path / "*.txt"), max_seq_length=SEQ, batch_size=8, show_lines=(3, 20))
   config.bertology.update(source=str(directory), output_dir=str(tmp_path / "out"), **settings)
-  result = attention.analyse(config, str(tmp_path / "workdir"))
+  result = jobs.run(config, str(tmp_path / "workdir"), "attention")
 
   tokenizer = transformers.BertTokenizer(str(directory / "vocab.txt"))
   expected = _numpy_statistics(model, tokenizer, lines)
@@ -115,10 +115,10 @@ def test_attention_statistics_equal_numpy_on_transformers_attentions(hf_bert, tm
 
   # What an earlier analysis wrote is never overwritten; a line to draw beyond the input is named.
   with pytest.raises(FileExistsError, match="bertology.output_dir=.* is not empty"):
-    attention.analyse(config, str(tmp_path / "workdir"))
+    jobs.run(config, str(tmp_path / "workdir"), "attention")
   config.bertology.update(output_dir=str(tmp_path / "other"), show_lines=(21,))
   with pytest.raises(ValueError, match=re.escape("bertology.show_lines has [21], but the input has 21 lines")):
-    attention.analyse(config, str(tmp_path / "workdir"))
+    jobs.run(config, str(tmp_path / "workdir"), "attention")
   assert not (tmp_path / "other").exists()
 
 
@@ -132,7 +132,7 @@ def test_an_input_without_lines_is_refused_naming_the_pattern_before_the_source_
   config.bertology.update(input_pattern=pattern, source=never_read, output_dir=str(tmp_path / "out"), show_lines=())
   message = f"bertology.input_pattern={pattern!r} matches {[str(tmp_path / n) for n in ('a.txt', 'b.txt')]}, which hold"
   with pytest.raises(ValueError, match=re.escape(message) + " no lines: there is no attention to analyse."):
-    attention.analyse(config, str(tmp_path / "workdir"))
+    jobs.run(config, str(tmp_path / "workdir"), "attention")
   assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
 
 
@@ -147,10 +147,10 @@ def test_an_input_without_lines_is_refused_naming_the_pattern_before_the_source_
 def test_a_bad_attention_setting_is_refused_naming_it(overrides, message):
   config = default.get_config()
   config.bertology.update(input_pattern="*.txt", output_dir="/tmp/out")
-  config_checks.check(config, "attention")
+  jobs.check(config, "attention")
   config.bertology.update(overrides)
   with pytest.raises(ValueError, match=re.escape(message)):
-    config_checks.check(config, "attention")
+    jobs.check(config, "attention")
 
 
 @pytest.mark.parametrize(
@@ -166,10 +166,10 @@ def test_a_bad_heads_setting_is_refused_naming_it(overrides, message):
   config = glue.get_config()
   config.finetune.update(task="sst2", data_dir="/data/SST-2")
   config.bertology.output_dir = "/tmp/out"
-  config_checks.check(config, "heads")
+  jobs.check(config, "heads")
   config.update_from_flattened_dict({f"{a}.{b}": v for a, values in overrides.items() for b, v in values.items()})
   with pytest.raises(ValueError, match=re.escape(message)):
-    config_checks.check(config, "heads")
+    jobs.check(config, "heads")
 
 
 @pytest.fixture(scope="module")
@@ -231,7 +231,7 @@ def test_head_importance_and_pruning_equal_transformers_gradients_and_accuracy(f
   config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16)
   settings = dict(source=str(directory), output_dir=str(tmp_path / "out"), batch_size=8, prune_step=0.25)
   config.bertology.update(prune_max=1.0, **settings)
-  result = heads.analyse(config, str(tmp_path / "workdir"))
+  result = jobs.run(config, str(tmp_path / "workdir"), "heads")
 
   # The same dev rows through transformers: |d(batch's summed loss) / d head_mask|, added up, over the rows.
   task = tasks.make_task(config.finetune)
@@ -277,7 +277,7 @@ def test_head_importance_and_pruning_equal_transformers_gradients_and_accuracy(f
   config.finetune.task = "rte"
   config.bertology.output_dir = str(tmp_path / "other")
   with pytest.raises(ValueError, match="is fine-tuned on 'sst2'; --mode=heads needs a model fine-tuned on"):
-    heads.analyse(config, str(tmp_path / "workdir"))
+    jobs.run(config, str(tmp_path / "workdir"), "heads")
 
 
 @pytest.mark.slow
@@ -332,7 +332,7 @@ def test_the_scalar_mix_finds_the_layer_a_task_is_a_function_of(tmp_path):
 
   settings = dict(probe_epochs=40, probe_learning_rate=1e-2, batch_size=32)
   config.bertology.update(source=str(directory), output_dir=str(tmp_path / "out"), **settings)
-  result = probe.analyse(config, str(tmp_path / "workdir"))
+  result = jobs.run(config, str(tmp_path / "workdir"), "probe")
   scores, weights = result["layer_scores"], result["mix_weights"]
   assert len(scores) == len(weights) == 3 and result["metric"] == "accuracy"
   assert int(np.argmax(scores)) == 1 and scores[1] > 0.85, scores
@@ -351,7 +351,7 @@ def test_a_token_task_is_probed_per_token(hf_bert, tmp_path):
   config = ner_config.get_config()
   config.finetune.update(data_dir=str(tmp_path), max_seq_length=SEQ)
   config.bertology.update(source=str(hf_bert[0]), output_dir=str(tmp_path / "out"), batch_size=8, probe_epochs=2)
-  result = probe.analyse(config, str(tmp_path / "workdir"))
+  result = jobs.run(config, str(tmp_path / "workdir"), "probe")
   assert (result["task"], result["metric"], result["pooling"], result["split"]) == ("conll2003", "f1", "token", "dev")
   assert len(result["layer_scores"]) == 3 and all(0 <= score <= 1 for score in result["layer_scores"])
   assert sum(result["mix_weights"]) == pytest.approx(1.0) and np.isfinite(result["final_loss"])
@@ -374,14 +374,14 @@ def test_the_feature_based_tagger_learns_tags_from_frozen_layers(hf_bert, tmp_pa
   with pytest.raises(
     ValueError, match=re.escape("bertology.feature_layers has -4; this model has hidden states -3..2")
   ):
-    feature_based.analyse(config, str(tmp_path / "workdir"))  # The default, the paper's last four, of 2 layers.
+    jobs.run(config, str(tmp_path / "workdir"), "feature_based")  # The default, the paper's last four, of 2 layers.
   config.bertology.feature_layers = (-1, -2, -3)
-  result = feature_based.analyse(config, str(tmp_path / "workdir"))
+  result = jobs.run(config, str(tmp_path / "workdir"), "feature_based")
   assert (result["layers"], result["combine"], result["feature_width"]) == ([-1, -2, -3], "concat", 3 * 32)
   assert result["metrics"]["f1"] > 0.9, result["metrics"]
   assert json.loads((tmp_path / "concat" / "feature_based.json").read_text()) == result
   config.bertology.update(output_dir=str(tmp_path / "sum"), feature_layers=(0, -1), feature_combine="sum")
-  summed = feature_based.analyse(config, str(tmp_path / "workdir"))
+  summed = jobs.run(config, str(tmp_path / "workdir"), "feature_based")
   assert (summed["feature_width"], summed["layers"]) == (32, [0, -1]) and summed["metrics"]["f1"] > 0.5
 
 

@@ -15,7 +15,7 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
-from bert_jax import paths
+from bert_jax import jobs, paths
 from bert_jax.train import pretraining
 from bert_jax.workdir import checkpoints, lease, verified
 from configs import default
@@ -55,7 +55,7 @@ def _trained(config, tmp_path_factory) -> tuple[str, dict]:
   config.update(eval_steps=0, schedule_end_step=9)  # test_train.py's schedule: its train step, compiled.
   if not _TRAINED:
     workdir = str(tmp_path_factory.mktemp("corrupt") / "original")
-    _TRAINED.update(workdir=workdir, params=_params(pretraining.pretrain(config, workdir)))
+    _TRAINED.update(workdir=workdir, params=_params(jobs.run(config, workdir, "pretrain")))
   return _TRAINED["workdir"], _TRAINED["params"]
 
 
@@ -65,7 +65,7 @@ def _resume_over(config, tmp_path, original: str, damage, name: str = "damaged")
   shutil.copytree(original, workdir)
   damage(workdir / "checkpoints" / "6")
   config.restore_fallback = True
-  return workdir, _params(pretraining.pretrain(config, str(workdir)))
+  return workdir, _params(jobs.run(config, str(workdir), "pretrain"))
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
@@ -89,7 +89,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
     damage(workdir / "checkpoints" / "6")
     small_config.restore_fallback = False
     with pytest.raises(checkpoints.CorruptCheckpointError, match=named):
-      pretraining.pretrain(small_config, str(workdir))
+      jobs.run(small_config, str(workdir), "pretrain")
     assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]  # Nothing written, nothing deleted.
 
   # With the fallback: step 3 is restored, the damaged step is kept aside, and the run ends where it would have.
@@ -99,7 +99,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
   with checkpoints.read_only_manager(str(workdir)) as manager:  # pretrained.load's (and fine-tuning's) reader.
     with pytest.raises(checkpoints.CorruptCheckpointError, match="query/kernel"):
       verified.restore_params(manager, 6, run.abstract.params, run.shardings.params)
-  resumed = _params(pretraining.pretrain(small_config, str(workdir)))
+  resumed = _params(jobs.run(small_config, str(workdir), "pretrain"))
   assert "Restored step 3 instead of step 6; moving step 6 to" in caplog.text
   assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
   assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]
@@ -123,7 +123,7 @@ def test_a_corrupt_checkpoint_without_its_checksums_item_is_never_read_unverifie
   shutil.copytree(original, workdir)
   damage(workdir / "checkpoints" / "6")
   with pytest.raises(checkpoints.CorruptCheckpointError, match=r"step 6: item checksums is missing \(.*/6/checksums\)"):
-    pretraining.pretrain(small_config, str(workdir))
+    jobs.run(small_config, str(workdir), "pretrain")
   workdir, resumed = _resume_over(small_config, tmp_path, original, damage)
   assert "Restored step 3 instead of step 6" in caplog.text
   assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import config_checks
+from bert_jax import config_checks, jobs
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
 from bert_jax.train.optim import make_optimizer, make_schedule
 from configs import (
@@ -49,12 +49,12 @@ def test_every_config_passes_the_checks_of_its_mode(name):
   if name in PLACEHOLDERS:  # Refused as shipped, naming the key, at once (no network call); a dry run compiles it.
     key = PLACEHOLDERS[name]
     with pytest.raises(ValueError, match=rf"^{re.escape(key)}='gs://BUCKET/.*' names the placeholder bucket BUCKET"):
-      config_checks.check(config, mode)
+      jobs.check(config, mode)
     if key == "init_from":  # A pretraining dry run compiles phase 2 without reading phase 1.
-      config_checks.check(config, "dry_run")
+      jobs.check(config, "dry_run")
     *parents, last = key.split(".")
     functools.reduce(lambda node, parent: node[parent], parents, config)[last] = "gs://bucket/run"
-  checked = config_checks.check(config, mode)
+  checked = jobs.check(config, mode)
   assert checked.mode == mode and checked.model.num_layers == config.model.num_layers
   if mode == "finetune":
     assert len(checked.members) == max(len(config.sweep.learning_rates.split(",")), 1) * config.sweep.seeds
@@ -91,7 +91,7 @@ def test_a_bad_fine_tuning_value_is_refused_naming_it(key, value, message):
   *parents, name = key.split(".")
   functools.reduce(lambda node, parent: node[parent], parents, config)[name] = value
   with pytest.raises(ValueError, match=re.escape(message)):
-    config_checks.check(config, "finetune")
+    jobs.check(config, "finetune")
 
 
 def test_phase_two_continues_phase_one_on_the_same_schedule():
@@ -256,7 +256,7 @@ def test_a_batch_warmup_passes_its_checks_in_pretraining_and_is_refused_in_fine_
   config = glue.get_config()
   config.update(dict(batch_warmup_tokens=10_000, batch_warmup_start=8))
   with pytest.raises(ValueError, match=re.escape("batch_warmup_tokens=10000: the batch-size warmup is pretraining's")):
-    config_checks.check(config, "finetune")
+    jobs.check(config, "finetune")
 
 
 def test_data_masking_and_the_older_masking_keys_are_checked_together(caplog):

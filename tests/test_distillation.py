@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from etils import epath
 
-from bert_jax import config_checks, flops, sharding
+from bert_jax import flops, jobs, sharding
 from bert_jax.dry_run import ahead_of_time
 from bert_jax.finetune import job, losses, tasks
 from bert_jax.finetune import plan as plan_lib
 from bert_jax.handoff import export, pretrained
-from bert_jax.model import param_layout
+from bert_jax.model import bert_config, param_layout
 from bert_jax.model.encoder import BertForPretraining, init_params
 from bert_jax.model.heads import TaskHead
-from bert_jax.train import pretraining, pretraining_start, start_order
+from bert_jax.train import pretraining_start, start_order
 from bert_jax.train import run as run_lib
 from bert_jax.train.objectives import bert, distillation, registry
 from bert_jax.train.optim import make_optimizer
@@ -137,7 +137,7 @@ def _distillation_run(config, devices, teacher, teacher_params):
     {"path": "in memory"},
     lambda mesh, rules: jax.device_put(teacher_params, pretrained.param_shardings(teacher.config, mesh, rules)),
   )
-  student = BertForPretraining(dataclasses.replace(config_checks.model_config(config), num_layers=1))
+  student = BertForPretraining(dataclasses.replace(bert_config.model_config(config), num_layers=1))
   loss = distillation.make_loss(config, frozen)
   return run_lib.make_run(config, student, loss, make_optimizer(config), devices=devices, frozen=frozen).read_frozen()
 
@@ -280,19 +280,19 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   wide.model.update(hidden_size=64, intermediate_size=64, hidden_act="gelu_new")
   sizes = "['model.hidden_size: 32 vs 64', 'model.intermediate_size: 48 vs 64', 'model.hidden_act: gelu vs gelu_new']"
   with pytest.raises(ValueError, match=re.escape(f"(teacher vs student): {sizes}")):
-    pretraining.pretrain(wide, workdir)
+    jobs.run(wide, workdir, "pretrain")
   deep = config.copy_and_resolve_references()
   deep.distill.student_layers = (2,)
   with pytest.raises(ValueError, match=r"from teacher layers \(2,\), but distill.teacher=.* has 2 layers \(0 to 1\)"):
-    pretraining.pretrain(deep, workdir)
+    jobs.run(deep, workdir, "pretrain")
   other_vocab = config.copy_and_resolve_references()
   other_vocab.tokenizer.path = str(tmp_path / "vocab.txt")
   (tmp_path / "vocab.txt").write_text(open(config.tokenizer.path).read().replace("w94", "w95"))
   with pytest.raises(ValueError, match=r"distill.teacher=.* was trained with tokenizer .* the config's is"):
-    pretraining.pretrain(other_vocab, workdir)
+    jobs.run(other_vocab, workdir, "pretrain")
   assert not (tmp_path / "student").exists()
 
-  state = pretraining.pretrain(config, workdir)
+  state = jobs.run(config, workdir, "pretrain")
   # Warmup: step 0's learning rate is 0, so the student is still the teacher's layer 0 and the rest of it.
   expected = dict(teacher_params, bert={k: v for k, v in teacher_params["bert"].items() if k != "layer_1"})
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), expected)
@@ -303,7 +303,7 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   assert pretrained.load(workdir).config.num_layers == 1  # The student is a BERT: every hand-off reads it.
   check_fine_tunes(workdir, tmp_path)  # And fine-tuning starts from it.
   objective = registry.of("distillation")
-  frozen = objective.frozen(config, config_checks.model_config(config))
+  frozen = objective.frozen(config, bert_config.model_config(config))
   assert frozen.identity == identity
   start_order.check_frozen(workdir, 1, frozen)  # The same teacher resumes.
   # The dry run compiles the step with the abstract teacher (its HBM counted) and counts its forward pass.
@@ -325,21 +325,21 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
     f"checkpoints/1 was trained with other inputs: distill.teacher={workdir}: its content differs from {teacher_dir}'s"
   )
   with pytest.raises(ValueError, match=re.escape(message)):
-    pretraining.pretrain(config, workdir)
+    jobs.run(config, workdir, "pretrain")
   assert sorted(p.name for p in (tmp_path / "student").rglob("*")) == files
   other = tmp_path / "other_teacher"  # The same teacher at another path resumes, with a line saying so.
   shutil.copytree(teacher_dir, other)
   config.distill.teacher = str(other)
   with pytest.MonkeyPatch.context() as patch:
     lines = logged_by_start_order(patch)
-    pretraining.pretrain(config, workdir)
+    jobs.run(config, workdir, "pretrain")
   assert f"distill.teacher={other} has the same content as {teacher_dir}, which trained the checkpoint." in lines
   with checkpoints.read_only_manager(workdir) as manager:
     assert verified.read_history(manager, 2)[start_order.INPUTS]["distill.teacher"]["path"] == str(other)
   config.update(objective="bert")
   config.distill.teacher = ""
   with pytest.raises(ValueError, match=r"was trained with objective='distillation'; this config's is 'bert'"):
-    pretraining.pretrain(config, workdir)
+    jobs.run(config, workdir, "pretrain")
 
 
 def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpiece_run, tmp_path):
@@ -369,10 +369,10 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
 
   # The job reads the teacher onto its mesh in its model's shardings, as the loss's frozen input (the loop, the
   # sweep's shared teacher and the loss are tested above; a changed distill.teacher is a run key: a resume refuses it).
-  checked = config_checks.check(config, "finetune")
+  checked = jobs.check(config, "finetune")
   sst2 = tasks.make_task(config.finetune)
-  plan = plan_lib.Plan.of(config, 2, plan_lib.model_config(config, loaded), checked.members)
   splits = job._read_splits(sst2, loaded.tokenizer, 16)
+  plan = plan_lib.make_plan(config, checked.members, loaded, splits.train.num_rows)
   description = plan_lib.describe(config, plan, sst2, tokenizer_identity=loaded.tokenizer.identity())
   finetuning = job.FinetuningJob(
     config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits, description
@@ -451,7 +451,7 @@ def test_the_shipped_distil_config_is_refused_at_once_naming_its_placeholder_tea
   spent 51 s on credential retries, then a traceback that never named the key)."""
   start = time.perf_counter()
   with pytest.raises(ValueError, match=re.escape("distill.teacher='gs://BUCKET/bert-base' names the placeholder buc")):
-    config_checks.check(distil.get_config(), "pretrain")
+    jobs.check(distil.get_config(), "pretrain")
   assert time.perf_counter() - start < 0.5
 
 
@@ -472,13 +472,13 @@ BAD_SETTINGS = [
 def test_a_bad_distillation_setting_is_refused_naming_it(overrides, message):
   config = distil.get_config()
   config.distill.teacher = "/a/bert-base"  # For the shipped placeholder: the test above.
-  config_checks.check(config, "pretrain")  # As shipped, and with DistilBERT's own layers.
+  jobs.check(config, "pretrain")  # As shipped, and with DistilBERT's own layers.
   config.distill.student_layers = (0, 2, 4, 7, 9, 11)
-  config_checks.check(config, "pretrain")
+  jobs.check(config, "pretrain")
   config.update(overrides)
   with pytest.raises(ValueError, match=re.escape(message)):
-    config_checks.check(config, "pretrain")
+    jobs.check(config, "pretrain")
   finetuning = glue.get_config()
   finetuning.distill.update(teacher="/a/teacher", alpha_hard=1.5)
   with pytest.raises(ValueError, match=re.escape("distill.alpha_hard=1.5 must be in [0, 1].")):
-    config_checks.check(finetuning, "finetune")
+    jobs.check(finetuning, "finetune")

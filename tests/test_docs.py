@@ -231,3 +231,40 @@ def test_every_file_the_docs_name_exists():
     for name in re.findall(r"\b((?:bert_jax|configs|launch|tests)/[\w/.-]*\w)", text):
       if "*" not in name and "NAME" not in name:  # configs/*.py, configs/NAME.py: patterns, not files.
         assert (ROOT / name).exists(), f"{path.relative_to(ROOT)}: no file {name}"
+
+
+def _layout_table_modules() -> set[str]:
+  """The package's files docs/architecture.md's layout table names: each row's files under its folder (a blank
+  folder cell: the row above's), `sub/` (`a.py`, ...) naming files of a subfolder."""
+  text = (ROOT / "docs" / "architecture.md").read_text()
+  table, named, folder = text[text.index("## Layout") : text.index("## Data flow")], set(), ""
+  for line in table.splitlines():
+    cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+    if len(cells) < 3 or not line.startswith("| "):
+      continue
+    if cells[0]:
+      found = re.match(r"`([^`]+)`", cells[0])
+      folder = found.group(1) if found else ""
+    for sub, inner in re.findall(r"`(\w+/)` \(([^)]*)\)", cells[1]):
+      named.update(f"{folder}{sub}{name}" for name in re.findall(r"`([\w.]+\.py)`", inner))
+    rest = re.sub(r"`\w+/` \([^)]*\)", "", cells[1])
+    named.update(f"{folder}{name}" for name in re.findall(r"`([\w.]+\.py)`", rest))
+  return named
+
+
+def test_the_layout_table_names_every_module_of_the_package_and_no_other():
+  """docs/architecture.md's layout table restates the package's files: it cannot drift from them."""
+  named = {name for name in _layout_table_modules() if name.startswith("bert_jax/")}
+  actual = {str(path.relative_to(ROOT)) for path in (ROOT / "bert_jax").rglob("*.py")}
+  assert sorted(actual - named) == [], "modules the layout table leaves out"
+  assert sorted(named - actual) == [], "files the layout table names that do not exist"
+
+
+def test_mains_modes_are_the_front_doors_table_and_the_docs_name_each():
+  """`--mode`'s values are the front door's jobs; docs/architecture.md's data flow gives each mode its line."""
+  from bert_jax import jobs
+
+  assert list(flags.FLAGS["mode"].parser.enum_values) == list(jobs.JOBS)
+  text = (ROOT / "docs" / "architecture.md").read_text()
+  flow = text[text.index("## Data flow") : text.index("## Import rules")]
+  assert sorted(set(jobs.JOBS) - set(re.findall(r"^  (\w+):", flow, re.M))) == []

@@ -7,8 +7,8 @@ import jax
 import pytest
 
 from bert_jax import distributed, flops
-from bert_jax.config_checks import model_config
 from bert_jax.dry_run import ahead_of_time
+from bert_jax.model.bert_config import model_config
 from tests.test_main import FAST_COMPILES, ROOT, _env
 
 

@@ -14,14 +14,12 @@ import pytest
 import torch
 import transformers
 
-from bert_jax import config_checks, flops
-from bert_jax.finetune import job
+from bert_jax import flops, jobs
 from bert_jax.handoff import export, pretrained
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.bert_config import generator_config
 from bert_jax.model.electra import ElectraForPretraining, generator_as_masked_lm, with_generator
 from bert_jax.model.encoder import init_params
-from bert_jax.train import pretraining
 from bert_jax.train.objectives import electra
 from configs import electra_small, glue
 from tests.test_albert import check_transformers_encodes_as_bert_jax, mixed_case_lines, train_mixed_case_sentencepiece
@@ -251,14 +249,14 @@ def test_electra_files_load_and_export_as_transformers_reads_them(electra_config
 
 def test_the_electra_objective_and_model_type_go_together():
   config = electra_small.get_config()
-  assert config_checks.check(config, "pretrain").model.model_type == "electra"
+  assert jobs.check(config, "pretrain").model.model_type == "electra"
   for key, value in (("objective", "bert"), ("model.model_type", "bert")):
     changed = copy.deepcopy(config)
     changed.update_from_flattened_dict({key: value})
     with pytest.raises(
       ValueError, match=r"ELECTRA trains a discriminator of model_type 'electra'.*set both or neither"
     ):
-      config_checks.check(changed, "pretrain")
+      jobs.check(changed, "pretrain")
 
 
 def test_a_generator_size_that_does_not_fit_is_refused_naming_the_fraction(electra_configs):
@@ -281,7 +279,7 @@ def electra_run(wordpiece_run, tmp_path_factory):
   config.data.update(instances="doc_sentences", mask_token_fraction=0.85, random_token_fraction=0.0)
   config.update(eval_steps=0)
   workdir = str(tmp_path_factory.mktemp("electra") / "run")
-  return workdir, config, pretraining.pretrain(config, workdir)
+  return workdir, config, jobs.run(config, workdir, "pretrain")
 
 
 @pytest.mark.slow
@@ -309,7 +307,7 @@ def test_an_electra_run_hands_its_discriminator_to_load_export_and_fine_tuning(e
   finetuning = glue.get_config()
   finetuning.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=1.0, eval_batch_size=24)
   finetuning.update(init_from=workdir, batch_size=8, log_every_steps=1)
-  summary = job.finetune(finetuning, str(tmp_path / "sst2"))
+  summary = jobs.run(finetuning, str(tmp_path / "sst2"), "finetune")
   assert summary["final"]["dev"][0]["accuracy"] >= 0
 
 

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax import jobs
 from bert_jax.data.pretraining_batch import pretraining_shapes
 from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import extract_features, pretrained
@@ -57,7 +58,7 @@ def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_win
     batch_size=8,
     lines_per_shard=3,
   )
-  manifest = extract_features.extract(config, str(tmp_path / "unused"))
+  manifest = jobs.run(config, str(tmp_path / "unused"), "features")
   assert manifest["shards"] == ["features-00000.npz", "features-00001.npz"] and manifest["lines"] == 4
   shards = [np.load(tmp_path / "features" / name) for name in manifest["shards"]]  # numpy alone reads them.
   assert [list(shard["line_index"]) for shard in shards] == [[0, 1, 2], [3]]
@@ -89,10 +90,10 @@ def test_features_of_text_lines_are_the_encoders_hidden_states_of_their_best_win
   assert best.tolist() == [0] * 12 + [1] * 9 + [2] * 9 + [3] * 11
 
   with pytest.raises(FileExistsError, match=r"features.output_dir=features is not empty"):  # Shards never mix.
-    extract_features.extract(config, str(tmp_path / "unused"))
+    jobs.run(config, str(tmp_path / "unused"), "features")
   config.features.update(layers=(-1, -4), output_dir="elsewhere")
   with pytest.raises(ValueError, match=r"features.layers has -4; this model has hidden states -3..2"):
-    extract_features.extract(config, str(tmp_path / "unused"))
+    jobs.run(config, str(tmp_path / "unused"), "features")
 
 
 def test_layers_are_counted_as_google_berts_extract_features_counts_them():

@@ -23,6 +23,7 @@ import pytest
 import torch
 import transformers
 
+from bert_jax import jobs
 from bert_jax.benchmarks import torch_reference
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue as glue_tasks
@@ -35,7 +36,7 @@ from bert_jax.finetune import swag as swag_task
 from bert_jax.handoff import export, hf_format, hf_names, pretrained
 from bert_jax.model.encoder import init_params
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead, task_model
-from bert_jax.train import run, start_order
+from bert_jax.train import init_from, run, start_order
 from bert_jax.train.optim import Steps
 from bert_jax.workdir import checkpoints
 from configs import default, glue, ner, squad, swag
@@ -94,7 +95,7 @@ def sweep_run(finetune_config, tmp_path_factory):
   lines = []
   with pytest.MonkeyPatch.context() as patch:  # The console lines, as logged (absl's records evade caplog).
     patch.setattr(job.logging, "info", lambda message, *args, **_: lines.append(str(message) % args))
-    summary = job.finetune(finetune_config(learning_rates=",".join(map(str, RATES)), seeds=2), workdir)
+    summary = jobs.run(finetune_config(learning_rates=",".join(map(str, RATES)), seeds=2), workdir, "finetune")
   return workdir, summary, lines
 
 
@@ -173,7 +174,7 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
 
   with monkeypatch.context() as patch:
     patch.setattr(run, "make_run", interrupted(11, lambda: os.kill(os.getpid(), signal.SIGTERM)))
-    assert job.finetune(config(), alone) is None  # Stopped: no summary, no predictions.
+    assert jobs.run(config(), alone, "finetune") is None  # Stopped: no summary, no predictions.
   assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [8, 11]
   assert not os.path.exists(os.path.join(alone, "predictions"))
 
@@ -183,7 +184,7 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
     match=r"alone/checkpoints/11 is a checkpoint of another run: sweep.learning_rates="
     r"'' in the checkpoint, '0.01,0.003' in the config",
   ):
-    job.finetune(other_sweep, alone)
+    jobs.run(other_sweep, alone, "finetune")
   data = finetune_config().finetune.data_dir
   other_data = config()
   other_data.finetune.data_dir = str(tmp_path / "other")
@@ -193,7 +194,7 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
   with pytest.raises(
     ValueError, match=re.escape(f"finetune.data_dir={tmp_path}/other: train.tsv differs from {data}'s (")
   ):
-    job.finetune(other_data, alone)
+    jobs.run(other_data, alone, "finetune")
   # A checkpoint written before lr_schedule was recorded ran Google's schedule: it resumes with "bert" only.
   step, saved, position = start_order.newest_saved(config(), alone)
   with monkeypatch.context() as patch:
@@ -204,12 +205,12 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
     other_schedule = config()
     other_schedule.lr_schedule = "transformers"
     with pytest.raises(ValueError, match="lr_schedule='bert' in the checkpoint, 'transformers' in the config"):
-      job.finetune(other_schedule, alone)
+      jobs.run(other_schedule, alone, "finetune")
 
   with monkeypatch.context() as patch:
     patch.setattr(run, "make_run", interrupted(8, keyboard_interrupt))  # Resumed at 11: dies in step 19.
     with pytest.raises(KeyboardInterrupt):
-      job.finetune(config(), alone)
+      jobs.run(config(), alone, "finetune")
   assert checkpoints.committed_steps(checkpoints.checkpoint_dir(alone)) == [11, 16]
   flip_a_bit_through_orbax(checkpoints.checkpoint_dir(alone) / "16")
   copied = config()  # The same data and init_from, copied: they are known by content.
@@ -219,7 +220,7 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
   shutil.copytree(copied_from, copied.init_from)
   with monkeypatch.context() as patch:
     lines = logged_by_start_order(patch)
-    resumed = job.finetune(copied, alone)  # Resumes at step 11.
+    resumed = jobs.run(copied, alone, "finetune")  # Resumes at step 11.
   assert f"init_from={tmp_path}/init_copy has the same content as {copied_from}, which trained the checkpoint." in lines
   assert os.listdir(os.path.join(alone, start_order.CORRUPT)) == ["16"]
 
@@ -233,7 +234,8 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
 
 def resolved(config):
   """`config` as `job.finetune` compares it with a checkpoint's: its model's classifier_* resolved (init_from's)."""
-  return plan_lib.with_model(config, job.run_model(config))
+  source = init_from.describe(config.init_from, "init_from") if config.init_from else None
+  return plan_lib.with_model(config, plan_lib.model_config(config, source))
 
 
 def logged_by_start_order(patch) -> list[str]:
@@ -290,7 +292,7 @@ def test_a_resume_knows_its_data_and_init_from_by_content_not_by_path(tmp_path, 
   written = sorted(workdir.rglob("*"))
   changed = f"finetune.data_dir={data}: train.tsv changed since the checkpoint ({before:,} bytes, sha256 "
   with pytest.raises(ValueError, match=re.escape(changed)) as refused:
-    job.finetune(config, str(workdir))
+    jobs.run(config, str(workdir), "finetune")
   assert f"-> {(data / 'train.tsv').stat().st_size:,} bytes" in str(refused.value)
   assert "dev.tsv" not in str(refused.value) and sorted(workdir.rglob("*")) == written  # Nothing written.
 
@@ -329,7 +331,7 @@ def test_a_fine_tuning_resume_refuses_a_tokenizer_changed_in_place(tmp_path):
   with pytest.raises(
     ValueError, match=re.escape(f"The checkpoint was trained with tokenizer {identity}; the config's")
   ):
-    job.finetune(config, str(workdir))
+    jobs.run(config, str(workdir), "finetune")
   assert sorted(workdir.rglob("*")) == written
 
 
@@ -470,7 +472,7 @@ def test_each_task_config_runs_end_to_end_and_trains_as_pytorch_does(name, hf_be
   train = task.encode(task.read(task.train_split), source.tokenizer, config.finetune.max_seq_length)
   config.finetune.num_epochs = (PARITY_STEPS * config.batch_size - 0.5) / train.num_rows
   workdir = str(tmp_path / "run")
-  summary = job.finetune(config, workdir)
+  summary = jobs.run(config, workdir, "finetune")
 
   main = summary["main_metric"]
   assert len(summary["evaluations"]) == math.ceil(config.finetune.num_epochs)  # One per epoch.

@@ -9,8 +9,8 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
-from bert_jax import progress, sharding
-from bert_jax.train import guard, pretraining
+from bert_jax import jobs, progress, sharding
+from bert_jax.train import guard
 from tests.test_train_step import _batches, _setup
 
 
@@ -73,11 +73,11 @@ def _checkpoint_params(workdir):
 def test_a_diverging_run_stops_naming_the_step_and_keeps_only_finite_checkpoints(small_config, tmp_path, policy):
   # Healthy for 4 steps (checkpoints 2 and 4), then a learning rate that overflows the parameters.
   small_config.update(num_train_steps=4, checkpoint_every_steps=2, keep_checkpoints=2, eval_steps=0)
-  pretraining.pretrain(small_config, str(tmp_path))
+  jobs.run(small_config, str(tmp_path), "pretrain")
   small_config.update(num_train_steps=20, learning_rate=1e30, max_grad_norm=1e30, warmup_steps=0)
   small_config.guard.update(nonfinite=policy, max_consecutive_skips=3)
   with pytest.raises(guard.TrainingStopped, match=r"Step (5|6|7|8)\b" if policy == "stop" else "3 consecutive") as e:
-    pretraining.pretrain(small_config, str(tmp_path))
+    jobs.run(small_config, str(tmp_path), "pretrain")
   saved = _checkpoint_params(str(tmp_path))
   for step, params in saved.items():
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(params)), step

@@ -17,7 +17,7 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
-from bert_jax import console
+from bert_jax import console, jobs
 from bert_jax.data.tokenizer import file_sha256
 from bert_jax.handoff import export, pretrained
 from bert_jax.workdir import checkpoints as checkpoints_lib
@@ -481,7 +481,6 @@ def test_a_full_disk_at_the_start_of_a_run_ends_with_one_line_naming_the_path(
   """Each write before the first step (the embedded corpus, the lease, the checkpoint directory, TensorBoard's
   files) on a full disk: exit 1 with one line naming the path and the cause (was a bare `OSError: [Errno 28] No
   space left on device` after a 38-line traceback), no LEASE or partial file left behind."""
-  from bert_jax import config_checks
   from bert_jax import main as main_module
 
   if where == "corpus":
@@ -493,7 +492,7 @@ def test_a_full_disk_at_the_start_of_a_run_ends_with_one_line_naming_the_path(
     raise SystemExit(code)
 
   monkeypatch.setattr(os, "_exit", exit_now)
-  checked = config_checks.check(small_config, "pretrain")
+  checked = jobs.check(small_config, "pretrain")
   with pytest.raises(SystemExit) as exited:
     main_module._train(small_config, str(workdir), checked)
   assert exited.value.code == 1

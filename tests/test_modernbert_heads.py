@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import config_checks
+from bert_jax import jobs
 from bert_jax.finetune import losses
 from bert_jax.finetune import plan as plan_lib
 from bert_jax.handoff import hf_configs, hf_format, pretrained
@@ -227,7 +227,7 @@ def test_bert_s_heads_refuse_modernbert_s_head_fields_naming_each():
     config.model[name] = value
     message = rf"^model.{name}={value!r} sets ModernBERT's task heads, and model.model_type='bert' fine-tunes with"
     with pytest.raises(ValueError, match=message):
-      config_checks.check(config, "finetune")
+      jobs.check(config, "finetune")
     config.init_from = "/a/bert"
     with pytest.raises(ValueError, match=r"^init_from=/a/bert: " + message[1:]):
       plan_lib.model_config(config, types.SimpleNamespace(config=BertConfig(vocab_size=99)))
@@ -235,7 +235,7 @@ def test_bert_s_heads_refuse_modernbert_s_head_fields_naming_each():
     config.model[name] = None  # Unset: the source's, else the default.
   # A ModernBERT takes them, from a baseline's config or onto init_from's encoder.
   config.model.update(model_type="modernbert", rope_theta=160000.0, classifier_pooling="mean", classifier_dropout=0.1)
-  config_checks.check(config, "finetune")
+  jobs.check(config, "finetune")
   config.init_from = "/a/modernbert"
   source = types.SimpleNamespace(config=_ours(_hf_config()))
   model = plan_lib.model_config(config, source)
@@ -287,9 +287,8 @@ def test_a_modernbert_fine_tunes_from_a_masked_lm_directory_and_exports_its_task
   config.model.update(classifier_pooling="mean", hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
   config.update(init_from=str(source), batch_size=8, learning_rate=1e-3, log_every_steps=1)
   workdir = str(tmp_path / "run")
-  from bert_jax.finetune import job
 
-  summary = job.finetune(config, workdir)
+  summary = jobs.run(config, workdir, "finetune")
   assert len(summary["evaluations"]) == 2 and 0 <= summary["final"]["dev"][0]["accuracy"] <= 1
   train_losses = _train_losses(workdir)
   assert sorted(train_losses) == list(range(1, 17))
@@ -315,7 +314,7 @@ class _Started(Exception):
 
 
 def _start(config, workdir, monkeypatch):
-  """`job.finetune(config, workdir)` up to its start (its checks, the source read, the members' initial state):
+  """`jobs.run(config, workdir, "finetune")` up to its start (its checks, the source read, the members' initial state):
   returns (the job, its `start_order.Start`)."""
   from bert_jax.finetune import job
 
@@ -324,7 +323,7 @@ def _start(config, workdir, monkeypatch):
 
   monkeypatch.setattr(job.FinetuningJob, "open_data", stop)
   with pytest.raises(_Started) as started:
-    job.finetune(config, str(workdir))
+    jobs.run(config, str(workdir), "finetune")
   return started.value.args
 
 
@@ -497,11 +496,11 @@ def test_a_resume_compares_the_classifier_fields_as_the_run_resolves_them(bpe_fi
       if refused:
         patch.setattr(pretrained, "load", None)  # Refused before any weight is read.
         with pytest.raises(ValueError, match=f"model.classifier_pooling={refused}"):
-          job.finetune(config, str(workdir))
+          jobs.run(config, str(workdir), "finetune")
       else:
         patch.setattr(job.loop, "train", _stop_at_train)
         with pytest.raises(_Started):  # Past the checks, where the loop would start.
-          job.finetune(config, str(workdir))
+          jobs.run(config, str(workdir), "finetune")
 
 
 def _stop_at_train(job, workdir, started_at):

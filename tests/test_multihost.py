@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax import config_checks, sharding
+from bert_jax import config_checks, jobs, sharding
 from bert_jax.data import prepare, sources
 from bert_jax.data.corpus import Corpus
 from bert_jax.train import loop, pretraining
@@ -257,7 +257,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
     sources.PipelineSource, "_restore", lambda self, r, d: restored_readers.append((r, restore(self, r, d))) or True
   )
   config.update(num_train_steps=steps + 2, schedule_end_step=10_000)  # Stops early on the two hosts' schedule.
-  resumed = pretraining.pretrain(config, workdir)
+  resumed = jobs.run(config, workdir, "pretrain")
   assert restored_readers == [(0, True), (1, True)]  # Not replayed.
   config.data.num_readers = 2  # What the first launch recorded.
   uninterrupted = data.source(0, host=(0, 1))

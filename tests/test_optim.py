@@ -4,7 +4,7 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import config_checks
+from bert_jax import jobs
 from bert_jax.model import param_layout
 from bert_jax.train.optim import Steps, learning_rate_schedule, make_optimizer, make_schedule, weight_decay_mask
 from configs import default
@@ -84,7 +84,7 @@ def test_wsd_follows_its_formula_at_every_step(decay, warmup, fraction, floor):
     warmup_steps=warmup,
     num_train_steps=100,
   )
-  config_checks.check(config, "pretrain")
+  jobs.check(config, "pretrain")
   schedule = make_schedule(config)
   decay_steps = round(fraction * 100)
   for step in range(103):  # Past the end, the rate stays at the floor (no decay: at the peak).
@@ -107,7 +107,7 @@ def test_wsd_ends_where_the_schedule_ends_and_takes_traced_peaks():
   """Over schedule_end_step (two-phase pretraining), and with the peak a traced value (a learning-rate sweep)."""
   config = default.get_config()
   config.update(lr_schedule="wsd", warmup_steps=10, num_train_steps=60, schedule_end_step=100, lr_decay="linear")
-  config_checks.check(config, "pretrain")
+  jobs.check(config, "pretrain")
   rates = jax.jit(lambda peak: jax.vmap(make_schedule(config, peak))(jnp.arange(101)))(jnp.float32(1e-3))
   expected = [_wsd_reference(1e-3, 10, 100, 20, "linear", 0.0, step) for step in range(101)]
   np.testing.assert_allclose(rates, expected, rtol=2e-6, atol=1e-3 * 1e-7)
@@ -145,7 +145,7 @@ def test_bad_wsd_settings_are_refused_by_the_checks(updates, message):
   config.update(lr_schedule="wsd", num_train_steps=100, warmup_steps=10)
   config.update(**updates)
   with pytest.raises(ValueError, match=message):
-    config_checks.check(config, "pretrain")
+    jobs.check(config, "pretrain")
 
 
 def test_fine_tuning_refuses_wsd_fractions_that_do_not_fit():
@@ -153,9 +153,9 @@ def test_fine_tuning_refuses_wsd_fractions_that_do_not_fit():
   config.update(lr_schedule="wsd", lr_decay_fraction=0.95)
   config.finetune.update(task="sst2", warmup_fraction=0.1)
   with pytest.raises(ValueError, match=r"lr_decay_fraction=0.95 and finetune.warmup_fraction=0.1 sum to more than 1"):
-    config_checks.check(config, "finetune")
+    jobs.check(config, "finetune")
   config.update(lr_decay_fraction=0.9)
-  config_checks.check(config, "finetune")
+  jobs.check(config, "finetune")
 
 
 def test_weight_decay_spares_layer_norm_and_biases():
@@ -287,7 +287,7 @@ def _stable_adamw_config():
     max_grad_norm=float("inf"),
     adam_b2=0.99,
   )
-  config_checks.check(config, "pretrain")
+  jobs.check(config, "pretrain")
   return config
 
 
@@ -385,4 +385,4 @@ def test_unknown_optimizer_or_schedule_is_named(key, value, message):
   config = default.get_config()
   config[key] = value
   with pytest.raises(ValueError, match=message):
-    config_checks.check(config, "pretrain")
+    jobs.check(config, "pretrain")

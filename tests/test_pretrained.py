@@ -23,7 +23,7 @@ import torch
 import transformers
 from etils import epath
 
-from bert_jax import sharding
+from bert_jax import jobs, sharding
 from bert_jax.data import corpus, prepare, shards
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.handoff import export, formats, hf_names, pretrained
@@ -195,7 +195,7 @@ def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece
     )
   loaded = pretrained.load(str(legacy))  # Its tokenizer from the recorded path, checked by hash.
   _assert_params_equal(loaded.params, params)
-  resumed = pretraining.pretrain(config, str(legacy))  # Step 2 of 2: restores, trains nothing.
+  resumed = jobs.run(config, str(legacy), "pretrain")  # Step 2 of 2: restores, trains nothing.
   assert int(resumed.step) == 2
   _assert_params_equal(resumed.opt_state, jax.device_get(state.opt_state))
 
@@ -399,12 +399,12 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   config.update(init_from=exports["google"], eval_steps=0)
   config.model.update(hidden_size=64)
   with pytest.raises(ValueError, match=r"init_from=.*google \(google at .*\) does not fit .*hidden_size: 32 vs 64"):
-    pretraining.pretrain(config, str(tmp_path / "run"))
+    jobs.run(config, str(tmp_path / "run"), "pretrain")
   config.model.update(hidden_size=32)
   config.tokenizer.path = str(tmp_path / "vocab.txt")
   (tmp_path / "vocab.txt").write_text(pathlib.Path(exports["google"], "vocab.txt").read_text().replace("w94", "w95"))
   with pytest.raises(ValueError, match=r"init_from=.*google \(.*\) was trained with tokenizer .*vocab.txt"):
-    pretraining.pretrain(config, str(tmp_path / "run"))
+    jobs.run(config, str(tmp_path / "run"), "pretrain")
   config.tokenizer.path = str(pathlib.Path(exports["google"], "vocab.txt"))  # The same bytes as the run's.
   broken = tmp_path / "broken_hf"  # Tensors that do not make the model: found before anything is written.
   shutil.copytree(exports["huggingface"], broken)
@@ -413,7 +413,7 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   save_safetensors(tensors, broken / "model.safetensors")
   config.init_from = str(broken)
   with pytest.raises(ValueError, match=r"broken_hf: The Hugging Face weights lack 1 tensor.*pooler.dense.weight"):
-    pretraining.pretrain(config, str(tmp_path / "run"))
+    jobs.run(config, str(tmp_path / "run"), "pretrain")
   assert not (tmp_path / "run").exists()  # All refused before anything was written.
 
   # Every source goes through `pretrained.load` (tested above for each); here the loop starts from one, describing
@@ -433,7 +433,7 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   load = counted("load_tokenizer", tokenizer_lib.load_tokenizer)
   for module in (init_from, corpus, pretrained, prepare, shards):
     monkeypatch.setattr(module, "load_tokenizer", load)
-  state = pretraining.pretrain(config, str(tmp_path / "run"))
+  state = jobs.run(config, str(tmp_path / "run"), "pretrain")
   assert calls == {"describe": 1, "load_tokenizer": 1}
   assert int(state.step) == 1 and int(state.opt_state[1][0].count) == 1  # A fresh optimizer's first step.
   _assert_params_equal(state.params, params)  # Warmup: step 0's learning rate is 0, so the weights are the source's.

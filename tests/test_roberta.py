@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import transformers
 
+from bert_jax import jobs
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.finetune import job
 from bert_jax.handoff import export, formats, hf_configs, pretrained
 from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.encoder import BertForPretraining, abstract_params
@@ -122,7 +122,7 @@ def check_fine_tunes(source: str, tmp_path) -> None:
   config = glue.get_config()
   config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=1.0, eval_batch_size=24)
   config.update(init_from=source, batch_size=8, log_every_steps=1)
-  summary = job.finetune(config, str(tmp_path / "sst2"))
+  summary = jobs.run(config, str(tmp_path / "sst2"), "finetune")
   assert 0 <= summary["final"]["dev"][0]["accuracy"] <= 1
   start, tuned = pretrained.load(source), pretrained.load(str(tmp_path / "sst2"))
   assert tuned.config.model_type == start.config.model_type and tuned.task is not None

@@ -14,7 +14,7 @@ import types
 import optax
 import pytest
 
-from bert_jax import config_checks
+from bert_jax import jobs
 from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 from bert_jax.model import stack
 from bert_jax.train import step as train_step
@@ -349,15 +349,14 @@ def _stand_in_compiler(monkeypatch, peak_of, limit: list) -> None:
   class Job:
     def __init__(self, config):
       self.run = type("Run", (), {"train_step": None})
+      self.description = type("Description", (), {"tokens_per_step": config.batch_size * 128})
       self.train_args = (peak_of(config),)
 
   def compile_step(jitted, args, usable):
     return dict(fits=args[0] <= limit[0], peak_bytes=args[0], compile_seconds=0.0)
 
   monkeypatch.setattr(ahead_of_time, "compile_step", compile_step)
-  monkeypatch.setattr(ahead_of_time, "make_job", lambda config, devices: Job(config))
-  monkeypatch.setattr(planner.sharding, "make_mesh", lambda requested, devices: None)
-  monkeypatch.setattr(planner.sharding, "data_parallel_size", lambda mesh: 1)
+  monkeypatch.setattr(ahead_of_time, "make_job", lambda config, devices, found: Job(config))
 
 
 def test_the_planner_takes_the_least_recomputation_that_fits_the_configs_batch(monkeypatch):
@@ -371,29 +370,29 @@ def test_the_planner_takes_the_least_recomputation_that_fits_the_configs_batch(m
   config.batch_size = 32  # 32 rows of 128 tokens a chip: 4,096 tokens, 1,024 in 4 microbatches.
   config.data.max_seq_length = 128
   assert config.dry_run.plan_min_microbatch_tokens == 1024
-  choice, tries = planner.choose(config, [], None)
+  choice, tries = planner.choose(config, [], None, 1)
   assert (choice["remat"], choice["microbatches"]) == ("none", 2)  # Not save_dense in one microbatch.
   assert [(t["remat"], t["microbatches"]) for t in tries] == [("none", 1), ("none", 2)]
   limit[0] = 24
-  choice, tries = planner.choose(config, [], None)
+  choice, tries = planner.choose(config, [], None, 1)
   assert (choice["remat"], choice["microbatches"], len(tries)) == ("save_qkv", 4, 12)
   limit[0] = 4  # Only 4 rows at a time under full: 8 microbatches of 512 tokens, after every policy at 1, 2 and 4.
-  choice, tries = planner.choose(config, [], None)
+  choice, tries = planner.choose(config, [], None, 1)
   assert (choice["remat"], choice["microbatches"], len(tries)) == ("full", 8, 20)
   assert [t["remat"] for t in tries[15:]] == list(config.dry_run.plan_remat)
   limit[0] = 4 * 32
   config.dry_run.plan_min_microbatch_tokens = 4096  # No microbatch smaller than the batch: recompute first.
-  choice, tries = planner.choose(config, [], None)
+  choice, tries = planner.choose(config, [], None, 1)
   assert (choice["remat"], choice["microbatches"]) == ("save_dense", 1)
   assert [t["remat"] for t in tries] == ["none", "save_dots", "save_dense"]
   limit[0] = 0  # Nothing fits, down to a row per microbatch.
-  choice, tries = planner.choose(config, [], None)
+  choice, tries = planner.choose(config, [], None, 1)
   assert choice is None and {t["microbatches"] for t in tries} == {1, 2, 4, 8, 16, 32}
-  text = planner.format_choice(*planner.choose(config, [], None), "v5e-8", config)
+  text = planner.format_choice(*planner.choose(config, [], None, 1), "v5e-8", config)
   assert "nothing fits" in text and "microbatches once)" in text  # XLA's FLOPs count one microbatch.
   config.num_microbatches = 3  # The config's microbatches must divide its rows a chip.
   with pytest.raises(ValueError, match="batch_size=32 must be a positive multiple .* num_microbatches=3"):
-    planner.choose(config, [], None)
+    planner.choose(config, [], None, 1)
 
 
 def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
@@ -402,16 +401,16 @@ def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   _stand_in_compiler(monkeypatch, lambda config: config.batch_size, limit)
   config = tiny.get_config()
   config.dry_run.update(plan_batch_step=8, plan_max_batch=1024)
-  batch, report, tries = planner.largest_batch(config, [], "none", None)
+  batch, report, tries = planner.largest_batch(config, [], "none", None, 1)
   assert batch == 200 and report["peak_bytes"] == 200  # The largest multiple of 8 at most 203.
   assert [b for b, _ in tries] == [8, 16, 32, 64, 128, 256, 192, 224, 208, 200]
   # From a batch another policy fitted: one compile confirms it, and the doubling goes on from there.
-  batch, _, tries = planner.largest_batch(config, [], "full", None, start=192)
+  batch, _, tries = planner.largest_batch(config, [], "full", None, 1, start=192)
   assert batch == 200 and [b for b, _ in tries] == [192, 384, 288, 240, 216, 200, 208]
   config.dry_run.update(plan_max_batch=128)
-  assert planner.largest_batch(config, [], "none", None)[0] == 128  # Capped: the limit is above the range.
+  assert planner.largest_batch(config, [], "none", None, 1)[0] == 128  # Capped: the limit is above the range.
   limit[0], config.dry_run.plan_max_batch = 5000, 1001  # A range that is not a multiple of the step still ends.
-  batch, _, tries = planner.largest_batch(config, [], "none", None)
+  batch, _, tries = planner.largest_batch(config, [], "none", None, 1)
   assert batch == 1000 and len(tries) < 20
 
 
@@ -452,7 +451,7 @@ def test_a_plan_whose_microbatches_keep_no_tokens_is_refused():
   config = tiny.get_config()
   config.dry_run.plan_min_microbatch_tokens = 0
   with pytest.raises(ValueError, match=r"dry_run.plan_min_microbatch_tokens=0: expected a positive number"):
-    config_checks.check_dry_run(config)
+    jobs.check(config, "plan")
 
 
 @pytest.mark.parametrize("names", [("none", "nope"), ()])
@@ -460,4 +459,4 @@ def test_a_plan_of_unknown_remat_policies_is_refused_with_the_known_ones(names):
   config = tiny.get_config()
   config.dry_run.plan_remat = names
   with pytest.raises(ValueError, match=r"dry_run.plan_remat=.*expected one or more of \('none', 'save_dots'"):
-    config_checks.check_dry_run(config)
+    jobs.check(config, "plan")

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import progress
+from bert_jax import jobs, progress
 from bert_jax.model import param_layout
 from bert_jax.train import pretraining
 
@@ -55,14 +55,14 @@ SCHEDULE_END = 9
 @pytest.mark.slow
 def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path, monkeypatch):
   small_config.update(num_train_steps=7, checkpoint_every_steps=2, schedule_end_step=SCHEDULE_END)
-  uninterrupted = _params(pretraining.pretrain(small_config, str(tmp_path / "a")))
+  uninterrupted = _params(jobs.run(small_config, str(tmp_path / "a"), "pretrain"))
 
   with monkeypatch.context() as patch:
     _crash_after(patch, 5)  # Checkpoints at 2 and 4; step 5 is lost with the crash at step 6.
     with pytest.raises(Crash):
-      pretraining.pretrain(small_config, str(tmp_path / "b"))
+      jobs.run(small_config, str(tmp_path / "b"), "pretrain")
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints"))[-1] == "4"
-  resumed = _params(pretraining.pretrain(small_config, str(tmp_path / "b")))
+  resumed = _params(jobs.run(small_config, str(tmp_path / "b"), "pretrain"))
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
@@ -81,7 +81,7 @@ def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_un
   batches = {"a": [], "b": []}
   with monkeypatch.context() as patch:
     _crash_after(patch, None, batches["a"])
-    uninterrupted = _params(pretraining.pretrain(config, str(tmp_path / "a")))
+    uninterrupted = _params(jobs.run(config, str(tmp_path / "a"), "pretrain"))
   assert [len(batch) for batch in batches["a"]] == [8, 8, 16, 16, 24, 24, 24]
   for step, rows in {2: 16, 4: 48, 6: 96, 7: 120}.items():  # The rows of steps 1 to each checkpoint.
     saved = {
@@ -105,11 +105,11 @@ def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_un
   with monkeypatch.context() as patch:
     _crash_after(patch, 3)
     with pytest.raises(Crash):
-      pretraining.pretrain(config, str(tmp_path / "b"))
+      jobs.run(config, str(tmp_path / "b"), "pretrain")
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2"]
   with monkeypatch.context() as patch:
     _crash_after(patch, None, batches["b"])
-    resumed = _params(pretraining.pretrain(config, str(tmp_path / "b")))
+    resumed = _params(jobs.run(config, str(tmp_path / "b"), "pretrain"))
   assert len(batches["b"]) == 5
   for batch, expected in zip(batches["b"], batches["a"][2:], strict=True):
     np.testing.assert_array_equal(batch, expected)
@@ -124,7 +124,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
 ):
   monkeypatch.chdir(tmp_path.parent)
   small_config.schedule_end_step = SCHEDULE_END
-  pretraining.pretrain(small_config, tmp_path.name)  # A relative workdir, as people type it.
+  jobs.run(small_config, tmp_path.name, "pretrain")  # A relative workdir, as people type it.
   step_dir = tmp_path / "checkpoints" / "6"
   assert sorted(os.listdir(tmp_path / "checkpoints")) == ["3", "6"]
   assert {"params", "optimizer", "data", "history", "config"} <= set(os.listdir(step_dir))
@@ -146,7 +146,7 @@ def test_checkpoint_holds_params_optimizer_data_position_history_and_config_and_
   (partial / "params").mkdir(parents=True)
   (partial / "params" / "garbage").write_bytes(b"\0" * 10)
   small_config.num_train_steps = 9
-  state = pretraining.pretrain(small_config, str(tmp_path))
+  state = jobs.run(small_config, str(tmp_path), "pretrain")
   assert int(state.step) == 9
   assert not partial.exists()
 
@@ -184,23 +184,23 @@ def test_bad_config_fails_before_anything_is_written(small_config, tmp_path, ove
   small_config.update(override)
   workdir = tmp_path / "run"
   with pytest.raises((ValueError, FileNotFoundError), match=message):
-    pretraining.pretrain(small_config, str(workdir))
+    jobs.run(small_config, str(workdir), "pretrain")
   assert not workdir.exists()
 
 
 @pytest.mark.slow
 def test_a_checkpoint_loads_into_the_other_layer_layout(small_config, tmp_path):
   small_config.update(num_train_steps=3, eval_steps=0, schedule_end_step=SCHEDULE_END)
-  unrolled = pretraining.pretrain(small_config, str(tmp_path))
+  unrolled = jobs.run(small_config, str(tmp_path), "pretrain")
   expected = jax.device_get(param_layout.convert((unrolled.params, unrolled.opt_state), scanned=True))
 
   small_config.model.update(scan_layers=True, remat="full")
-  restored = pretraining.pretrain(small_config, str(tmp_path))  # Step 3 of 3: restores, trains nothing.
+  restored = jobs.run(small_config, str(tmp_path), "pretrain")  # Step 3 of 3: restores, trains nothing.
   assert helpers.is_scanned(restored.params) and int(restored.step) == 3
   jax.tree.map(np.testing.assert_array_equal, jax.device_get((restored.params, restored.opt_state)), expected)
 
   small_config.num_train_steps = 4  # And trains on in the scanned layout.
-  assert int(pretraining.pretrain(small_config, str(tmp_path)).step) == 4
+  assert int(jobs.run(small_config, str(tmp_path), "pretrain").step) == 4
 
 
 @pytest.mark.slow
@@ -208,11 +208,11 @@ def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_pa
   phase_1, phase_2 = str(tmp_path / "phase1"), str(tmp_path / "phase2")
   small_config.update(num_train_steps=4, schedule_end_step=6, warmup_steps=1, eval_steps=0)
   small_config.data.update(max_seq_length=32, max_predictions_per_seq=5)
-  end_of_phase_1 = pretraining.pretrain(small_config, phase_1)
+  end_of_phase_1 = jobs.run(small_config, phase_1, "pretrain")
 
   small_config.update(num_train_steps=6, init_from=phase_1)
   small_config.data.update(max_seq_length=40, max_predictions_per_seq=6)
-  state = pretraining.pretrain(small_config, phase_2)
+  state = jobs.run(small_config, phase_2, "pretrain")
   assert int(state.step) == 6
   assert int(state.opt_state[1][0].count) == 6  # Adam's step count (and so the schedule) went on from 4.
   assert sorted(os.listdir(os.path.join(phase_2, "checkpoints"))) == ["6"]
@@ -222,18 +222,18 @@ def test_phase_two_continues_phase_one_at_a_longer_sequence(small_config, tmp_pa
 
   # Started from phase 1's final state: phase 2 stopped at step 4 is phase 1's end, bit for bit.
   small_config.num_train_steps = 4
-  start = pretraining.pretrain(small_config, str(tmp_path / "phase2_at_4"))
+  start = jobs.run(small_config, str(tmp_path / "phase2_at_4"), "pretrain")
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(start.params), jax.device_get(end_of_phase_1.params))
 
   # Once phase 2 has checkpoints of its own, it resumes from them even with phase 1's gone.
   shutil.rmtree(phase_1)
   small_config.num_train_steps = 6
-  assert int(pretraining.pretrain(small_config, phase_2).step) == 6
+  assert int(jobs.run(small_config, phase_2, "pretrain").step) == 6
 
   small_config.update(init_from=phase_2)
   small_config.model.update(hidden_size=64, num_heads=4)
   with pytest.raises(ValueError, match=r"init_from=.*phase2 does not fit .*model.hidden_size: 32 vs 64"):
-    pretraining.pretrain(small_config, str(tmp_path / "mismatched"))
+    jobs.run(small_config, str(tmp_path / "mismatched"), "pretrain")
   assert not (tmp_path / "mismatched").exists()  # Refused before anything was written.
 
 

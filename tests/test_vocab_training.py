@@ -13,7 +13,7 @@ import tracemalloc
 import pytest
 from transformers import BertTokenizer, PreTrainedTokenizerFast, RobertaTokenizer, RobertaTokenizerFast
 
-from bert_jax import config_checks, paths
+from bert_jax import jobs, paths
 from bert_jax.data import prepare, tokenizer_names, vocabulary
 from bert_jax.data.manifest import read_manifest
 from bert_jax.data.tokenizer import load_tokenizer, training
@@ -241,9 +241,9 @@ def test_a_bad_training_setting_is_named_before_any_input_is_read(tmp_path, key,
   section, name = key.split(".")
   config[section][name] = value
   with pytest.raises(ValueError, match=rf"^{message}"):
-    config_checks.check(config, "prepare")  # What main runs first ...
+    jobs.check(config, "prepare")  # What main runs first ...
   with pytest.raises(ValueError, match=rf"^{message}"):
-    prepare.prepare_for_run(config, str(tmp_path / "run"))  # ... and what preparation runs, from Python.
+    jobs.run(config, str(tmp_path / "run"), "prepare")  # ... and what a run from Python goes through.
   assert not (tmp_path / "vocabulary").exists() and not (tmp_path / "run").exists()
 
 

@@ -23,7 +23,6 @@ interrupted evaluation resumes. Prints a markdown table and writes `<workdir>/re
 
 import dataclasses
 import json
-import math
 import os
 import time
 
@@ -106,8 +105,8 @@ def _reference(config, task_name: str) -> dict:
   seq = config.finetune.max_seq_length
   train = task.encode(task.read(task.train_split), loaded.tokenizer, seq)
   dev = task.encode(task.read(task.eval_splits[0]), loaded.tokenizer, seq)
-  total = math.ceil(config.finetune.num_epochs * train.num_rows / config.batch_size)
-  steps = plan.Plan.of(config, total, loaded.config, ()).steps
+  steps = plan.make_plan(config, (), loaded, train.num_rows).steps
+  total = steps.end_step
   members = [dataclasses.asdict(m) for m in sweep_members(config)]
   finals = []
   for member in members:

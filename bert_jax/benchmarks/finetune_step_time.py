@@ -36,13 +36,13 @@ import numpy as np
 import optax
 from absl import app, flags
 
-from bert_jax import config_checks, sharding
 from bert_jax import flops as flops_lib
+from bert_jax import sharding
 from bert_jax.benchmarks.reference import hf_train_step
 from bert_jax.finetune import losses
 from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.model import heads
-from bert_jax.model.bert_config import BertConfig, preset
+from bert_jax.model.bert_config import BertConfig, model_config, preset
 from bert_jax.train import run
 from bert_jax.train.loop import train_dropout_key
 from bert_jax.train.optim import make_optimizer, make_sweep_optimizer, set_learning_rates
@@ -67,7 +67,7 @@ def make_config(preset_name: str, dtype: str, batch_size: int, seq: int):
   config.update(batch_size=batch_size, num_train_steps=10_000, warmup_steps=1_000, schedule_end_step=0)
   config.finetune.max_seq_length = seq
   config.mesh.update(data=1, fsdp=1, tensor=1)
-  model_cfg = config_checks.model_config(config)
+  model_cfg = model_config(config)
   if not 8 <= seq <= model_cfg.max_sequence_length:
     raise ValueError(f"--seq={seq} must be in [8, {model_cfg.max_sequence_text}].")
   return config, model_cfg

@@ -50,7 +50,7 @@ import sys
 from absl import app, flags, logging
 from etils import epath
 
-from bert_jax import config_checks
+from bert_jax import jobs
 from bert_jax.model.bert_config import preset
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import registry
@@ -172,7 +172,7 @@ def contestant_config(name: str, steps: int | None = None):
 
 def flops_per_step(config) -> float:
   """The objective's model FLOPs of one train step (what `config.objective` counts; a teacher-free objective)."""
-  model_cfg = config_checks.check_pretraining(config)
+  model_cfg = jobs.check(config, "pretrain").model
   return registry.of(config.objective).flops(config, model_cfg, None)
 
 

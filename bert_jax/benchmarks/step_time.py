@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from bert_jax import config_checks, sharding
 from bert_jax import flops as flops_lib
+from bert_jax import jobs, sharding
 from bert_jax.benchmarks.reference import hf_pretraining_loss, hf_train_step
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.handoff.hf_configs import hf_config
@@ -107,7 +107,7 @@ def _contestants(dtype: str, mesh, batches, dropout_key) -> dict:
   config.update(batch_size=_BATCH.value, num_train_steps=10_000, warmup_steps=100)
   config.data.update(source="synthetic", max_seq_length=_SEQ.value, max_predictions_per_seq=_PREDICTIONS.value)
   config.mesh.update(data=1, fsdp=1, tensor=1)
-  model_cfg = config_checks.check_pretraining(config)
+  model_cfg = jobs.check(config, "pretrain").model
   run = pretraining.make_run(config, mesh.devices.flat)
   tx = run.tx
   ours_state, ours_step = run.init_state(0), run.train_step

@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags
 
-from bert_jax import config_checks, sharding
+from bert_jax import sharding
 from bert_jax.benchmarks.reference import hf_pretraining_loss, hf_train_step
 from bert_jax.dry_run import ahead_of_time, planner
 from bert_jax.handoff.hf_configs import hf_config
-from bert_jax.model.bert_config import preset
+from bert_jax.model.bert_config import model_config, preset
 from configs import default
 
 _TOPOLOGIES = flags.DEFINE_list("topologies", ["v4-8", "v5e-8", "v5p-8", "v6e-8", "v5p-128"], "Accelerator types.")
@@ -75,7 +75,7 @@ def _reference(config, devices) -> dict:
   from bert_jax.data.pretraining_batch import pretraining_shapes
   from bert_jax.train.optim import make_optimizer
 
-  model_cfg = config_checks.model_config(config)
+  model_cfg = model_config(config)
   module = FlaxBertForPreTraining(
     HFBertConfig(**hf_config(model_cfg)),
     dtype=jnp.bfloat16,

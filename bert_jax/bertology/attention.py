@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import config_checks, paths, progress, sharding
+from bert_jax import paths, progress, sharding
 from bert_jax.bertology import plots
 from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
@@ -86,12 +86,10 @@ class _Rows:
   numbers: list = dataclasses.field(default_factory=list)  # Their line numbers.
 
 
-def analyse(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
+def analyse(config, workdir: str) -> dict:
   """Writes the attention statistics of `config.bertology.input_pattern`'s lines (see the module docstring);
-  returns what attention.json holds. `checked` is `config_checks.check`'s result when main ran it."""
+  returns what attention.json holds."""
   settings = config.bertology
-  if checked is None:
-    config_checks.check(config, "attention")
   # The input is checked before the source is read (`source_jobs.start` names a pattern that matches no file): lines
   # to analyse (none would divide by zero queries), and each line to draw among them.
   inputs = paths.glob(settings.input_pattern)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 from absl import logging
 
-from bert_jax import config_checks, paths
+from bert_jax import paths
 from bert_jax.bertology import frozen
 from bert_jax.finetune import tasks
 from bert_jax.handoff import source_jobs
@@ -46,11 +46,9 @@ class BiLstmTagger(nn.Module):
     return nn.Dense(self.num_labels)(x)
 
 
-def analyse(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
+def analyse(config, workdir: str) -> dict:
   """Trains and scores the tagger of the module docstring; writes and returns what feature_based.json holds."""
   settings = config.bertology
-  if checked is None:
-    config_checks.check(config, "feature_based")
   task = tasks.make_task(config.finetune)
   if task.head != "token":
     raise ValueError(f"finetune.task={task.name!r} has a {task.head} head; --mode=feature_based tags tokens.")

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from bert_jax import config_checks, paths, sharding
+from bert_jax import paths, sharding
 from bert_jax.bertology import plots
 from bert_jax.finetune import losses, rows, tasks
 from bert_jax.handoff import source_jobs
@@ -42,12 +42,10 @@ def normalized(importance: np.ndarray) -> np.ndarray:
   return (per_layer - low) / (high - low) if high > low else np.ones_like(per_layer)
 
 
-def analyse(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
+def analyse(config, workdir: str) -> dict:
   """Head importance and iterative pruning of the fine-tuned model `bertology.source` (else the workdir) on
   `config.finetune`'s task; writes and returns what heads.json holds (see the module docstring)."""
   settings = config.bertology
-  if checked is None:
-    config_checks.check(config, "heads")
   task = tasks.make_task(config.finetune)
   started = source_jobs.start(config, "bertology", workdir, lines=False)
   output, mesh, loaded = started.output, started.mesh, started.loaded

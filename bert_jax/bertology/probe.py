@@ -27,7 +27,7 @@ import numpy as np
 import optax
 from absl import logging
 
-from bert_jax import config_checks, paths
+from bert_jax import paths
 from bert_jax.bertology import frozen, plots
 from bert_jax.finetune import tasks
 from bert_jax.handoff import source_jobs
@@ -79,11 +79,9 @@ def probe_loss(outputs: jax.Array, batch: dict, head: str) -> jax.Array:
   return jnp.sum(errors * weights[None]) / (jnp.sum(weights) + 1e-9)
 
 
-def analyse(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
+def analyse(config, workdir: str) -> dict:
   """Trains and scores the probes of the module docstring; writes and returns what probe.json holds."""
   settings = config.bertology
-  if checked is None:
-    config_checks.check(config, "probe")
   task = tasks.make_task(config.finetune)
   if task.head not in PROBED_HEADS:
     raise ValueError(

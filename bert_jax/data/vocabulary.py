@@ -22,9 +22,6 @@ from bert_jax.data.tokenizer.base import SPECIAL_TOKENS
 def train_vocabulary(config, data_config, path: str) -> None:
   """Trains the vocabulary of `config.tokenizer.kind` into `path` (missing): `model.vocab_size` ids at most, on
   `data_config`'s input (text files; TFDS too, but for SentencePiece, which reads files), `config.seed`'s sample."""
-  from bert_jax import config_checks
-
-  config_checks.check_vocabulary_training(config)
   settings, vocab_size = config.tokenizer, config.model.vocab_size
   least = training.BYTES + len(SPECIAL_TOKENS)
   if settings.kind == "bpe" and vocab_size < least:

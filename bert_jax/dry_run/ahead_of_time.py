@@ -25,12 +25,14 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import config_checks, console, sharding
+from bert_jax import console, sharding
 from bert_jax.dry_run import hlo_stats, tpu_topology
 from bert_jax.finetune import plan as plan_lib
 from bert_jax.finetune import tasks
+from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.handoff import formats
 from bert_jax.model.attention import resolve
+from bert_jax.model.bert_config import BertConfig, model_config
 from bert_jax.train import pretraining
 from bert_jax.train.description import Description
 
@@ -39,7 +41,6 @@ gib = hlo_stats.format_bytes
 
 def target_devices(config) -> tuple[list[jax.Device], str]:
   """The devices to compile for and how to name them: `dry_run.topology`'s, else this machine's."""
-  config_checks.check_dry_run(config)
   if config.dry_run.topology:
     topology = tpu_topology.parse(config.dry_run.topology, config.dry_run.num_slices)
     return tpu_topology.devices(topology), f"{topology}, compiled by XLA's TPU compiler"
@@ -88,24 +89,37 @@ def _probe(model_cfg, layers: int | None):
   return model_cfg if layers is None else dataclasses.replace(model_cfg, num_layers=layers, scan_layers=False)
 
 
-def describe(config, devices, layers: int | None = None) -> Description:
+@dataclasses.dataclass(frozen=True)
+class Found:
+  """What the front door's check found of the job: pretraining's encoder, a fine-tuning sweep's members (fine-tuning's
+  encoder comes from its plan: `init_from`'s metadata). Either left None: made from the config, unchecked (tests,
+  benchmarks)."""
+
+  model: BertConfig | None = None
+  members: tuple[Member, ...] | None = None
+
+
+UNCHECKED = Found()
+
+
+def describe(config, devices, layers: int | None = None, found: Found = UNCHECKED) -> Description:
   """The configured job, described by its own `describe` (pretraining's, or fine-tuning's when `finetune.task` is
-  set) on `devices`; with `layers`, a model of that many unrolled layers. Reads metadata only: a teacher's or
-  `init_from`'s weights never, a task's files never (fine-tuning's steps are `num_train_steps`)."""
+  set, of its plan: `plan.make_plan`) on `devices`; with `layers`, a model of that many unrolled layers. Reads
+  metadata only: a teacher's or `init_from`'s weights never, a task's files never (fine-tuning's steps are
+  `num_train_steps`)."""
   if not config.finetune.task:
-    return pretraining.describe(config, devices, _probe(config_checks.check_pretraining(config), layers))
-  _, members = config_checks.check_finetuning(config)
-  task = tasks.make_task(config.finetune)
+    return pretraining.describe(config, devices, _probe(found.model or model_config(config), layers))
+  members = sweep_members(config) if found.members is None else found.members
   source = formats.describe(config.init_from) if config.init_from else None  # Metadata only.
-  model_cfg = _probe(plan_lib.model_config(config, source), layers)
-  plan = plan_lib.Plan.of(config, config.num_train_steps, model_cfg, members)
-  return plan_lib.describe(config, plan, task, devices)
+  plan = plan_lib.make_plan(config, members, source)
+  plan = dataclasses.replace(plan, model=_probe(plan.model, layers))
+  return plan_lib.describe(config, plan, tasks.make_task(config.finetune), devices)
 
 
-def make_job(config, devices, layers: int | None = None) -> Job:
+def make_job(config, devices, layers: int | None = None, found: Found = UNCHECKED) -> Job:
   """The configured job's description and abstract step arguments on `devices`; with `layers`, a model of that
   many unrolled layers."""
-  description = describe(config, devices, layers)
+  description = describe(config, devices, layers, found)
   run = description.run
   mesh, members = run.mesh, run.members
   train_batch = _abstract(description.train_batch, sharding.batch_sharding(mesh, members=bool(members)))
@@ -121,7 +135,7 @@ def make_job(config, devices, layers: int | None = None) -> Job:
   )
 
 
-def xla_flops_per_device(config, devices, num_layers: int) -> float:
+def xla_flops_per_device(config, devices, num_layers: int, found: Found = UNCHECKED) -> float:
   """XLA's FLOPs of one train step per device, every layer and microbatch counted. XLA's cost analysis counts a
   loop's body once, so a step with scanned layers or microbatches undercounts; the layers are identical, so
   unrolled compiles of 1 and 2 layers, without microbatches (the same arithmetic), give all of them:
@@ -130,7 +144,7 @@ def xla_flops_per_device(config, devices, num_layers: int) -> float:
   probe.num_microbatches = 1
   counted = []
   for layers in (1, 2):
-    job = make_job(probe, devices, layers)
+    job = make_job(probe, devices, layers, found)
     train_step = job.description.run.train_step
     counted.append(float((train_step.lower(*job.train_args).compile().cost_analysis() or {})["flops"]))
   return counted[0] + (num_layers - 1) * (counted[1] - counted[0])
@@ -213,14 +227,16 @@ def usable_hbm(devices) -> int | None:
   return usable
 
 
-def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool = True) -> dict:
+def compile_job(
+  config, devices=None, *, eval_step: bool = True, all_flops: bool = True, found: Found = UNCHECKED
+) -> dict:
   """Compiles the configured job's train step (and eval step) for `devices` (default: `target_devices`); returns
   the report's figures. `all_flops`: count every layer's FLOPs when XLA's count misses loop trips (two more small
   compiles, see `xla_flops_per_device`)."""
   target = "given devices"
   if devices is None:
     devices, target = target_devices(config)
-  job = make_job(config, devices)
+  job = make_job(config, devices, found=found)
   description = job.description
   mesh, abstract, shardings = description.run.mesh, description.run.abstract, description.run.shardings
   usable = usable_hbm(devices)
@@ -242,7 +258,7 @@ def compile_job(config, devices=None, *, eval_step: bool = True, all_flops: bool
   train = steps["train step"]
   loops = model_cfg.scan_layers or config.num_microbatches > 1
   if all_flops and train["fits"] and loops and devices[0].platform == "tpu":  # CPU figures are an estimate anyway.
-    train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers)
+    train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers, found)
     train["flops_from"] = "unrolled 1- and 2-layer compiles"
   return dict(
     job=description.name,
@@ -378,8 +394,9 @@ def log_report(report: dict) -> None:
   logging.info("%s", format_report(report))
 
 
-def dry_run(config) -> dict:
-  """`--mode=dry_run`: compiles the job and logs the report."""
-  report = compile_job(config)
+def dry_run(config, model_cfg: BertConfig | None, members: tuple[Member, ...]) -> dict:
+  """`--mode=dry_run`: compiles the job and logs the report; `model_cfg` and `members` are what the front door's check
+  found (`jobs.run` calls this)."""
+  report = compile_job(config, found=Found(model_cfg, members))
   log_report(report)
   return report

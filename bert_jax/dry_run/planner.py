@@ -26,6 +26,7 @@ MiB a row and 40 MiB a layer more: docs/tpu.md, "Where the memory goes"), so a p
 compile faster, holds for unrolled ones too; an unrolled step may hold a few more rows than the plan says.
 """
 
+import dataclasses
 import math
 import time
 
@@ -35,17 +36,17 @@ from bert_jax import console, sharding
 from bert_jax.dry_run import ahead_of_time
 
 
-def _data_parallel(config, devices) -> int:
-  return sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
-
-
-def _compile(config, devices, per_chip: int, remat: str, usable: int | None, microbatches: int = 1) -> dict:
-  """The train step's report (ahead_of_time.compile_step) at `per_chip` rows per chip under `remat`."""
+def _compile(
+  config, devices, per_chip: int, remat: str, usable: int | None, microbatches: int, data_parallel: int, found
+) -> dict:
+  """The train step's report (ahead_of_time.compile_step) at `per_chip` rows per chip under `remat`, with the tokens
+  a step of that job reads (its description's: every sweep member's)."""
   trial = config.copy_and_resolve_references()
-  trial.batch_size = per_chip * _data_parallel(config, devices)
+  trial.batch_size = per_chip * data_parallel
   trial.num_microbatches = microbatches
   trial.model.remat = remat
-  job = ahead_of_time.make_job(trial, devices)
+  model = None if found.model is None else dataclasses.replace(found.model, remat=remat)
+  job = ahead_of_time.make_job(trial, devices, found=dataclasses.replace(found, model=model))
   step = ahead_of_time.compile_step(job.run.train_step, job.train_args, usable)
   logging.info(
     "  remat %-13s per-chip batch %5d, %d microbatch(es): %s (peak %s; %.1f s)",
@@ -56,11 +57,7 @@ def _compile(config, devices, per_chip: int, remat: str, usable: int | None, mic
     ahead_of_time.gib(step["peak_bytes"]),
     step["compile_seconds"],
   )
-  return step
-
-
-def _sequence_length(config) -> int:
-  return config.finetune.max_seq_length if config.finetune.task else config.data.max_seq_length
+  return dict(step, tokens_per_step=job.description.tokens_per_step)
 
 
 def candidates(config, per_chip: int) -> list[tuple[str, int]]:
@@ -72,38 +69,48 @@ def candidates(config, per_chip: int) -> list[tuple[str, int]]:
   counts = [config.num_microbatches]
   while per_chip % (2 * counts[-1]) == 0:
     counts.append(2 * counts[-1])
-  tokens = _sequence_length(config)
+  tokens = config.finetune.max_seq_length if config.finetune.task else config.data.max_seq_length  # A row's.
   roomy = [m for m in counts if per_chip // m * tokens >= config.dry_run.plan_min_microbatch_tokens] or counts[:1]
   tight = counts[len(roomy) :]
   policies = config.dry_run.plan_remat
   return [(remat, m) for remat in policies for m in roomy] + [(remat, m) for m in tight for remat in policies]
 
 
-def choose(config, devices, usable: int | None) -> tuple[dict | None, list[dict]]:
+def choose(
+  config, devices, usable: int | None, data_parallel: int, found=ahead_of_time.UNCHECKED
+) -> tuple[dict | None, list[dict]]:
   """(the first try that fits the config's batch, or None; every try), in `candidates`' order: the least
-  recomputation first, then the fewest microbatches. A try is dict(remat, microbatches, per_chip_batch, step)."""
-  per_chip, remainder = divmod(config.batch_size, _data_parallel(config, devices))
+  recomputation first, then the fewest microbatches. A try is dict(remat, microbatches, per_chip_batch, step).
+  `data_parallel`: the mesh's data-parallel size; `found`: what the front door's check found of the job."""
+  per_chip, remainder = divmod(config.batch_size, data_parallel)
   if remainder or not per_chip or per_chip % config.num_microbatches:
     raise ValueError(
       f"batch_size={config.batch_size} must be a positive multiple of the mesh's data-parallel size "
-      f"{_data_parallel(config, devices)} on {config.dry_run.topology} times num_microbatches="
-      f"{config.num_microbatches}."
+      f"{data_parallel} on {config.dry_run.topology} times num_microbatches={config.num_microbatches}."
     )
   tries = []
   for remat, microbatches in candidates(config, per_chip):
-    step = _compile(config, devices, per_chip, remat, usable, microbatches)
+    step = _compile(config, devices, per_chip, remat, usable, microbatches, data_parallel, found)
     tries.append(dict(remat=remat, microbatches=microbatches, per_chip_batch=per_chip, step=step))
     if step["fits"]:
       return tries[-1], tries
   return None, tries
 
 
-def largest_batch(config, devices, remat: str, usable: int | None, start: int = 0) -> tuple[int, dict | None, list]:
+def largest_batch(
+  config,
+  devices,
+  remat: str,
+  usable: int | None,
+  data_parallel: int,
+  start: int = 0,
+  found=ahead_of_time.UNCHECKED,
+) -> tuple[int, dict | None, list]:
   """(largest per-chip batch that fits (0: none), its step report, every (batch, step) tried). The doubling
   starts at `start` when that fits (a policy that keeps less than one already planned fits at least its batch)."""
 
   def compile_at(per_chip: int) -> dict:
-    return _compile(config, devices, per_chip, remat, usable)
+    return _compile(config, devices, per_chip, remat, usable, 1, data_parallel, found)
 
   return search(compile_at, config.dry_run.plan_batch_step, config.dry_run.plan_max_batch, start)
 
@@ -173,10 +180,11 @@ def search(compile_at, step: int, most: int, start: int = 0) -> tuple[int, dict 
   return low, best, tries
 
 
-def plan(config) -> dict:
+def plan(config, model_cfg=None, members=None) -> dict:
   """`--mode=plan`: dict(choice=the try `choose` settled on (None: nothing fits), tries=its tries, rows=one row per
   remat policy of `dry_run.plan_remat` with the largest per-chip batch, its tokens per step, peak bytes per chip and
-  the compiles it took (empty unless `dry_run.plan_largest`))."""
+  the compiles it took (empty unless `dry_run.plan_largest`)). `model_cfg` and `members`: what the front door's check
+  found (`jobs.run` calls this; None: made from the config, unchecked)."""
   if not config.dry_run.topology:
     raise ValueError("--mode=plan needs --config.dry_run.topology (e.g. v5e-8): it compiles for a TPU slice.")
   step, most = config.dry_run.plan_batch_step, config.dry_run.plan_max_batch
@@ -186,23 +194,23 @@ def plan(config) -> dict:
     )
   devices, target = ahead_of_time.target_devices(config)
   usable = ahead_of_time.usable_hbm(devices)
-  seq = _sequence_length(config)
-  data_parallel = sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))
+  found = ahead_of_time.Found(model_cfg, members)
+  data_parallel = sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))  # Once a plan.
   logging.info("Planning for %s: usable HBM %s per chip.", target, ahead_of_time.gib(usable))
-  choice, tries = choose(config, devices, usable)
+  choice, tries = choose(config, devices, usable, data_parallel, found)
   logging.info("%s", format_choice(choice, tries, target, config))
   rows = []
   batch = 0
   for remat in config.dry_run.plan_remat if config.dry_run.plan_largest else ():
     start = time.perf_counter()
     # Each policy's search starts from the batch the one before fitted, once a compile confirms it fits here too.
-    batch, report, tries = largest_batch(config, devices, remat, usable, start=batch)
+    batch, report, tries = largest_batch(config, devices, remat, usable, data_parallel, start=batch, found=found)
     rows.append(
       dict(
         remat=remat,
         per_chip_batch=batch,
         global_batch=batch * data_parallel,
-        tokens_per_step=batch * data_parallel * seq,
+        tokens_per_step=report["tokens_per_step"] if report else 0,
         peak_bytes=report["peak_bytes"] if report else None,
         usable_bytes=usable,
         compiles=len(tries),

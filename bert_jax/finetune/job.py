@@ -28,7 +28,6 @@ best member's predictions of every eval and test split in the task's official fo
 
 import dataclasses
 import json
-import math
 import time
 
 import jax
@@ -39,12 +38,12 @@ from etils import epath
 from flax import traverse_util
 from jax.experimental import multihost_utils
 
-from bert_jax import config_checks, paths, progress, sharding
+from bert_jax import paths, progress, sharding
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import tasks
 from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.finetune.members import Member
-from bert_jax.finetune.plan import Plan, describe, model_config, with_model
+from bert_jax.finetune.plan import Plan, describe, make_plan, with_model
 from bert_jax.finetune.rows import host_batch, predict, training_rows
 from bert_jax.handoff import hf_names, pretrained
 from bert_jax.model.bert_config import BertConfig
@@ -237,11 +236,7 @@ class FinetuningJob(loop.Job):
     self._recorded = plan.record(config)
     self.splits = splits
     self.num_rows = self.splits.train.num_rows
-    self.last_step = plan.num_train_steps
-    epochs = math.ceil(config.finetune.num_epochs)
-    ends = {min(self.last_step, math.ceil(e * self.num_rows / config.batch_size)) for e in range(1, 1 + epochs)}
-    self.epoch_ends = sorted(ends | {self.last_step})
-    self.tokens_per_step = description.tokens_per_step
+    self.last_step, self.epoch_ends = plan.num_train_steps, plan.epoch_ends
     self.model_cfg = plan.model
     self.run = description.run.read_frozen()
     self.predict_fn = description.eval_step
@@ -255,6 +250,7 @@ class FinetuningJob(loop.Job):
 
   def header_rows(self) -> list[tuple[str, str]]:
     config, task, members = self.config, self.task, self.members
+    model, devices = self.description.header_rows()
     return [
       (
         "task",
@@ -262,12 +258,12 @@ class FinetuningJob(loop.Job):
         f"{', '.join(self.splits.evaluation)} ({task.main_metric})",
       ),
       ("from", config.init_from or "a random initialisation"),
-      ("model", progress.model_row(self.model_cfg, self.run.num_params)),
-      ("devices", progress.devices_row(self.run.mesh)),
+      model,
+      devices,
       (
         "batch",
-        f"{config.batch_size} rows x {config.finetune.max_seq_length} tokens; {self.last_step} steps "
-        f"({config.finetune.num_epochs:g} epochs); {len(members)} member(s) (learning rate, seed): "
+        f"{self.description.batch_row}; {self.last_step} steps ({config.finetune.num_epochs:g} epochs); "
+        f"{len(members)} member(s) (learning rate, seed): "
         f"{', '.join(f'({m.learning_rate:g}, {m.seed})' for m in members)}",
       ),
       ("workdir", self.workdir),
@@ -416,15 +412,17 @@ class FinetuningJob(loop.Job):
     ]
 
 
-def finetune(config, workdir: str, checked: config_checks.Checked | None = None) -> dict | None:
-  """Fine-tunes (or resumes fine-tuning) `config.finetune.task`; returns what `metrics.json` holds (None when a
-  preemption stopped the run: the same command resumes). `checked` is `config_checks.check`'s result when main
-  ran it."""
+def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
+  """Fine-tunes (or resumes fine-tuning) `config.finetune.task` with the sweep's `members` (what the front door's
+  check found: `jobs.run` calls this); returns what `metrics.json` holds (None when a preemption stopped the run: the
+  same command resumes)."""
   started_at = time.perf_counter()
-  checked = checked or config_checks.check(config, "finetune")
   task = tasks.make_task(config.finetune)
   inputs = run_inputs(config, task)
-  model_cfg = run_model(config)
+  # The encoder from init_from's metadata, so that one the task heads cannot go on is refused before its weights
+  # are read; the steps once the rows are read.
+  plan = make_plan(config, members, init_from.describe(config.init_from, "init_from") if config.init_from else None)
+  model_cfg = plan.model
   # The run keys as they run: the model's `classifier_*`, which the config may leave to the source, resolved.
   start_order.check_same_run(with_model(config, model_cfg), workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
   source = None
@@ -444,20 +442,13 @@ def finetune(config, workdir: str, checked: config_checks.Checked | None = None)
       f"{model_cfg.max_sequence_text} ({config.init_from})."
     )
   splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
-  total_steps = math.ceil(config.finetune.num_epochs * splits.train.num_rows / config.batch_size)
-  plan = Plan.of(config, total_steps, model_cfg, checked.members)
+  plan = plan.with_rows(config, splits.train.num_rows)
   description = describe(config, plan, task, tokenizer_identity=tokenizer.identity(), mesh=mesh)
   job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits, description, inputs)
   if newest is not None:
     start_order.check_frozen(workdir, newest[0], job.run.frozen)  # A checkpoint older than its inputs' record.
   loop.train(job, workdir, started_at)
   return job.summary
-
-
-def run_model(config) -> BertConfig:
-  """The model a fine-tuning run of `config` trains (`plan.model_config`): the encoder from init_from's metadata, so
-  that one the task heads cannot go on is refused before its weights are read."""
-  return model_config(config, init_from.describe(config.init_from, "init_from") if config.init_from else None)
 
 
 def run_inputs(config, task: Task) -> tuple[start_order.Input, ...]:

@@ -1,18 +1,20 @@
-"""What a fine-tuning run computes before it trains, and the job described once from it: the plan (step counts
-from epochs and rows, the encoder from `init_from`'s metadata, the sweep's members), the sweep's run, and
-`describe`, which the job (`finetune/job.py`) and the dry run both use."""
+"""What a fine-tuning run computes before it trains, and the job described once from it: the plan (`make_plan`: the
+encoder from `init_from`'s metadata, the step counts from epochs and rows, the sweep's members), the sweep's run, and
+`describe` (the run, batches, FLOPs and header lines), which the job (`finetune/job.py`) and the dry run both use."""
 
 import dataclasses
+import math
 
 import ml_collections
 
-from bert_jax import config_checks, flops
+from bert_jax import flops
 from bert_jax.finetune import losses
 from bert_jax.finetune.contract import Task
 from bert_jax.finetune.members import Member
 from bert_jax.finetune.rows import make_predict
 from bert_jax.handoff import formats, pretrained
-from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, BertConfig
+from bert_jax.model import bert_config
+from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, BertConfig, check_fine_tunable
 from bert_jax.model.heads import task_model
 from bert_jax.train import run
 from bert_jax.train.description import Description
@@ -24,31 +26,36 @@ def model_config(config, source: pretrained.Pretrained | formats.Source | None) 
   """The encoder's architecture (the source's, else config.model) with this run's dtype, remat and layout, and its
   dropout and its head's `classifier_*` (ModernBERT's pooling, prediction head and dropout): those the run sets, else
   the source's, as transformers' from_pretrained takes them (else transformers' defaults). Raises ValueError for what
-  the family's fine-tuning heads cannot honour (`config_checks.check_fine_tunable`)."""
-  ours = config_checks.model_config(config, None if source is None else source.config)
+  the family's fine-tuning heads cannot honour (`bert_config.check_fine_tunable`)."""
+  ours = bert_config.model_config(config, None if source is None else source.config)
   if source is None:
     return ours
   keep = ("dtype", "remat", "scan_layers", "attention", "hidden_dropout_prob", "attention_dropout_prob")
   model = dataclasses.replace(source.config, **{name: getattr(ours, name) for name in keep + PREDICTION_HEAD_FIELDS})
-  config_checks.check_fine_tunable(model, f"init_from={config.init_from}: ")
+  check_fine_tunable(model, f"init_from={config.init_from}: ")
   return model
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """What this run computes from its config and what it reads, kept beside the config rather than written into
-  it: the step counts (from epochs, rows and batch size; warmup from its fraction), the encoder (init_from's
-  architecture, this run's dtype and layout) and the sweep's members."""
+  it (`make_plan`): the encoder (init_from's architecture, this run's dtype and layout), the sweep's members, and
+  the step counts: the last step, warmup from its fraction, and each epoch's last step (where the job evaluates and
+  saves)."""
 
-  num_train_steps: int
-  steps: Steps
   model: BertConfig
   members: tuple[Member, ...]
+  num_train_steps: int
+  steps: Steps
+  epoch_ends: tuple[int, ...]
 
-  @classmethod
-  def of(cls, config, num_train_steps: int, model: BertConfig, members) -> "Plan":
-    warmup = int(round(config.finetune.warmup_fraction * num_train_steps))
-    return cls(num_train_steps, Steps(warmup, num_train_steps), model, tuple(members))
+  def with_rows(self, config, num_rows: int) -> "Plan":
+    """This plan for `num_rows` training rows: `finetune.num_epochs` of them in batches of `batch_size`."""
+    total = math.ceil(config.finetune.num_epochs * num_rows / config.batch_size)
+    epochs = range(1, 1 + math.ceil(config.finetune.num_epochs))
+    ends = {min(total, math.ceil(epoch * num_rows / config.batch_size)) for epoch in epochs} | {total}
+    warmup = int(round(config.finetune.warmup_fraction * total))
+    return dataclasses.replace(self, num_train_steps=total, steps=Steps(warmup, total), epoch_ends=tuple(sorted(ends)))
 
   def record(self, config) -> ml_collections.ConfigDict:
     """What a checkpoint records as its config: `config` with the plan's step counts and encoder, so that a
@@ -56,6 +63,18 @@ class Plan:
     recorded = with_model(config, self.model)
     recorded.update(num_train_steps=self.num_train_steps, warmup_steps=self.steps.warmup_steps, schedule_end_step=0)
     return recorded
+
+
+def make_plan(config, members, source: pretrained.Pretrained | formats.Source | None, num_rows: int | None = None):
+  """The plan of a fine-tuning run of `config` (checked) for `members` (the check's) on `source` (`init_from`'s
+  metadata, or None for a baseline of `config.model`), the one way `finetune` and the dry run make it: the encoder
+  (`model_config`, which refuses one the task heads cannot go on), and the steps of `num_rows` training rows; without
+  rows (the dry run reads no files, and a run knows its encoder before it reads them), `num_train_steps` steps in one
+  epoch."""
+  model, total = model_config(config, source), config.num_train_steps
+  warmup = int(round(config.finetune.warmup_fraction * total))
+  plan = Plan(model, tuple(members), total, Steps(warmup, total), (total,))
+  return plan if num_rows is None else plan.with_rows(config, num_rows)
 
 
 def with_model(config, model: BertConfig) -> ml_collections.ConfigDict:
@@ -91,6 +110,7 @@ def describe(config, plan: Plan, task: Task, devices=None, tokenizer_identity: d
   rows, eval_rows = (size * max(choices, 1) for size in (config.batch_size, config.finetune.eval_batch_size))
   # Per member; the task heads are negligible beside the encoder (no MLM head here).
   train_flops = flops.train_flops_per_step(plan.model, rows, seq, 0)
+  eval_flops = flops.forward_flops(flops.train_flops_per_step(plan.model, eval_rows, seq, 0))
   if sweep_run.frozen is not None:  # A teacher's forward pass too, for each member's rows.
     train_flops = flops.distillation_flops_per_step(plan.model, sweep_run.frozen.model.config, rows, seq, 0)
   return Description(
@@ -103,6 +123,6 @@ def describe(config, plan: Plan, task: Task, devices=None, tokenizer_identity: d
     eval_reads_frozen=False,
     tokens_per_step=members * rows * seq,
     train_flops=members * train_flops,
-    eval_flops=members * flops.train_flops_per_step(plan.model, eval_rows, seq, 0) / 3,
+    eval_flops=members * eval_flops,
     batch_row=f"{config.batch_size} rows x {seq} tokens" + (f" ({choices} choices each)" if choices else ""),
   )

@@ -65,15 +65,15 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from bert_jax import config_checks, paths
+from bert_jax import paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
-from bert_jax.handoff import formats, google_format, hf_configs, hf_format, hf_tokenizer, pretrained
+from bert_jax.handoff import export_formats, formats, google_format, hf_configs, hf_format, hf_tokenizer, pretrained
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
 from bert_jax.workdir import checkpoints, lease, verified
 
-FORMATS = config_checks.EXPORT_FORMATS
+FORMATS = export_formats.FORMATS
 # The file whose presence makes a directory a model of each format (written last).
 _COMMIT_FILE = {"bundle": formats.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model", "bpe": bpe.TOKENIZER_JSON}

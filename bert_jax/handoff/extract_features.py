@@ -29,7 +29,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from bert_jax import config_checks, paths, progress, sharding
+from bert_jax import paths, progress, sharding
 from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
@@ -90,12 +90,9 @@ class _ShardWriter:
     self._lines = []
 
 
-def extract(config, workdir: str, checked: config_checks.Checked | None = None) -> dict:
-  """Writes the features of `config.features.input_pattern`'s lines; returns the manifest (see module docstring).
-  `checked` is `config_checks.check`'s result when main ran it."""
+def extract(config, workdir: str) -> dict:
+  """Writes the features of `config.features.input_pattern`'s lines; returns the manifest (see module docstring)."""
   settings = config.features
-  if checked is None:
-    config_checks.check(config, "features")
   job = source_jobs.start(config, "features", workdir)
   files, output, mesh, loaded = job.files, job.output, job.mesh, job.loaded
   rules = config.logical_axis_rules

@@ -1,6 +1,6 @@
 """The model's own configuration: a frozen dataclass and the published size presets.
 
-The model never sees an ml_collections ConfigDict; `config_checks.model_config` turns `config.model` into a `BertConfig`
+The model never sees an ml_collections ConfigDict; `model_config` (below) turns a run config's `model` into a `BertConfig`
 (a source's comes from its `bert_config.json`, `config.json` or saved config: `handoff/formats.py`).
 """
 
@@ -251,6 +251,29 @@ def from_fields(fields: dict, source: BertConfig | None = None) -> BertConfig:
     if values.get(name) is None:
       values[name] = getattr(source or BertConfig(), name)
   return BertConfig(**values)
+
+
+def model_config(config, source: BertConfig | None = None) -> BertConfig:
+  """A run config's `model` section as a BertConfig, which checks its values; the prediction-head fields it leaves
+  unset are `source`'s, else transformers' defaults (`from_fields`)."""
+  return from_fields(config.model.to_dict(), source)
+
+
+def check_fine_tunable(model: BertConfig, where: str = "") -> None:
+  """Raises ValueError naming the field (after `where`, the source it came from) that the family's fine-tuning heads
+  (model/heads.py, by `Architecture.task_head`) cannot honour: BERT's ("bert": dropout `hidden_dropout_prob` and a
+  dense layer on the pooler's output or on every token) read none of ModernBERT's `classifier_*`, so a value other
+  than the default is refused rather than ignored."""
+  if model.architecture.task_head != "bert":
+    return
+  default = BertConfig()
+  for name in PREDICTION_HEAD_FIELDS:
+    if getattr(model, name) != getattr(default, name):
+      raise ValueError(
+        f"{where}model.{name}={getattr(model, name)!r} sets ModernBERT's task heads, and model.model_type="
+        f"{model.model_type!r} fine-tunes with BERT's (dropout and a dense layer on the pooler's [CLS] output, or on "
+        f"every token), which read none of them: leave it at {getattr(default, name)!r}."
+      )
 
 
 def generator_config(discriminator: BertConfig, hidden_fraction: float, layers_fraction: float) -> BertConfig:

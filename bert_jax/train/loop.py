@@ -78,7 +78,6 @@ class Job(abc.ABC):
   config: object
   run: Run
   last_step: int
-  tokens_per_step: int
 
   @abc.abstractmethod
   def header_rows(self) -> list[tuple[str, str]]:

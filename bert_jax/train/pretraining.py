@@ -14,12 +14,12 @@ import jax
 import numpy as np
 from absl import logging
 
-from bert_jax import config_checks, progress, sharding
+from bert_jax import progress, sharding
 from bert_jax.data import masking
 from bert_jax.data.batch_warmup import BatchSchedule
 from bert_jax.data.corpus import Corpus, evaluation_data
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import BertConfig, model_config
 from bert_jax.train import loop, pretraining_start, run, start_order
 from bert_jax.train.description import Description
 from bert_jax.train.objectives import registry
@@ -28,11 +28,11 @@ from bert_jax.workdir import checkpoints
 
 
 def make_run(config, devices=None, model_cfg: BertConfig | None = None) -> run.Run:
-  """The pretraining run of `config` (checked by `config_checks.check_pretraining`) for its objective; `model_cfg`
-  replaces the config's model (e.g. another layer layout). Frozen inputs (a teacher) are described, not read:
+  """The pretraining run of `config` (checked by the front door, `jobs.py`) for its objective; `model_cfg` replaces
+  the config's model (e.g. another layer layout). Frozen inputs (a teacher) are described, not read:
   `Run.read_frozen` reads them."""
   objective = registry.of(config.objective)
-  model_cfg = model_cfg or config_checks.model_config(config)
+  model_cfg = model_cfg or model_config(config)
   frozen = objective.frozen(config, model_cfg)
   loss = objective.loss(config, frozen)
   made = run.make_run(
@@ -65,7 +65,7 @@ def _check_warmup_sizes(config, mesh) -> None:
 def describe(config, devices=None, model_cfg: BertConfig | None = None) -> Description:
   """Pretraining of `config` (checked), described once: its objective's run on `devices` (default: all), the
   global batch, its FLOPs. `model_cfg` replaces the config's model (the dry run's probes)."""
-  model_cfg = model_cfg or config_checks.model_config(config)
+  model_cfg = model_cfg or model_config(config)
   objective = registry.of(config.objective)
   objective_run = make_run(config, devices, model_cfg)
   data = config.data
@@ -101,7 +101,6 @@ class PretrainingJob(loop.Job):
     self.run, self.model_cfg = description.run, description.model_cfg
     self.objective = registry.of(config.objective)
     self.last_step = config.num_train_steps
-    self.tokens_per_step = description.tokens_per_step
     self.data = Corpus(config, workdir, self.model_cfg, origin.tokenizer, num_readers=origin.num_readers)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
@@ -275,13 +274,13 @@ class PretrainingJob(loop.Job):
     return rows
 
 
-def pretrain(config, workdir: str, checked: config_checks.Checked | None = None):
-  """Pretrains to `config.num_train_steps`, resuming from the workdir's newest checkpoint if there is one; returns
-  the final state. On SIGTERM it saves a checkpoint at the current step and returns; the same command resumes.
-  Everything that can be checked without compiling (config, mesh, batch divisibility, the starting checkpoint) is
-  checked before anything is compiled or written; `checked` is `config_checks.check`'s result when main ran it."""
+def pretrain(config, workdir: str, model_cfg: BertConfig):
+  """Pretrains `model_cfg` (what the front door's check made of `config.model`) to `config.num_train_steps`,
+  resuming from the workdir's newest checkpoint if there is one; returns the final state. On SIGTERM it saves a
+  checkpoint at the current step and returns; the same command resumes. Everything that can be checked without
+  compiling (mesh, batch divisibility, the starting checkpoint) is checked before anything is compiled or written;
+  the config was checked by the front door (`jobs.run`, which calls this)."""
   started_at = time.perf_counter()
-  model_cfg = (checked or config_checks.check(config, "pretrain")).model
   description = describe(config, model_cfg=model_cfg)
   origin, loaded = pretraining_start.resolve(config, workdir, model_cfg, description.run)  # Its teacher read.
   job = PretrainingJob(config, workdir, dataclasses.replace(description, run=loaded), origin)

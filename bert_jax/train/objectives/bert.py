@@ -118,7 +118,8 @@ def shown_metrics(sentence_task: str | None, evaluation: bool = False) -> tuple[
 def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> float:
   """BERT's model FLOPs per train step (forward and backward), or per eval step (forward) when not `training`."""
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  return flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds) / (1 if training else 3)
+  step = flops.train_flops_per_step(model_cfg, config.batch_size, seq, preds)
+  return step if training else flops.forward_flops(step)
 
 
 OBJECTIVE = Objective(

@@ -119,7 +119,8 @@ def _flops(config, model_cfg: BertConfig, frozen, training: bool = True) -> floa
   (forward) when not `training`."""
   generator = electra_generator(config, model_cfg)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  return flops.electra_flops_per_step(model_cfg, generator, config.batch_size, seq, preds) / (1 if training else 3)
+  step = flops.electra_flops_per_step(model_cfg, generator, config.batch_size, seq, preds)
+  return step if training else flops.forward_flops(step)
 
 
 OBJECTIVE = Objective(

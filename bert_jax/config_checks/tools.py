@@ -1,0 +1,125 @@
+"""The checks of the modes that run no training: features, the BERTology analyses, the dry run and plan, export,
+and the placeholder bucket a shipped config writes where the user's own path goes."""
+
+from bert_jax.config_checks.finetuning import TASKS
+from bert_jax.config_checks.ranges import AT_LEAST_ONE, POSITIVE, Range, check_ranges
+from bert_jax.dry_run import tpu_topology
+from bert_jax.handoff.export_formats import FORMATS as EXPORT_FORMATS
+from bert_jax.model.bert_config import REMAT_POLICIES
+
+FEATURES = (
+  ("features.max_seq_length", Range(3), "([CLS] x [SEP])"),
+  ("features.batch_size", AT_LEAST_ONE),
+  ("features.lines_per_shard", AT_LEAST_ONE),
+)
+
+BERTOLOGY = (
+  ("bertology.max_seq_length", Range(3), "([CLS] x [SEP])"),
+  ("bertology.batch_size", AT_LEAST_ONE),
+  ("bertology.prune_step", Range(0, 1, low_open=True, high_open=False)),
+  ("bertology.prune_max", Range(0, 1, high_open=False)),
+  ("bertology.probe_epochs", AT_LEAST_ONE),
+  ("bertology.probe_learning_rate", POSITIVE),
+  ("bertology.lstm_layers", AT_LEAST_ONE),
+  ("bertology.lstm_size", AT_LEAST_ONE),
+)
+PROBE_POOLING = ("mean", "cls")
+FEATURE_COMBINE = ("concat", "sum")
+
+
+def check_features(settings) -> None:
+  """`config.features`, for --mode=features."""
+  if not settings.input_pattern or not settings.output_dir:
+    raise ValueError("--mode=features needs features.input_pattern and features.output_dir.")
+  check_ranges({"features": settings}, FEATURES)
+  if not 0 < settings.doc_stride <= settings.max_seq_length - 2:
+    raise ValueError(
+      f"features.doc_stride={settings.doc_stride} must be in [1, max_seq_length - 2 = {settings.max_seq_length - 2}]."
+    )
+  if not settings.layers:
+    raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
+
+
+def check_bertology(config, mode: str) -> None:
+  """`config.bertology` for --mode=attention, heads, probe and feature_based (all but attention also read
+  `config.finetune`'s task)."""
+  settings = config.bertology
+  if mode == "attention" and (not settings.input_pattern or not settings.output_dir):
+    raise ValueError(f"--mode={mode} needs bertology.input_pattern and bertology.output_dir.")
+  if mode in ("heads", "probe", "feature_based"):
+    if not settings.output_dir:
+      raise ValueError(f"--mode={mode} needs bertology.output_dir.")
+    what = "the model was fine-tuned on" if mode == "heads" else "to train on"
+    if config.finetune.task not in TASKS:
+      raise ValueError(
+        f"--mode={mode} needs finetune.task, the task {what} (and finetune.data_dir, its files; configs/glue.py, "
+        f"...): got {config.finetune.task!r}, expected one of {TASKS}."
+      )
+  check_ranges({"bertology": settings}, BERTOLOGY)
+  if settings.probe_pooling not in PROBE_POOLING:
+    raise ValueError(f"bertology.probe_pooling={settings.probe_pooling!r}; expected one of {PROBE_POOLING}.")
+  if settings.feature_combine not in FEATURE_COMBINE:
+    raise ValueError(f"bertology.feature_combine={settings.feature_combine!r}; expected one of {FEATURE_COMBINE}.")
+  if not settings.feature_layers:
+    raise ValueError("bertology.feature_layers is empty: name at least one layer (-1: the last).")
+  if not all(isinstance(number, int) and number >= 0 for number in settings.show_lines):
+    raise ValueError(f"bertology.show_lines={tuple(settings.show_lines)} must be line numbers, from 0.")
+
+
+def check_dry_run(config) -> None:
+  """The topology to compile for: a Cloud TPU accelerator type, or none (this machine) with one slice."""
+  if config.dry_run.topology:
+    tpu_topology.parse(config.dry_run.topology, config.dry_run.num_slices)
+  elif config.dry_run.num_slices != 1:
+    raise ValueError(f"dry_run.num_slices={config.dry_run.num_slices} needs dry_run.topology (a TPU slice).")
+  unknown = [name for name in config.dry_run.plan_remat if name not in REMAT_POLICIES]
+  if unknown or not config.dry_run.plan_remat:
+    raise ValueError(
+      f"dry_run.plan_remat={tuple(config.dry_run.plan_remat)!r}: expected one or more of {REMAT_POLICIES}."
+    )
+  if config.dry_run.plan_min_microbatch_tokens < 1:
+    raise ValueError(
+      f"dry_run.plan_min_microbatch_tokens={config.dry_run.plan_min_microbatch_tokens}: expected a positive number "
+      "of tokens a chip."
+    )
+
+
+# The bucket name the shipped configs and their docstrings' commands write where the user's own goes (gs://BUCKET/...).
+
+
+def check_export(settings) -> None:
+  """`config.export`, for --mode=export."""
+  if settings.format not in EXPORT_FORMATS:
+    raise ValueError(f"export.format={settings.format!r}; expected one of {EXPORT_FORMATS}.")
+  if not settings.dir:
+    raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
+
+
+PLACEHOLDER_BUCKET = "BUCKET"
+
+
+def _strings(node, prefix: str = ""):
+  """(dotted key, value) of every string value under `node` (a ConfigDict or dict)."""
+  for name, value in node.items():
+    if isinstance(value, str):
+      yield f"{prefix}{name}", value
+    elif hasattr(value, "items"):
+      yield from _strings(value, f"{prefix}{name}.")
+
+
+def check_placeholders(config, mode: str) -> None:
+  """Refuses a path that still names the placeholder bucket (`gs://BUCKET/...`, as configs/distil.py ships its
+  teacher and configs/large_phase2.py its init_from) before anything reads it: else a run spends a minute on
+  credential retries and ends in a network traceback that never names the key. A dry run reads the metadata of the
+  teacher and of a fine-tuning run's init_from only (a pretraining phase 2 compiles without its phase 1); every
+  other mode may read any path key."""
+  dry_run_reads = ("distill.teacher", "init_from") if config.finetune.task else ("distill.teacher",)
+  for key, value in _strings(config):
+    if mode in ("dry_run", "plan") and key not in dry_run_reads:
+      continue
+    scheme, separator, rest = value.partition("://")
+    if separator and scheme and rest.split("/", 1)[0] == PLACEHOLDER_BUCKET:
+      raise ValueError(
+        f"{key}={value!r} names the placeholder bucket {PLACEHOLDER_BUCKET} (as the shipped config writes it): set "
+        f"{key} to the real path (local or gs://your-bucket/...)."
+      )
