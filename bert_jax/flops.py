@@ -51,6 +51,15 @@ def train_flops_per_step(config: BertConfig, batch: int, seq: int, predictions: 
   return 3.0 * (_encoder_flops(config, batch, seq) + heads)
 
 
+def span_boundary_flops(config: BertConfig, batch: int, predictions: int, position_size: int) -> int:
+  """Forward FLOPs of SpanBERT's span-boundary head at every prediction slot, as the masked LM's are counted: its
+  two dense layers ([left boundary; right boundary; `position_size`-wide position] -> hidden -> the embeddings'
+  width) and the decoder tied to the word embeddings. Gathers, norms and GELUs are not counted."""
+  hidden, width = config.hidden_size, config.embedding_width
+  per_prediction = (2 * hidden + position_size) * hidden + hidden * width + width * config.vocab_size
+  return 2 * batch * predictions * per_prediction
+
+
 def electra_flops_per_step(
   discriminator: BertConfig, generator: BertConfig, batch: int, seq: int, predictions: int
 ) -> float:

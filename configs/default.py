@@ -267,8 +267,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.init_from = ""
 
   # The pretraining objective (bert_jax/train/objectives/, by name): "bert" (masked LM, and the sentence task the data
-  # gives), "distillation" (DistilBERT: this model, the student, trained on a teacher's predictions; distill.*) or
-  # "electra" (replaced-token detection: this model, the discriminator, trained with a generator; electra.*).
+  # gives), "distillation" (DistilBERT: this model, the student, trained on a teacher's predictions; distill.*),
+  # "electra" (replaced-token detection: this model, the discriminator, trained with a generator; electra.*) or
+  # "span_boundary" (SpanBERT: masked LM, and each masked span's tokens predicted from its boundaries; span_boundary.*).
   # A workdir's checkpoints resume only with the objective that wrote them.
   config.objective = "bert"
 
@@ -310,6 +311,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.electra.rtd_weight = 50.0
   # Replacements are sampled from the generator's softmax at this temperature.
   config.electra.sampling_temperature = 1.0
+
+  # SpanBERT's span-boundary objective (objective="span_boundary", bert_jax/train/objectives/span_boundary.py,
+  # configs/spanbert_base.py), with data.masking="spans": each masked token is also predicted from the two tokens just
+  # outside its span (a run of consecutive masked tokens) and a learned embedding of its position within the span.
+  config.span_boundary = ml_collections.ConfigDict()
+  # Positions within a span that the position table holds (SpanBERT's --max-pair-targets 15): a token further into a
+  # span is left to the masked LM. Spans are whole words and touching ones merge, so a span's tokens can outnumber
+  # data.span_max_words; a key of its own, so that the parameters do not change with data.max_predictions_per_seq.
+  config.span_boundary.max_span_tokens = 15
+  # The width of that position embedding, concatenated to the two boundary tokens' outputs (SpanBERT: 200).
+  config.span_boundary.position_embedding_size = 200
 
   # --mode=export: a pretrained model written out for others (bert_jax/handoff/export.py).
   config.export = ml_collections.ConfigDict()

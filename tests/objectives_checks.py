@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import pytest
 from absl.testing import flagsaver
 
+from bert_jax import config_checks
 from bert_jax.benchmarks import objectives
+from bert_jax.flops import span_boundary_flops
 from bert_jax.model.bert_config import preset
 from bert_jax.train.step import TrainState
 from configs import modernbert_base
@@ -37,6 +39,14 @@ def every_contestant_is_a_valid_config_at_every_size_with_the_encoder_that_size_
   assert configs["bert"].weight_decay == configs["modernbert_bert_recipe"].weight_decay == 0.01
   # 30% masking makes a step dearer; ModernBERT's architecture (GeGLU 1.5 H, no NSP head) makes it cheaper.
   assert flops["bert_mlm30"] > flops["bert"] > flops["modernbert_bert_recipe"]
+  # SpanBERT: span masking alone's step, and its head at every prediction, its position embedding scaled from 200 at
+  # BERT-Base's width.
+  position_size = round(200 * hidden / 768)
+  assert configs["spanbert"].span_boundary.position_embedding_size == position_size
+  model_cfg = config_checks.check_pretraining(configs["spanbert"])  # Checked as every objective is.
+  predictions = configs["spanbert"].data.max_predictions_per_seq
+  head = span_boundary_flops(model_cfg, configs["spanbert"].batch_size, predictions, position_size)
+  assert flops["spanbert"] - flops["bert_spans"] == 3 * head
 
 
 def random_weights_are_fine_tuned_once_per_architecture_and_only_when_asked():

@@ -1,8 +1,9 @@
 """Pretraining objectives and recipes at equal compute: BERT (MLM + NSP), RoBERTa's recipe (MLM on FULL-SENTENCES
 rows), ALBERT (factorised embeddings, every layer shared, sentence-order prediction), ELECTRA (a generator's samples,
-a discriminator that finds them), BERT at 30% masking, and ModernBERT's architecture with BERT's recipe and with its
-own (30% masking, warmup-stable-decay, StableAdamW); one encoder size, one prepared corpus, the same model FLOPs each;
-then each pretrained encoder fine-tuned on GLUE with seeds.
+a discriminator that finds them), SpanBERT (span masking and the span-boundary objective) and span masking alone,
+BERT at 30% masking, and ModernBERT's architecture with BERT's recipe and with its own (30% masking,
+warmup-stable-decay, StableAdamW); one encoder size, one prepared corpus, the same model FLOPs each; then each
+pretrained encoder fine-tuned on GLUE with seeds.
 
     python -m bert_jax.benchmarks.objectives --prepared_dir=/tmp/english_prepared \
         --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt --workdir=/tmp/objectives \
@@ -23,6 +24,9 @@ marks are fine-tuned too:
         --vocab=../shared/data/vocab/bert-base-uncased-vocab.txt --workdir=/tmp/modern_mini --size=mini \
         --learning_rate=5e-4 --random_init --contestants=bert,bert_mlm30,modernbert_bert_recipe,modernbert \
         --glue_dir=../shared/data/glue --seeds=5 --bert_steps=1000 --tasks=sst2,cola,rte
+
+SpanBERT against BERT and against its span masking alone: the first command with its own `--workdir` and
+`--contestants=bert,bert_spans,spanbert`.
 
 Every contestant starts from configs/tiny_english.py (WordPiece; the corpus its docstring prepares) at `--size`
 (BERT-Tiny, L2 H128 A2, or BERT-Mini, L4 H256 A4) and `--learning_rate`, and changes only what its recipe changes
@@ -54,7 +58,7 @@ from bert_jax import jobs
 from bert_jax.model.bert_config import preset
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import registry
-from configs import modernbert_base, tiny_english
+from configs import modernbert_base, spanbert_base, tiny_english
 
 # The encoder sizes a comparison can take (Google's BERT miniatures): L2 H128 A2 and L4 H256 A4.
 SIZES = ("tiny", "mini")
@@ -135,6 +139,11 @@ CONTESTANTS = {
     "data.mask_token_fraction": 0.85,
     "data.random_token_fraction": 0.0,
   },
+  # SpanBERT (configs/spanbert_base.py): spans of whole words masked (geometric p=0.2, up to 10 words), the masked LM
+  # beside the span-boundary objective, no sentence task; and the same rows and masking without the span-boundary
+  # objective (the paper's "span masking" ablation): what the objective adds at equal compute.
+  "spanbert": {"objective": "span_boundary", "data.masking": "spans", "data.instances": "doc_sentences"},
+  "bert_spans": {"data.masking": "spans", "data.instances": "doc_sentences"},
   "bert_mlm30": MASKING_30,  # BERT's recipe with 30% masking alone.
   "modernbert_bert_recipe": MODERNBERT_ARCHITECTURE,  # 15% masking, BERT's linear schedule, AdamW; no sentence task.
   "modernbert": {**MODERNBERT_ARCHITECTURE, **MODERNBERT_RECIPE},
@@ -159,6 +168,9 @@ def contestant_config(name: str, steps: int | None = None):
     node[leaf] = value
   if config.model.model_type == "modernbert":  # GeGLU's width: 1.5 times the hidden size, as ModernBERT-base's.
     config.model.intermediate_size = 3 * config.model.hidden_size // 2
+  if config.objective == "span_boundary":  # SpanBERT's position embedding (200 beside BERT-Base's 768), scaled.
+    width = spanbert_base.POSITION_EMBEDDING_SIZE * config.model.hidden_size / preset("base")["hidden_size"]
+    config.span_boundary.position_embedding_size = round(width)
   if config.optimizer == "stable_adamw":  # ModernBERT's fully decoupled decay, 1e-5 a step at the peak rate.
     config.weight_decay = modernbert_base.DECOUPLED_WEIGHT_DECAY / config.learning_rate
   if steps is not None:
@@ -203,7 +215,8 @@ def _wall_seconds(directory: epath.Path) -> float:
 def common_evaluation(name: str, flops_per_step: float) -> list[dict]:
   """The contestant's held-out MLM loss and accuracy at each of its checkpoints, on one stream that is the same for
   every contestant: COMMON_EVALUATION's held-out rows masked at 15% (its config's seed and `eval_steps` batches),
-  read by the contestant's own masked-LM head. ELECTRA's checkpoint holds its discriminator, which has none: []."""
+  read by the contestant's own masked-LM head (SpanBERT's: its BERT's, the span-boundary head left in the workdir).
+  ELECTRA's checkpoint holds its discriminator, which has none: []."""
   import jax
   import numpy as np
 
@@ -212,7 +225,7 @@ def common_evaluation(name: str, flops_per_step: float) -> list[dict]:
   from bert_jax.handoff import pretrained
   from bert_jax.workdir import checkpoints
 
-  if CONTESTANTS[name].get("objective", "bert") != "bert":
+  if CONTESTANTS[name].get("objective", "bert") not in ("bert", "span_boundary"):
     return []
   workdir = epath.Path(_WORKDIR.value) / name
   config = contestant_config(COMMON_EVALUATION)
@@ -328,7 +341,7 @@ def _plot(results: list[dict], path: str) -> None:
   figure.savefig(path, dpi=120)
 
 
-SENTENCE_METRICS = ("nsp_accuracy", "sop_accuracy", "rtd_accuracy")
+SENTENCE_METRICS = ("nsp_accuracy", "sop_accuracy", "rtd_accuracy", "sbo_accuracy")
 
 
 def main(argv):

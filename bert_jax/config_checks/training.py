@@ -7,7 +7,7 @@ from bert_jax import distributed
 from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
 from bert_jax.data.batch_warmup import MAX_SIZES
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
-from bert_jax.data.masking_names import check_masking
+from bert_jax.data.masking_names import check_masking, masking_scheme
 from bert_jax.data.tokenizer_names import BPE_FORMATS
 from bert_jax.data.tokenizer_names import KINDS as TOKENIZER_KINDS
 from bert_jax.model.bert_config import BertConfig, electra_generator, model_config
@@ -72,6 +72,12 @@ ELECTRA = (
   ("electra.generator_layers_fraction", Range(0, 1, low_open=True, high_open=False)),
   ("electra.rtd_weight", NON_NEGATIVE),
   ("electra.sampling_temperature", POSITIVE),
+)
+
+# SpanBERT's span-boundary objective (objective="span_boundary"): its head's position table and width.
+SPAN_BOUNDARY = (
+  ("span_boundary.max_span_tokens", AT_LEAST_ONE),
+  ("span_boundary.position_embedding_size", AT_LEAST_ONE),
 )
 
 # Distillation, in pretraining (objective="distillation") and fine-tuning (distill.teacher set).
@@ -243,6 +249,15 @@ def check_objective(config, model: BertConfig) -> None:
     )
   if config.objective == "electra":
     electra_generator(config, model)
+  if config.objective == "span_boundary":
+    scheme = masking_scheme(config.data)
+    if scheme != "spans":
+      raise ValueError(
+        f"objective='span_boundary' with data.masking={scheme!r}: SpanBERT's span-boundary objective predicts each "
+        "masked span from the two tokens just outside it, so the tokens must be masked in spans; set "
+        "data.masking='spans'."
+      )
+    check_ranges(config, SPAN_BOUNDARY)
   settings = config.distill
   if config.objective != "distillation":
     if settings.teacher:

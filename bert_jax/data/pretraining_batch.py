@@ -2,7 +2,9 @@
 
 Feature names are the original BERT's. Shapes are per example; a batch adds a leading batch axis. Packed rows
 (`data/packing.py`, `max_instances` > 0) hold several instances: `input_mask` is each token's instance number,
-`position_ids` restart per instance, and the next-sentence features are one per instance slot.
+`position_ids` restart per instance, and the next-sentence features are one per instance slot. SpanBERT's
+span-boundary objective reads its spans from `masked_lm_positions` (the runs of consecutive masked positions,
+`train/objectives/span_boundary.py`), so spans add no feature.
 `check_pretraining_batch` runs on the host where a batch enters training, so a bad token id is a clear
 error on the first step instead of a NaN hours later.
 """

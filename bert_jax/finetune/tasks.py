@@ -4,7 +4,13 @@ NER and SWAG."""
 from bert_jax.finetune import glue, ner, squad, swag
 from bert_jax.finetune.contract import Task
 
-NAMES = (*sorted(glue.TASKS), "squad_v1", "squad_v2", "conll2003", "swag")  # config_checks/finetuning.TASKS, kept equal by a test
+NAMES = (
+  *sorted(glue.TASKS),
+  "squad_v1",
+  "squad_v2",
+  "conll2003",
+  "swag",
+)  # config_checks/finetuning.TASKS, kept equal by a test
 
 
 def make_task(finetune) -> Task:

@@ -1,7 +1,7 @@
 """The model's own configuration: a frozen dataclass and the published size presets.
 
-The model never sees an ml_collections ConfigDict; `model_config` (below) turns a run config's `model` into a `BertConfig`
-(a source's comes from its `bert_config.json`, `config.json` or saved config: `handoff/formats.py`).
+The model never sees an ml_collections ConfigDict; `model_config` (below) turns a run config's `model` into a
+`BertConfig` (a source's comes from its `bert_config.json`, `config.json` or saved config: `handoff/formats.py`).
 """
 
 import dataclasses

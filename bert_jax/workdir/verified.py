@@ -242,9 +242,30 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings
   return state, restored["data"]
 
 
+def _beside(manager: ocp.CheckpointManager, step: int, target: dict) -> dict:
+  """The top-level subtrees of step's `params` item that `target` lacks (a pretraining objective's own head beside
+  the model's: SpanBERT's `span_boundary`), as ShapeDtypeStructs replicated where `target` lies; none where the
+  item's metadata cannot be read: the restore that follows names what is wrong with the item."""
+  directory = epath.Path(manager.directory) / str(step) / "params"
+  try:
+    with _quiet_libraries():
+      saved = ocp.StandardCheckpointHandler().metadata(directory).tree
+  except Exception:  # noqa: BLE001 - whatever a damaged item raises: `_restore_items` says it, naming the item.
+    return {}
+  placed = jax.tree.leaves(target)[0].sharding
+  where = sharding.replicated(placed.mesh) if isinstance(placed, jax.sharding.NamedSharding) else placed
+  return {
+    name: jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=where), tree)
+    for name, tree in saved.items()
+    if name not in target
+  }
+
+
 def restore_params(manager: ocp.CheckpointManager, step: int, abstract_params, shardings):
   """The parameters of checkpoint `step` alone, placed directly into `shardings` and verified against its
-  checksums: the optimizer state is never read (from a legacy `state` item, only its `params` subtree is)."""
+  checksums: the optimizer state is never read (from a legacy `state` item, only its `params` subtree is). A
+  subtree the step holds beside those of `abstract_params` (an objective's own head, `_beside`) is read and verified
+  with them, then left out."""
   target = sharding.with_shardings(abstract_params, shardings)
   if LEGACY_STATE in items(manager, step):
     restore_args = jax.tree.map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target)
@@ -256,6 +277,9 @@ def restore_params(manager: ocp.CheckpointManager, step: int, abstract_params, s
       ),
     )
     return restored["state"]["params"]
-  params = _restore_items(manager, step, params=ocp.args.StandardRestore(target))["params"]
+  beside = _beside(manager, step, target)
+  params = _restore_items(manager, step, params=ocp.args.StandardRestore({**target, **beside}))["params"]
   _verify_arrays(manager, step, params, "params")
-  return params
+  if beside:
+    logging.info("Checkpoint step %d: left %s out of the parameters read.", step, sorted(beside))
+  return {name: params[name] for name in target}

@@ -1,2 +1,2 @@
-"""Pretraining objectives, one module each (`bert`, `electra`, `distillation`), and their registry by name
-(`registry.of(config.objective)`); `objective.Objective` is what each defines."""
+"""Pretraining objectives, one module each (`bert`, `electra`, `distillation`, `span_boundary`), and their registry
+by name (`registry.of(config.objective)`); `objective.Objective` is what each defines."""

@@ -21,15 +21,20 @@ its `OBJECTIVE` (an `objective.Objective`) and one entry in `of`'s table (and `N
 from bert_jax.train.objectives.objective import Objective
 
 # config.objective: the names `of` knows (config_checks refuses others before anything is imported).
-NAMES = ("bert", "distillation", "electra")
+NAMES = ("bert", "distillation", "electra", "span_boundary")
 
 
 def of(name: str) -> Objective:
   """The objective `name` (one of NAMES)."""
   # Imported when first asked for: config checks read NAMES without importing any objective.
-  from bert_jax.train.objectives import bert, distillation, electra
+  from bert_jax.train.objectives import bert, distillation, electra, span_boundary
 
-  table = {"bert": bert.OBJECTIVE, "distillation": distillation.OBJECTIVE, "electra": electra.OBJECTIVE}
+  table = {
+    "bert": bert.OBJECTIVE,
+    "distillation": distillation.OBJECTIVE,
+    "electra": electra.OBJECTIVE,
+    "span_boundary": span_boundary.OBJECTIVE,
+  }
   if name not in table:
     raise ValueError(f"objective={name!r}; expected one of {tuple(table)}.")
   return table[name]
