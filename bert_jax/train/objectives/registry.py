@@ -15,26 +15,28 @@ An `Objective` gives:
 
 The pretraining job (`train/pretraining.py`: its description, which its loop job and the dry run use) asks
 `of(config.objective)`; nothing branches on the name. Adding an objective is one module in this folder that defines
-its `OBJECTIVE` (an `objective.Objective`) and one entry in `of`'s table (and `NAMES`).
+its `OBJECTIVE` (an `objective.Objective`) and one entry in `MODULES`; its keys' ranges and the keys it needs go with
+every objective's checks (`config_checks/training.py`, `check_objective`).
 """
+
+import importlib
 
 from bert_jax.train.objectives.objective import Objective
 
-# config.objective: the names `of` knows (config_checks refuses others before anything is imported).
-NAMES = ("bert", "distillation", "electra", "span_boundary")
+# config.objective -> the module of this folder that defines it, imported when first asked for (`of`): the config
+# checks read the names without importing any objective.
+MODULES = {
+  "bert": "bert",
+  "distillation": "distillation",
+  "electra": "electra",
+  "span_boundary": "span_boundary",
+}
+
+NAMES = tuple(MODULES)  # What config_checks allows (it refuses others before anything is imported).
 
 
 def of(name: str) -> Objective:
   """The objective `name` (one of NAMES)."""
-  # Imported when first asked for: config checks read NAMES without importing any objective.
-  from bert_jax.train.objectives import bert, distillation, electra, span_boundary
-
-  table = {
-    "bert": bert.OBJECTIVE,
-    "distillation": distillation.OBJECTIVE,
-    "electra": electra.OBJECTIVE,
-    "span_boundary": span_boundary.OBJECTIVE,
-  }
-  if name not in table:
-    raise ValueError(f"objective={name!r}; expected one of {tuple(table)}.")
-  return table[name]
+  if name not in MODULES:
+    raise ValueError(f"objective={name!r}; expected one of {NAMES}.")
+  return importlib.import_module(f"bert_jax.train.objectives.{MODULES[name]}").OBJECTIVE
