@@ -370,29 +370,29 @@ def test_the_planner_takes_the_least_recomputation_that_fits_the_configs_batch(m
   config.batch_size = 32  # 32 rows of 128 tokens a chip: 4,096 tokens, 1,024 in 4 microbatches.
   config.data.max_seq_length = 128
   assert config.dry_run.plan_min_microbatch_tokens == 1024
-  choice, tries = planner.choose(config, [], None, 1)
+  choice, tries = planner.choose(config, planner.Target([], None, 1, 128))
   assert (choice["remat"], choice["microbatches"]) == ("none", 2)  # Not save_dense in one microbatch.
   assert [(t["remat"], t["microbatches"]) for t in tries] == [("none", 1), ("none", 2)]
   limit[0] = 24
-  choice, tries = planner.choose(config, [], None, 1)
+  choice, tries = planner.choose(config, planner.Target([], None, 1, 128))
   assert (choice["remat"], choice["microbatches"], len(tries)) == ("save_qkv", 4, 12)
   limit[0] = 4  # Only 4 rows at a time under full: 8 microbatches of 512 tokens, after every policy at 1, 2 and 4.
-  choice, tries = planner.choose(config, [], None, 1)
+  choice, tries = planner.choose(config, planner.Target([], None, 1, 128))
   assert (choice["remat"], choice["microbatches"], len(tries)) == ("full", 8, 20)
   assert [t["remat"] for t in tries[15:]] == list(config.dry_run.plan_remat)
   limit[0] = 4 * 32
   config.dry_run.plan_min_microbatch_tokens = 4096  # No microbatch smaller than the batch: recompute first.
-  choice, tries = planner.choose(config, [], None, 1)
+  choice, tries = planner.choose(config, planner.Target([], None, 1, 128))
   assert (choice["remat"], choice["microbatches"]) == ("save_dense", 1)
   assert [t["remat"] for t in tries] == ["none", "save_dots", "save_dense"]
   limit[0] = 0  # Nothing fits, down to a row per microbatch.
-  choice, tries = planner.choose(config, [], None, 1)
+  choice, tries = planner.choose(config, planner.Target([], None, 1, 128))
   assert choice is None and {t["microbatches"] for t in tries} == {1, 2, 4, 8, 16, 32}
-  text = planner.format_choice(*planner.choose(config, [], None, 1), "v5e-8", config)
+  text = planner.format_choice(*planner.choose(config, planner.Target([], None, 1, 128)), "v5e-8", config)
   assert "nothing fits" in text and "microbatches once)" in text  # XLA's FLOPs count one microbatch.
   config.num_microbatches = 3  # The config's microbatches must divide its rows a chip.
   with pytest.raises(ValueError, match="batch_size=32 must be a positive multiple .* num_microbatches=3"):
-    planner.choose(config, [], None, 1)
+    planner.choose(config, planner.Target([], None, 1, 128))
 
 
 def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
@@ -401,16 +401,18 @@ def test_the_planner_finds_the_largest_multiple_that_fits(monkeypatch):
   _stand_in_compiler(monkeypatch, lambda config: config.batch_size, limit)
   config = tiny.get_config()
   config.dry_run.update(plan_batch_step=8, plan_max_batch=1024)
-  batch, report, tries = planner.largest_batch(config, [], "none", None, 1)
+  batch, report, tries = planner.largest_batch(config, planner.Target([], None, 1, 128), "none")
   assert batch == 200 and report["peak_bytes"] == 200  # The largest multiple of 8 at most 203.
   assert [b for b, _ in tries] == [8, 16, 32, 64, 128, 256, 192, 224, 208, 200]
   # From a batch another policy fitted: one compile confirms it, and the doubling goes on from there.
-  batch, _, tries = planner.largest_batch(config, [], "full", None, 1, start=192)
+  batch, _, tries = planner.largest_batch(config, planner.Target([], None, 1, 128), "full", start=192)
   assert batch == 200 and [b for b, _ in tries] == [192, 384, 288, 240, 216, 200, 208]
   config.dry_run.update(plan_max_batch=128)
-  assert planner.largest_batch(config, [], "none", None, 1)[0] == 128  # Capped: the limit is above the range.
+  assert (
+    planner.largest_batch(config, planner.Target([], None, 1, 128), "none")[0] == 128
+  )  # Capped: the limit is above the range.
   limit[0], config.dry_run.plan_max_batch = 5000, 1001  # A range that is not a multiple of the step still ends.
-  batch, _, tries = planner.largest_batch(config, [], "none", None, 1)
+  batch, _, tries = planner.largest_batch(config, planner.Target([], None, 1, 128), "none")
   assert batch == 1000 and len(tries) < 20
 
 

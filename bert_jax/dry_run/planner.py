@@ -36,18 +36,38 @@ from bert_jax import console, sharding
 from bert_jax.dry_run import ahead_of_time
 
 
-def _compile(
-  config, devices, per_chip: int, remat: str, usable: int | None, microbatches: int, data_parallel: int, found
-) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """What every trial of a plan shares: the devices and their usable HBM (None: no limit known), and, from the job
+  described once at the config's batch (`target`), the mesh's data-parallel size and the tokens a row holds; what the
+  front door's check found of the job (`ahead_of_time.Found`)."""
+
+  devices: list
+  usable: int | None
+  data_parallel: int
+  row_tokens: int
+  found: ahead_of_time.Found = ahead_of_time.UNCHECKED
+
+
+def target(config, devices, usable: int | None, found=ahead_of_time.UNCHECKED) -> Target:
+  """The trials' `Target`, read off the configured job (described, not compiled) on `devices`."""
+  job = ahead_of_time.make_job(config, devices, found=found)
+  rows = config.batch_size * max(job.run.members, 1)
+  return Target(
+    devices, usable, sharding.data_parallel_size(job.run.mesh), job.description.tokens_per_step // rows, found
+  )
+
+
+def _compile(config, to: Target, per_chip: int, remat: str, microbatches: int) -> dict:
   """The train step's report (ahead_of_time.compile_step) at `per_chip` rows per chip under `remat`, with the tokens
   a step of that job reads (its description's: every sweep member's)."""
   trial = config.copy_and_resolve_references()
-  trial.batch_size = per_chip * data_parallel
+  trial.batch_size = per_chip * to.data_parallel
   trial.num_microbatches = microbatches
   trial.model.remat = remat
-  model = None if found.model is None else dataclasses.replace(found.model, remat=remat)
-  job = ahead_of_time.make_job(trial, devices, found=dataclasses.replace(found, model=model))
-  step = ahead_of_time.compile_step(job.run.train_step, job.train_args, usable)
+  model = None if to.found.model is None else dataclasses.replace(to.found.model, remat=remat)
+  job = ahead_of_time.make_job(trial, to.devices, found=dataclasses.replace(to.found, model=model))
+  step = ahead_of_time.compile_step(job.run.train_step, job.train_args, to.usable)
   logging.info(
     "  remat %-13s per-chip batch %5d, %d microbatch(es): %s (peak %s; %.1f s)",
     remat,
@@ -60,7 +80,7 @@ def _compile(
   return dict(step, tokens_per_step=job.description.tokens_per_step)
 
 
-def candidates(config, per_chip: int) -> list[tuple[str, int]]:
+def candidates(config, per_chip: int, row_tokens: int) -> list[tuple[str, int]]:
   """(remat, microbatches) in the order `choose` tries them. Microbatches recompute nothing (the same update from
   sequential slices of the batch), so each policy is tried at the config's microbatches and at twice as many, ...,
   before the next policy, while a microbatch keeps at least `dry_run.plan_min_microbatch_tokens` tokens a chip (below
@@ -69,48 +89,37 @@ def candidates(config, per_chip: int) -> list[tuple[str, int]]:
   counts = [config.num_microbatches]
   while per_chip % (2 * counts[-1]) == 0:
     counts.append(2 * counts[-1])
-  tokens = config.finetune.max_seq_length if config.finetune.task else config.data.max_seq_length  # A row's.
-  roomy = [m for m in counts if per_chip // m * tokens >= config.dry_run.plan_min_microbatch_tokens] or counts[:1]
+  minimum = config.dry_run.plan_min_microbatch_tokens
+  roomy = [m for m in counts if per_chip // m * row_tokens >= minimum] or counts[:1]
   tight = counts[len(roomy) :]
   policies = config.dry_run.plan_remat
   return [(remat, m) for remat in policies for m in roomy] + [(remat, m) for m in tight for remat in policies]
 
 
-def choose(
-  config, devices, usable: int | None, data_parallel: int, found=ahead_of_time.UNCHECKED
-) -> tuple[dict | None, list[dict]]:
+def choose(config, to: Target) -> tuple[dict | None, list[dict]]:
   """(the first try that fits the config's batch, or None; every try), in `candidates`' order: the least
-  recomputation first, then the fewest microbatches. A try is dict(remat, microbatches, per_chip_batch, step).
-  `data_parallel`: the mesh's data-parallel size; `found`: what the front door's check found of the job."""
-  per_chip, remainder = divmod(config.batch_size, data_parallel)
+  recomputation first, then the fewest microbatches. A try is dict(remat, microbatches, per_chip_batch, step)."""
+  per_chip, remainder = divmod(config.batch_size, to.data_parallel)
   if remainder or not per_chip or per_chip % config.num_microbatches:
     raise ValueError(
       f"batch_size={config.batch_size} must be a positive multiple of the mesh's data-parallel size "
-      f"{data_parallel} on {config.dry_run.topology} times num_microbatches={config.num_microbatches}."
+      f"{to.data_parallel} on {config.dry_run.topology} times num_microbatches={config.num_microbatches}."
     )
   tries = []
-  for remat, microbatches in candidates(config, per_chip):
-    step = _compile(config, devices, per_chip, remat, usable, microbatches, data_parallel, found)
+  for remat, microbatches in candidates(config, per_chip, to.row_tokens):
+    step = _compile(config, to, per_chip, remat, microbatches)
     tries.append(dict(remat=remat, microbatches=microbatches, per_chip_batch=per_chip, step=step))
     if step["fits"]:
       return tries[-1], tries
   return None, tries
 
 
-def largest_batch(
-  config,
-  devices,
-  remat: str,
-  usable: int | None,
-  data_parallel: int,
-  start: int = 0,
-  found=ahead_of_time.UNCHECKED,
-) -> tuple[int, dict | None, list]:
+def largest_batch(config, to: Target, remat: str, start: int = 0) -> tuple[int, dict | None, list]:
   """(largest per-chip batch that fits (0: none), its step report, every (batch, step) tried). The doubling
   starts at `start` when that fits (a policy that keeps less than one already planned fits at least its batch)."""
 
   def compile_at(per_chip: int) -> dict:
-    return _compile(config, devices, per_chip, remat, usable, 1, data_parallel, found)
+    return _compile(config, to, per_chip, remat, 1)
 
   return search(compile_at, config.dry_run.plan_batch_step, config.dry_run.plan_max_batch, start)
 
@@ -192,24 +201,23 @@ def plan(config, model_cfg=None, members=None) -> dict:
     raise ValueError(
       f"dry_run.plan_batch_step={step} must be a power of two and dry_run.plan_max_batch={most} at least as large."
     )
-  devices, target = ahead_of_time.target_devices(config)
+  devices, where = ahead_of_time.target_devices(config)
   usable = ahead_of_time.usable_hbm(devices)
-  found = ahead_of_time.Found(model_cfg, members)
-  data_parallel = sharding.data_parallel_size(sharding.make_mesh(config.mesh.to_dict(), devices))  # Once a plan.
-  logging.info("Planning for %s: usable HBM %s per chip.", target, ahead_of_time.gib(usable))
-  choice, tries = choose(config, devices, usable, data_parallel, found)
-  logging.info("%s", format_choice(choice, tries, target, config))
+  to = target(config, devices, usable, ahead_of_time.Found(model_cfg, members))
+  logging.info("Planning for %s: usable HBM %s per chip.", where, ahead_of_time.gib(usable))
+  choice, tries = choose(config, to)
+  logging.info("%s", format_choice(choice, tries, where, config))
   rows = []
   batch = 0
   for remat in config.dry_run.plan_remat if config.dry_run.plan_largest else ():
     start = time.perf_counter()
     # Each policy's search starts from the batch the one before fitted, once a compile confirms it fits here too.
-    batch, report, tries = largest_batch(config, devices, remat, usable, data_parallel, start=batch, found=found)
+    batch, report, tries = largest_batch(config, to, remat, start=batch)
     rows.append(
       dict(
         remat=remat,
         per_chip_batch=batch,
-        global_batch=batch * data_parallel,
+        global_batch=batch * to.data_parallel,
         tokens_per_step=report["tokens_per_step"] if report else 0,
         peak_bytes=report["peak_bytes"] if report else None,
         usable_bytes=usable,
@@ -219,7 +227,7 @@ def plan(config, model_cfg=None, members=None) -> dict:
       )
     )
   if rows:
-    logging.info("%s", format_plan(rows, target, config))
+    logging.info("%s", format_plan(rows, where, config))
   return dict(choice=choice, tries=tries, rows=rows)
 
 
