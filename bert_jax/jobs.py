@@ -22,7 +22,7 @@ class Job:
   """One mode: what it does (the `--mode` help), its check, its entry, and how it runs."""
 
   summary: str
-  check: Callable  # (config, mode) -> config_checks.Checked
+  check: Callable  # (config, mode) -> config_checks.Findings
   entry: Callable  # (config, workdir, checked) -> what the job returns; imports its module when called.
   one_machine: bool = False  # Runs on one machine: a distributed setting is refused.
   joins_job: bool = False  # Joins a multi-host job (`distributed.initialize`) before it touches a device.
@@ -166,14 +166,14 @@ def mode_of(config, mode: str | None = None) -> str:
   return mode
 
 
-def check(config, mode: str | None = None) -> config_checks.Checked:
+def check(config, mode: str | None = None) -> config_checks.Findings:
   """Every I/O-free check of `config` for its mode (`mode_of`), once; raises ValueError naming the first bad value."""
   mode = mode_of(config, mode)
   config_checks.check_placeholders(config, mode)
   return JOBS[mode].check(config, mode)
 
 
-def start(config, workdir: str, checked: config_checks.Checked):
+def start(config, workdir: str, checked: config_checks.Findings):
   """Starts `checked.mode`'s job on `config` (which `check` found good) in `workdir`; returns what its entry
   returns."""
   return JOBS[checked.mode].entry(config, workdir, checked)

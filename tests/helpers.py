@@ -3,7 +3,7 @@
 from collections.abc import Mapping
 
 from bert_jax.model.param_layout import SCANNED_KEY
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 
 
 def restore_config(workdir: str, step: int | None = None) -> dict:
@@ -12,7 +12,7 @@ def restore_config(workdir: str, step: int | None = None) -> dict:
     step = manager.latest_step() if step is None else step
     if step is None:
       raise FileNotFoundError(f"No checkpoint under {checkpoints.checkpoint_dir(workdir)}.")
-    return verified.read_config(manager, step)
+    return reading.read_config(manager, step)
 
 
 def is_scanned(params: Mapping) -> bool:

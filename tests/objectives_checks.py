@@ -43,7 +43,7 @@ def every_contestant_is_a_valid_config_at_every_size_with_the_encoder_that_size_
   # BERT-Base's width.
   position_size = round(200 * hidden / 768)
   assert configs["spanbert"].span_boundary.position_embedding_size == position_size
-  model_cfg = config_checks.check_pretraining(configs["spanbert"])  # Checked as every objective is.
+  model_cfg = config_checks.check_pretraining(configs["spanbert"])  # Findings as every objective is.
   predictions = configs["spanbert"].data.max_predictions_per_seq
   head = span_boundary_flops(model_cfg, configs["spanbert"].batch_size, predictions, position_size)
   assert flops["spanbert"] - flops["bert_spans"] == 3 * head

@@ -150,12 +150,12 @@ def test_albert_s_text_preprocessing_is_read_applied_and_exported_as_transformer
   shutil.copy(train_mixed_case_sentencepiece(tmp_path / "raw"), ours / "tokenizer.model")
   tokenizer = load_tokenizer("sentencepiece", str(ours / "tokenizer.model"))
   assert tokenizer.encode("The") != tokenizer.encode("the")  # A cased model: lower-casing changes the ids.
-  assert formats.describe(str(ours)).albert_preprocessing is None  # No tokenizer_config.json beside our file: raw.
+  assert formats.read_source(str(ours)).albert_preprocessing is None  # No tokenizer_config.json beside our file: raw.
   exported = tmp_path / "ours_hf"
   export.export(str(ours), str(exported), "huggingface")
   assert json.loads((exported / "tokenizer_config.json").read_text())["tokenizer_class"] == "DebertaV2Tokenizer"
   check_transformers_encodes_as_bert_jax(exported, tokenizer, lines)
-  read_back = formats.describe(str(exported))
+  read_back = formats.read_source(str(exported))
   assert (read_back.tokenizer_file, read_back.albert_preprocessing) == (str(exported / "spm.model"), None)
 
   # A hub ALBERT: ALBERT's spiece.model, no tokenizer_config.json (AlbertTokenizer's defaults), then one.
@@ -185,18 +185,20 @@ def test_albert_s_text_preprocessing_is_read_applied_and_exported_as_transformer
   assert settings == {"tokenizer_class": "AlbertTokenizer", **defaults, **special}
   slow = transformers.AutoTokenizer.from_pretrained(again, use_fast=False)  # The fast one is not ALBERT's own.
   assert [slow.encode(line) for line in lines] == [[2, *tokenizer.encode(line), 3] for line in lines]
-  assert formats.describe(str(again)).albert_preprocessing == defaults
+  assert formats.read_source(str(again)).albert_preprocessing == defaults
 
   flags = {"do_lower_case": False, "remove_space": True, "keep_accents": True}
   (hub / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "AlbertTokenizer", **flags}))
   check_encodes_as_albert_tokenizer(pretrained.load(str(hub)).tokenizer, flags)
   # A run whose config names the same file, raw, is not the source's tokenizer.
   with pytest.raises(ValueError, match=r"cannot ask for ALBERT's preprocessing; fine-tuning from the source takes"):
-    formats.check_tokenizer(formats.describe(str(hub)), load_tokenizer("sentencepiece", spiece).identity(), "init_from")
+    formats.check_tokenizer(
+      formats.read_source(str(hub)), load_tokenizer("sentencepiece", spiece).identity(), "init_from"
+    )
   # A class that encodes otherwise is refused, naming the file.
   (hub / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "T5Tokenizer"}))
   with pytest.raises(ValueError, match=rf"{hub / 'tokenizer_config.json'}: tokenizer_class 'T5Tokenizer' encodes"):
-    formats.describe(str(hub))
+    formats.read_source(str(hub))
 
 
 def _unshared(params: dict, config, sharing: str) -> dict:

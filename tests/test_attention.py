@@ -14,7 +14,7 @@ from bert_jax.data.pretraining_batch import pretraining_shapes
 from bert_jax.model import attention, bert_config
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import bert as bert_objective
 
@@ -173,13 +173,13 @@ def test_cudnn_path_passes_the_mask_and_scale_as_the_xla_path_computes(model_con
 
 
 def test_auto_takes_the_kernel_of_the_platform_only_without_attention_dropout():
-  resolve = attention.resolve
-  assert resolve("auto", "tpu", attention_dropout_prob=0.0, dtype="float32") == "splash"
-  assert resolve("auto", "tpu", attention_dropout_prob=0.1, dtype="bfloat16") == "xla"
-  assert resolve("auto", "gpu", attention_dropout_prob=0.0, dtype="bfloat16") == "cudnn"
-  assert resolve("auto", "gpu", attention_dropout_prob=0.0, dtype="float32") == "xla"
-  assert resolve("auto", "cpu", attention_dropout_prob=0.0, dtype="bfloat16") == "xla"
-  assert resolve("splash", "cpu", attention_dropout_prob=0.0, dtype="float32") == "splash"  # Interpreted.
+  choose_kernel = attention.choose_kernel
+  assert choose_kernel("auto", "tpu", attention_dropout_prob=0.0, dtype="float32") == "splash"
+  assert choose_kernel("auto", "tpu", attention_dropout_prob=0.1, dtype="bfloat16") == "xla"
+  assert choose_kernel("auto", "gpu", attention_dropout_prob=0.0, dtype="bfloat16") == "cudnn"
+  assert choose_kernel("auto", "gpu", attention_dropout_prob=0.0, dtype="float32") == "xla"
+  assert choose_kernel("auto", "cpu", attention_dropout_prob=0.0, dtype="bfloat16") == "xla"
+  assert choose_kernel("splash", "cpu", attention_dropout_prob=0.0, dtype="float32") == "splash"  # Interpreted.
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from etils import epath
 
 from bert_jax import jobs, paths
 from bert_jax.train import pretraining
-from bert_jax.workdir import checkpoints, lease, verified
+from bert_jax.workdir import checkpoints, lease, reading
 from configs import default
 
 
@@ -98,7 +98,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
   run = pretraining.make_run(small_config)
   with checkpoints.read_only_manager(str(workdir)) as manager:  # pretrained.load's (and fine-tuning's) reader.
     with pytest.raises(checkpoints.CorruptCheckpointError, match="query/kernel"):
-      verified.restore_params(manager, 6, run.abstract.params, run.shardings.params)
+      reading.restore_params(manager, 6, run.abstract.params, run.shardings.params)
   resumed = _params(jobs.run(small_config, str(workdir), "pretrain"))
   assert "Restored step 3 instead of step 6; moving step 6 to" in caplog.text
   assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
@@ -221,10 +221,10 @@ def test_a_checkpoint_in_todays_format_restores_bitwise():
   resume. Rewrite both only with a deliberate format change that still reads the old ones."""
   with checkpoints.read_only_manager(GOLDEN) as manager:
     assert manager.all_steps() == [2]
-    config = _todays_config(verified.read_config(manager, 2))
+    config = _todays_config(reading.read_config(manager, 2))
     config.mesh.update(data=1, fsdp=1, tensor=1)
     run = pretraining.make_run(config, jax.devices()[:1])
-    state, position = verified.restore(manager, 2, run.abstract, run.shardings)  # Checksums verified too.
+    state, position = reading.restore(manager, 2, run.abstract, run.shardings)  # Checksums verified too.
   assert position["examples"] == 2 * config.batch_size and position["step"] == 2
   expected = np.load(os.path.join(GOLDEN, "expected_state.npz"))
   restored = {jax.tree_util.keystr(p): np.asarray(v) for p, v in jax.tree_util.tree_flatten_with_path(state)[0]}

@@ -26,7 +26,7 @@ from bert_jax.train import pretraining_start, start_order
 from bert_jax.train import run as run_lib
 from bert_jax.train.objectives import bert, distillation, registry
 from bert_jax.train.optim import make_optimizer
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 from configs import default, distil, glue
 from tests import helpers
 from tests.test_finetune import _write_sst2, logged_by_start_order
@@ -298,8 +298,8 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params), expected)
   identity = {"path": f"{teacher_dir}/checkpoints/2", "format": "workdir", "step": 2}
   with checkpoints.read_only_manager(workdir) as manager:
-    assert verified.read_history(manager, 1)["teacher"] == identity
-    assert verified.read_config(manager, 1)["objective"] == "distillation"
+    assert reading.read_history(manager, 1)["teacher"] == identity
+    assert reading.read_config(manager, 1)["objective"] == "distillation"
   assert pretrained.load(workdir).config.num_layers == 1  # The student is a BERT: every hand-off reads it.
   check_fine_tunes(workdir, tmp_path)  # And fine-tuning starts from it.
   objective = registry.of("distillation")
@@ -313,10 +313,10 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
   assert jax.tree.map(lambda a: a.sharding, planned.train_args[3]) == expected == planned.run.frozen_shardings
   assert jax.tree.map(lambda a: a.shape, planned.eval_args[2]) == jax.tree.map(np.shape, teacher_params)
   seq, preds = config.data.max_seq_length, config.data.max_predictions_per_seq
-  student_flops = flops.train_flops_per_step(planned.description.model_cfg, config.batch_size, seq, preds)
+  student_flops = flops.train_flops_per_step(planned.spec.model_cfg, config.batch_size, seq, preds)
   teacher_flops = flops.train_flops_per_step(teacher_cfg, config.batch_size, seq, preds) / 3
-  assert planned.description.train_flops == pytest.approx(student_flops + teacher_flops)
-  assert planned.description.eval_flops == pytest.approx(student_flops / 3 + teacher_flops)
+  assert planned.spec.train_flops == pytest.approx(student_flops + teacher_flops)
+  assert planned.spec.eval_flops == pytest.approx(student_flops / 3 + teacher_flops)
 
   config.num_train_steps = 2
   config.distill.teacher = workdir  # Another teacher (the student itself fits): refused before anything is written.
@@ -335,7 +335,7 @@ def test_a_distillation_run_from_a_teacher_workdir_records_it_and_a_resume_refus
     jobs.run(config, workdir, "pretrain")
   assert f"distill.teacher={other} has the same content as {teacher_dir}, which trained the checkpoint." in lines
   with checkpoints.read_only_manager(workdir) as manager:
-    assert verified.read_history(manager, 2)[start_order.INPUTS]["distill.teacher"]["path"] == str(other)
+    assert reading.read_history(manager, 2)[start_order.INPUTS]["distill.teacher"]["path"] == str(other)
   config.update(objective="bert")
   config.distill.teacher = ""
   with pytest.raises(ValueError, match=r"was trained with objective='distillation'; this config's is 'bert'"):
@@ -373,10 +373,8 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
   sst2 = tasks.make_task(config.finetune)
   splits = job._read_splits(sst2, loaded.tokenizer, 16)
   plan = plan_lib.make_plan(config, checked.members, loaded, splits.train.num_rows)
-  description = plan_lib.describe(config, plan, sst2, tokenizer_identity=loaded.tokenizer.identity())
-  finetuning = job.FinetuningJob(
-    config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits, description
-  )
+  spec = plan_lib.job_spec(config, plan, sst2, tokenizer_identity=loaded.tokenizer.identity())
+  finetuning = job.FinetuningJob(config, plan, str(tmp_path / "student"), sst2, loaded, loaded.tokenizer, splits, spec)
   the_run = finetuning.run
   (read,) = the_run.frozen_args
   expected = pretrained.param_shardings(the_run.frozen.model.config, the_run.mesh, the_run.rules, task)
@@ -409,7 +407,7 @@ def test_a_resume_knows_its_teacher_and_init_from_by_content_not_by_path(tmp_pat
     named.distill.teacher, named.init_from = str(teacher), str(init_from)
     identity = {"path": f"{teacher}/checkpoints/1", "format": "workdir", "step": 1}  # As distillation.teacher says.
     run = types.SimpleNamespace(frozen=run_lib.Frozen("teacher", None, identity, None), read_frozen=lambda: run)
-    return pretraining_start.resolve(named, str(workdir), None, run)[0]
+    return pretraining_start.find_origin(named, str(workdir), None, run)[0]
 
   with monkeypatch.context() as patch:
     lines = logged_by_start_order(patch)
@@ -456,7 +454,10 @@ def test_the_shipped_distil_config_is_refused_at_once_naming_its_placeholder_tea
 
 
 BAD_SETTINGS = [
-  (dict(objective="spanbert"), "objective='spanbert'; expected one of ('bert', 'distillation', 'electra')."),
+  (
+    dict(objective="spanbert"),
+    "objective='spanbert'; expected one of ('bert', 'distillation', 'electra', 'span_boundary').",
+  ),
   (dict(objective="bert"), "distill.teacher='/a/bert-base' is set, but objective='bert'"),
   (dict(distill=dict(teacher="")), "objective='distillation' needs distill.teacher"),
   (dict(data=dict(instances="nsp")), "objective='distillation' with data.instances='nsp': this objective has no"),

@@ -234,7 +234,7 @@ def test_a_sweep_member_equals_the_run_trained_alone_through_sigterm_a_crash_and
 
 def resolved(config):
   """`config` as `job.finetune` compares it with a checkpoint's: its model's classifier_* resolved (init_from's)."""
-  source = init_from.describe(config.init_from, "init_from") if config.init_from else None
+  source = init_from.read_source(config.init_from, "init_from") if config.init_from else None
   return plan_lib.with_model(config, plan_lib.model_config(config, source))
 
 

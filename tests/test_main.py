@@ -21,7 +21,7 @@ from bert_jax import console, jobs
 from bert_jax.data.tokenizer import file_sha256
 from bert_jax.handoff import export, pretrained
 from bert_jax.workdir import checkpoints as checkpoints_lib
-from bert_jax.workdir import verified
+from bert_jax.workdir import reading
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHRINK = [
@@ -214,12 +214,12 @@ def test_a_run_stopped_mid_save_and_taken_over_commits_nothing_when_woken_and_ex
   reader = checkpoints_lib.read_only_manager(str(workdir))
   one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
   for saved in steps:  # Every item there and matching the step's checksums; the runs told apart by their configs.
-    assert verified.items(reader, saved) == {"params", "optimizer", "data", "config", "history", "checksums"}
-    assert verified.read_data_position(reader, saved)["step"] == saved
-    assert verified.read_history(reader, saved)["train"]["step"] == saved
-    assert verified.read_config(reader, saved)["lease_timeout_seconds"] == (2.0 if saved <= committed[-1] else 3.0)
+    assert reading.items(reader, saved) == {"params", "optimizer", "data", "config", "history", "checksums"}
+    assert reading.read_data_position(reader, saved)["step"] == saved
+    assert reading.read_history(reader, saved)["train"]["step"] == saved
+    assert reading.read_config(reader, saved)["lease_timeout_seconds"] == (2.0 if saved <= committed[-1] else 3.0)
     abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), _final_params(workdir, saved))
-    verified.restore_params(reader, saved, abstract, jax.tree.map(lambda _: one_device, abstract))
+    reading.restore_params(reader, saved, abstract, jax.tree.map(lambda _: one_device, abstract))
   assert not (workdir / "LEASE").exists()  # The second gave it back; the first never wrote it again.
 
 

@@ -18,7 +18,7 @@ from bert_jax import config_checks, jobs, sharding
 from bert_jax.data import prepare, sources
 from bert_jax.data.corpus import Corpus
 from bert_jax.train import loop, pretraining
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 from configs import tiny
 from tests.test_main import FAST_COMPILES, ROOT
 
@@ -88,14 +88,14 @@ _DELAYED_MAIN = """
 import os, runpy, sys, time
 from bert_jax.train import pretraining_start
 workdir = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--workdir="))
-resolve = pretraining_start.resolve
+resolve = pretraining_start.find_origin
 def delayed(*args):
   deadline = time.monotonic() + 60
   while not os.path.isdir(os.path.join(workdir, "checkpoints")) and time.monotonic() < deadline:
     time.sleep(0.05)
   print("delayed until checkpoints/ existed:", os.path.isdir(os.path.join(workdir, "checkpoints")), file=sys.stderr)
   return resolve(*args)
-pretraining_start.resolve = delayed
+pretraining_start.find_origin = delayed
 runpy.run_module("bert_jax.main", run_name="__main__", alter_sys=True)
 """
 
@@ -241,7 +241,7 @@ def test_two_hosts_equal_one_host_with_eight_devices_and_stop_together_with_a_ch
 
   # The checkpoint the two processes wrote restores in this one process, on 8 devices, to the same parameters.
   with checkpoints.read_only_manager(workdir) as manager:
-    restored, position = verified.restore(manager, steps, abstract, shardings)
+    restored, position = reading.restore(manager, steps, abstract, shardings)
   assert int(restored.step) == steps and position["tokenizer"] == data.identity
   jax.tree.map(
     lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5),

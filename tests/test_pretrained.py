@@ -33,7 +33,7 @@ from bert_jax.model import param_layout
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.encoder import BertForPretraining, encoder_intermediates
 from bert_jax.train import init_from, pretraining
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 from tests.test_albert import check_transformers_encodes_as_bert_jax, mixed_case_lines, train_mixed_case_sentencepiece
 from tests.test_encoder import _inputs, _reference, _reference_outputs
 from tests.test_tokenizer import train_bpe
@@ -178,12 +178,12 @@ def test_checkpoints_written_with_one_state_item_still_resume_and_load(wordpiece
   workdir, config, params = wordpiece_run
   legacy = tmp_path / "legacy"
   with checkpoints.read_only_manager(workdir) as manager:
-    position = verified.read_data_position(manager, 2)
-    saved_config = verified.read_config(manager, 2)
+    position = reading.read_data_position(manager, 2)
+    saved_config = reading.read_config(manager, 2)
   run = pretraining.make_run(config)
   abstract, shardings = run.abstract, run.shardings
   with checkpoints.read_only_manager(workdir) as manager:
-    state, _ = verified.restore(manager, 2, abstract, shardings)
+    state, _ = reading.restore(manager, 2, abstract, shardings)
   with ocp.CheckpointManager(legacy / "checkpoints") as manager:  # The layout before params had an item.
     manager.save(
       2,
@@ -348,7 +348,7 @@ def test_a_byte_level_bpe_model_travels_as_roberta_files_and_as_one_tokenizer_js
   vocab, merges = train_bpe(tmp_path / "bpe")
   for path in (vocab, merges):
     shutil.copy(path, hf_dir)
-  source = formats.describe(str(hf_dir))
+  source = formats.read_source(str(hf_dir))
   assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("bpe", "vocab.json")
   tokenizer = tokenizer_lib.load_tokenizer("bpe", vocab)
   formats.check_tokenizer(source, tokenizer.identity(), "init_from")  # Its hash: the canonical file's.
@@ -370,12 +370,12 @@ def test_a_byte_level_bpe_model_travels_as_roberta_files_and_as_one_tokenizer_js
   line = "Héllo Wörld! The quick brown fox, 東京 😀, didn't it?"
   for reference in (transformers.AutoTokenizer.from_pretrained(hf_again), transformers.RobertaTokenizer(vocab, merges)):
     assert reference.encode(line, add_special_tokens=False) == tokenizer.encode(line)
-  assert formats.describe(str(hf_again)).tokenizer_kind == "bpe"
+  assert formats.read_source(str(hf_again)).tokenizer_kind == "bpe"
 
   for name in ("vocab.json", "merges.txt"):  # ALBERT's SentencePiece file name.
     (hf_dir / name).unlink()
   shutil.copy(train_mixed_case_sentencepiece(tmp_path / "sentencepiece"), hf_dir / "spiece.model")
-  source = formats.describe(str(hf_dir))
+  source = formats.read_source(str(hf_dir))
   assert (source.tokenizer_kind, os.path.basename(source.tokenizer_file)) == ("sentencepiece", "spiece.model")
   assert source.albert_preprocessing is None  # In a BERT directory, without a tokenizer_config.json: raw text.
   hf_sentencepiece = pathlib.Path(export.export(str(hf_dir), str(tmp_path / "hf_sentencepiece"), "huggingface"))
@@ -420,7 +420,7 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
   # init_from once and loading the tokenizer once (it is checked against the source's, then tokenizes the corpus).
   config.init_from = exports["google"]
   config.update(num_train_steps=1)
-  calls = {"describe": 0, "load_tokenizer": 0}
+  calls = {"read_source": 0, "load_tokenizer": 0}
 
   def counted(name, function):
     def wrapper(*args, **kwargs):
@@ -429,12 +429,12 @@ def test_pretraining_starts_from_a_google_checkpoint_with_a_fresh_optimizer_and_
 
     return wrapper
 
-  monkeypatch.setattr(formats, "describe", counted("describe", formats.describe))
+  monkeypatch.setattr(formats, "read_source", counted("read_source", formats.read_source))
   load = counted("load_tokenizer", tokenizer_lib.load_tokenizer)
   for module in (init_from, corpus, pretrained, prepare, shards):
     monkeypatch.setattr(module, "load_tokenizer", load)
   state = jobs.run(config, str(tmp_path / "run"), "pretrain")
-  assert calls == {"describe": 1, "load_tokenizer": 1}
+  assert calls == {"read_source": 1, "load_tokenizer": 1}
   assert int(state.step) == 1 and int(state.opt_state[1][0].count) == 1  # A fresh optimizer's first step.
   _assert_params_equal(state.params, params)  # Warmup: step 0's learning rate is 0, so the weights are the source's.
 

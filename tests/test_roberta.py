@@ -148,7 +148,7 @@ def test_roberta_files_load_and_export_as_transformers_reads_them(roberta_config
 
 def test_a_roberta_checkpoint_does_not_load_as_bert(roberta_config, tmp_path):
   write_hf_directory(_reference(roberta_config, cls=transformers.RobertaModel), tmp_path, roberta_config.vocab_size)
-  source = formats.describe(str(tmp_path))
+  source = formats.read_source(str(tmp_path))
   bert = dataclasses.replace(roberta_config, model_type="bert", position_offset=0)
   with pytest.raises(ValueError, match=r"model.model_type: 'roberta' vs 'bert'.*model.position_offset: 2 vs 0"):
     formats.check_fits(source, bert, "init_from")

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import special
 
-from bert_jax import config_checks, flops, sharding
+from bert_jax import config_checks, flops, jobs, sharding
 from bert_jax.data import prepare, sources
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.handoff import pretrained
-from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.bert_config import BertConfig, model_config
 from bert_jax.model.encoder import BertForPretraining, init_params
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import registry, span_boundary
@@ -141,7 +141,7 @@ def test_flops_are_berts_and_the_heads_at_every_prediction_as_xla_counts_them():
   """The objective counts BERT's FLOPs and exactly the head's at every prediction slot, three times for a train step;
   a forward pass's count is XLA's within 10% (XLA also counts norms, GELUs and softmaxes)."""
   config = spanbert_base.get_config()
-  model_cfg = config_checks.model_config(config)
+  model_cfg = model_config(config)
   bert_flops = registry.of("bert").flops(config, model_cfg, None)
   batch, preds, hidden, vocab = config.batch_size, config.data.max_predictions_per_seq, 768, model_cfg.vocab_size
   head = 2 * batch * preds * ((2 * hidden + 200) * hidden + hidden * hidden + hidden * vocab)
@@ -275,8 +275,8 @@ def _run_config(corpus, workdir: str):
 
 def test_a_few_steps_of_the_real_run_lower_both_losses_and_the_encoder_hands_off(corpus, tmp_path):
   config = _run_config(corpus, str(tmp_path / "run"))
-  description = pretraining.describe(config)
-  run = description.run
+  spec = pretraining.job_spec(config)
+  run = spec.run
   assert set(run.abstract.params) == {"bert", "mlm_transform", "mlm_layer_norm", "mlm_output_bias", "nsp"} | {
     "span_boundary"
   }
@@ -297,7 +297,7 @@ def test_a_few_steps_of_the_real_run_lower_both_losses_and_the_encoder_hands_off
 
   # A run's workdir: what `pretrained.load` (and so export and fine-tuning) reads is the BERT without the head.
   config.num_train_steps = 2
-  trained = pretraining.pretrain(config, str(tmp_path / "run"))
+  trained = jobs.run(config, str(tmp_path / "run"), "pretrain")
   loaded = pretrained.load(str(tmp_path / "run"))
   params = jax.device_get(trained.params)
   assert set(loaded.params) == set(params) - {"span_boundary"}

@@ -349,7 +349,7 @@ def _stand_in_compiler(monkeypatch, peak_of, limit: list) -> None:
   class Job:
     def __init__(self, config):
       self.run = type("Run", (), {"train_step": None})
-      self.description = type("Description", (), {"tokens_per_step": config.batch_size * 128})
+      self.spec = type("JobSpec", (), {"tokens_per_step": config.batch_size * 128})
       self.train_args = (peak_of(config),)
 
   def compile_step(jitted, args, usable):

@@ -9,7 +9,7 @@ from bert_jax import progress, sharding
 from bert_jax.data import instances as instances_lib
 from bert_jax.data.pretraining_batch import check_pretraining_batch
 from bert_jax.data.synthetic import SyntheticSource
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 from bert_jax.train import pretraining, step
 from bert_jax.train.objectives import bert as bert_objective
 

@@ -115,7 +115,7 @@ def _finetuned() -> dict:
 
 def main(argv):
   del argv
-  num_layers = formats.describe(FLAGS.init_from).config.num_layers
+  num_layers = formats.read_source(FLAGS.init_from).config.num_layers
   rows = []
   for index, (name, layers, combine) in enumerate(choices(num_layers)):
     result = _tagger(index, layers, combine)

@@ -81,7 +81,7 @@ def _config(task: str, init: str, schedule: str):
     # architecture, RoPE bases, dropout and head), with --vocab's WordPiece tokenizer.
     pretrained_run = config.copy_and_resolve_references()
     pretrained_run.init_from = _INIT_FROM.value
-    model = plan.model_config(pretrained_run, formats.describe(_INIT_FROM.value))
+    model = plan.model_config(pretrained_run, formats.read_source(_INIT_FROM.value))
     config.model.update({name: value for name, value in dataclasses.asdict(model).items() if name in config.model})
     config.tokenizer.update(kind="wordpiece", path=_VOCAB.value, lower_case=_LOWER_CASE.value)
   return config

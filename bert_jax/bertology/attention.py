@@ -38,7 +38,7 @@ from bert_jax import paths, progress, sharding
 from bert_jax.bertology import plots
 from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 
 STATISTICS = ("entropy", "to_cls", "to_sep", "to_previous", "to_next", "to_self", "distance")
 

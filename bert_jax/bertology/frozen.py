@@ -21,7 +21,7 @@ from bert_jax.finetune import rows
 from bert_jax.finetune.contract import Encoded
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 
 
 def hidden_states(model_cfg: BertConfig, encoder_params, batch: dict) -> jax.Array:

@@ -32,7 +32,7 @@ from bert_jax import paths, sharding
 from bert_jax.bertology import plots
 from bert_jax.finetune import losses, rows, tasks
 from bert_jax.handoff import source_jobs
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 
 
 def normalized(importance: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ pretraining, its objectives, vocabulary training), `finetuning.py` (tasks, sweep
 the BERTology analyses, the dry run and plan, export, the placeholder bucket).
 
 The front door (`bert_jax/jobs.py`) is the only importer: its table names each mode's check below, which it runs
-once, before anything is imported, read or written; what checking found (`Checked`: the model config, a sweep's
+once, before anything is imported, read or written; what checking found (`Findings`: the model config, a sweep's
 members) is what the jobs' entry functions take. What needs I/O (that a checkpoint fits the config, that `init_from`
 exists, that files match) is checked where it is read: train/start_order.py, handoff/pretrained.py,
 data/manifest.py.
@@ -32,7 +32,7 @@ from bert_jax.model.bert_config import BertConfig
 # What the front door and the tests read here besides the mode checks below.
 __all__ = [
   "TASKS",
-  "Checked",
+  "Findings",
   "Range",
   "check_finetuning",
   "check_placeholders",
@@ -43,7 +43,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class Checked:
+class Findings:
   """What checking a config found: the mode, the configured encoder (fine-tuning from `init_from` takes the
   source's sizes instead) and a fine-tuning sweep's members."""
 
@@ -52,31 +52,31 @@ class Checked:
   members: tuple[Member, ...] = ()
 
 
-def pretraining(config, mode: str) -> Checked:
+def pretraining(config, mode: str) -> Findings:
   """Pretraining, and preparation (which reads the pretraining config's data and tokenizer keys)."""
-  return Checked(mode, check_pretraining(config))
+  return Findings(mode, check_pretraining(config))
 
 
-def finetuning(config, mode: str) -> Checked:
-  return Checked(mode, *check_finetuning(config))
+def finetuning(config, mode: str) -> Findings:
+  return Findings(mode, *check_finetuning(config))
 
 
-def ahead_of_time(config, mode: str) -> Checked:
+def ahead_of_time(config, mode: str) -> Findings:
   """The dry run and the plan: the topology, then the job they compile (fine-tuning when `finetune.task` is set)."""
   check_dry_run(config)
   return finetuning(config, mode) if config.finetune.task else pretraining(config, mode)
 
 
-def features(config, mode: str) -> Checked:
+def features(config, mode: str) -> Findings:
   check_features(config.features)
-  return Checked(mode)
+  return Findings(mode)
 
 
-def bertology(config, mode: str) -> Checked:
+def bertology(config, mode: str) -> Findings:
   check_bertology(config, mode)
-  return Checked(mode)
+  return Findings(mode)
 
 
-def export(config, mode: str) -> Checked:
+def export(config, mode: str) -> Findings:
   check_export(config.export)
-  return Checked(mode)
+  return Findings(mode)

@@ -31,10 +31,10 @@ from bert_jax.finetune import plan as plan_lib
 from bert_jax.finetune import tasks
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.handoff import formats
-from bert_jax.model.attention import resolve
+from bert_jax.model.attention import choose_kernel
 from bert_jax.model.bert_config import BertConfig, model_config
 from bert_jax.train import pretraining
-from bert_jax.train.description import Description
+from bert_jax.train.job_spec import JobSpec
 
 gib = hlo_stats.format_bytes
 
@@ -63,16 +63,16 @@ def parameter_table(abstract_params, param_shardings) -> list[tuple[str, tuple, 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-  """What the dry run compiles of a job: its description (`train/description.py`, the job's own), and abstract
+  """What the dry run compiles of a job: its spec (`train/job_spec.py`, the job's own), and abstract
   arguments of its train and eval steps built from it."""
 
-  description: Description
+  spec: JobSpec
   train_args: tuple
   eval_args: tuple
 
   @property
   def run(self):
-    return self.description.run
+    return self.spec.run
 
 
 def _abstract(shapes: dict, batch_sharding) -> dict:
@@ -102,36 +102,36 @@ class Found:
 UNCHECKED = Found()
 
 
-def describe(config, devices, layers: int | None = None, found: Found = UNCHECKED) -> Description:
-  """The configured job, described by its own `describe` (pretraining's, or fine-tuning's when `finetune.task` is
+def job_spec(config, devices, layers: int | None = None, found: Found = UNCHECKED) -> JobSpec:
+  """The configured job, described by its own `job_spec` (pretraining's, or fine-tuning's when `finetune.task` is
   set, of its plan: `plan.make_plan`) on `devices`; with `layers`, a model of that many unrolled layers. Reads
   metadata only: a teacher's or `init_from`'s weights never, a task's files never (fine-tuning's steps are
   `num_train_steps`)."""
   if not config.finetune.task:
-    return pretraining.describe(config, devices, _probe(found.model or model_config(config), layers))
+    return pretraining.job_spec(config, devices, _probe(found.model or model_config(config), layers))
   members = sweep_members(config) if found.members is None else found.members
-  source = formats.describe(config.init_from) if config.init_from else None  # Metadata only.
+  source = formats.read_source(config.init_from) if config.init_from else None  # Metadata only.
   plan = plan_lib.make_plan(config, members, source)
   plan = dataclasses.replace(plan, model=_probe(plan.model, layers))
-  return plan_lib.describe(config, plan, tasks.make_task(config.finetune), devices)
+  return plan_lib.job_spec(config, plan, tasks.make_task(config.finetune), devices)
 
 
 def make_job(config, devices, layers: int | None = None, found: Found = UNCHECKED) -> Job:
-  """The configured job's description and abstract step arguments on `devices`; with `layers`, a model of that
+  """The configured job's spec and abstract step arguments on `devices`; with `layers`, a model of that
   many unrolled layers."""
-  description = describe(config, devices, layers, found)
-  run = description.run
+  spec = job_spec(config, devices, layers, found)
+  run = spec.run
   mesh, members = run.mesh, run.members
-  train_batch = _abstract(description.train_batch, sharding.batch_sharding(mesh, members=bool(members)))
-  eval_batch = _abstract(description.eval_batch, sharding.batch_sharding(mesh))
+  train_batch = _abstract(spec.train_batch, sharding.batch_sharding(mesh, members=bool(members)))
+  eval_batch = _abstract(spec.eval_batch, sharding.batch_sharding(mesh))
   state = sharding.with_shardings(run.abstract, run.shardings)
   params = sharding.with_shardings(run.abstract.params, run.shardings.params)
   # Frozen inputs (a teacher) are arguments: the memory analysis counts their HBM.
   frozen = run.frozen_abstract_args
   return Job(
-    description=description,
+    spec=spec,
     train_args=(state, train_batch, _key(mesh, members), *frozen),
-    eval_args=(params, eval_batch, *(frozen if description.eval_reads_frozen else ())),
+    eval_args=(params, eval_batch, *(frozen if spec.eval_reads_frozen else ())),
   )
 
 
@@ -145,7 +145,7 @@ def xla_flops_per_device(config, devices, num_layers: int, found: Found = UNCHEC
   counted = []
   for layers in (1, 2):
     job = make_job(probe, devices, layers, found)
-    train_step = job.description.run.train_step
+    train_step = job.spec.run.train_step
     counted.append(float((train_step.lower(*job.train_args).compile().cost_analysis() or {})["flops"]))
   return counted[0] + (num_layers - 1) * (counted[1] - counted[0])
 
@@ -237,19 +237,19 @@ def compile_job(
   if devices is None:
     devices, target = target_devices(config)
   job = make_job(config, devices, found=found)
-  description = job.description
-  mesh, abstract, shardings = description.run.mesh, description.run.abstract, description.run.shardings
+  spec = job.spec
+  mesh, abstract, shardings = spec.run.mesh, spec.run.abstract, spec.run.shardings
   usable = usable_hbm(devices)
   table = parameter_table(abstract.params, shardings.params)
   state_bytes = sum(
     int(np.prod(s.shard_shape(a.shape))) * a.dtype.itemsize
     for a, s in zip(jax.tree.leaves(abstract), jax.tree.leaves(shardings), strict=True)
   )
-  steps = {"train step": compile_step(description.run.train_step, job.train_args, usable)}
+  steps = {"train step": compile_step(spec.run.train_step, job.train_args, usable)}
   if eval_step:
-    steps["eval step"] = compile_step(description.eval_step, job.eval_args, usable)
-  model_cfg = description.model_cfg
-  attention = resolve(
+    steps["eval step"] = compile_step(spec.eval_step, job.eval_args, usable)
+  model_cfg = spec.model_cfg
+  attention = choose_kernel(
     model_cfg.attention,
     devices[0].platform,
     attention_dropout_prob=model_cfg.attention_dropout_prob,
@@ -261,19 +261,19 @@ def compile_job(
     train["xla_flops_per_device"] = xla_flops_per_device(config, devices, model_cfg.num_layers, found)
     train["flops_from"] = "unrolled 1- and 2-layer compiles"
   return dict(
-    job=description.name,
+    job=spec.name,
     target=target,
     devices=mesh.size,
     platform=devices[0].platform,
     device_kind=devices[0].device_kind,
     mesh=dict(mesh.shape),
-    batch=description.batch_row,
+    batch=spec.batch_row,
     model=model_cfg,
     attention=attention,
-    parameters=description.run.num_params,
-    tokens_per_step=description.tokens_per_step,
-    model_flops_per_step=description.train_flops,
-    eval_model_flops=description.eval_flops,
+    parameters=spec.run.num_params,
+    tokens_per_step=spec.tokens_per_step,
+    model_flops_per_step=spec.train_flops,
+    eval_model_flops=spec.eval_flops,
     state_bytes_per_device=state_bytes,
     usable_bytes=usable,
     steps=steps,

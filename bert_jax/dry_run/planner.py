@@ -53,14 +53,12 @@ def target(config, devices, usable: int | None, found=ahead_of_time.UNCHECKED) -
   """The trials' `Target`, read off the configured job (described, not compiled) on `devices`."""
   job = ahead_of_time.make_job(config, devices, found=found)
   rows = config.batch_size * max(job.run.members, 1)
-  return Target(
-    devices, usable, sharding.data_parallel_size(job.run.mesh), job.description.tokens_per_step // rows, found
-  )
+  return Target(devices, usable, sharding.data_parallel_size(job.run.mesh), job.spec.tokens_per_step // rows, found)
 
 
 def _compile(config, to: Target, per_chip: int, remat: str, microbatches: int) -> dict:
   """The train step's report (ahead_of_time.compile_step) at `per_chip` rows per chip under `remat`, with the tokens
-  a step of that job reads (its description's: every sweep member's)."""
+  a step of that job reads (its spec's: every sweep member's)."""
   trial = config.copy_and_resolve_references()
   trial.batch_size = per_chip * to.data_parallel
   trial.num_microbatches = microbatches
@@ -77,7 +75,7 @@ def _compile(config, to: Target, per_chip: int, remat: str, microbatches: int) -
     ahead_of_time.gib(step["peak_bytes"]),
     step["compile_seconds"],
   )
-  return dict(step, tokens_per_step=job.description.tokens_per_step)
+  return dict(step, tokens_per_step=job.spec.tokens_per_step)
 
 
 def candidates(config, per_chip: int, row_tokens: int) -> list[tuple[str, int]]:

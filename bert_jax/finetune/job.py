@@ -43,14 +43,14 @@ from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import tasks
 from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.finetune.members import Member
-from bert_jax.finetune.plan import Plan, describe, make_plan, with_model
+from bert_jax.finetune.plan import Plan, job_spec, make_plan, with_model
 from bert_jax.finetune.rows import host_batch, predict, training_rows
 from bert_jax.handoff import hf_names, pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.train import init_from, loop, start_order
-from bert_jax.train.description import Description
+from bert_jax.train.job_spec import JobSpec
 from bert_jax.train.optim import set_learning_rates
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 
 METRICS_FILE = "metrics.json"
 # What makes a fine-tuning run the run it is: a workdir's checkpoint resumes only a config that agrees on these.
@@ -225,12 +225,12 @@ class FinetuningJob(loop.Job):
     source,
     tokenizer,
     splits: _Splits,
-    description: Description,
+    spec: JobSpec,
     inputs: tuple[start_order.Input, ...] = (),
   ):
-    """`description`: `plan.describe`'s, for `plan` and `task`; its frozen inputs (a teacher) are read here.
+    """`spec`: `plan.job_spec`'s, for `plan` and `task`; its frozen inputs (a teacher) are read here.
     `inputs` (`run_inputs`): what every checkpoint records of them (`start_order.record_inputs`)."""
-    self.config, self.plan, self.workdir, self.task, self.description = config, plan, workdir, task, description
+    self.config, self.plan, self.workdir, self.task, self.spec = config, plan, workdir, task, spec
     self.inputs = inputs
     self.members, self.source, self.tokenizer = plan.members, source, tokenizer
     self._recorded = plan.record(config)
@@ -238,8 +238,8 @@ class FinetuningJob(loop.Job):
     self.num_rows = self.splits.train.num_rows
     self.last_step, self.epoch_ends = plan.num_train_steps, plan.epoch_ends
     self.model_cfg = plan.model
-    self.run = description.run.read_frozen()
-    self.predict_fn = description.eval_step
+    self.run = spec.run.read_frozen()
+    self.predict_fn = spec.eval_step
     self.tokenizer_item = checkpoints.tokenizer_item(tokenizer)
     self.main_split = task.eval_splits[0]
     self.summary = None
@@ -250,7 +250,7 @@ class FinetuningJob(loop.Job):
 
   def header_rows(self) -> list[tuple[str, str]]:
     config, task, members = self.config, self.task, self.members
-    model, devices = self.description.header_rows()
+    model, devices = self.spec.header_rows()
     return [
       (
         "task",
@@ -262,7 +262,7 @@ class FinetuningJob(loop.Job):
       devices,
       (
         "batch",
-        f"{self.description.batch_row}; {self.last_step} steps ({config.finetune.num_epochs:g} epochs); "
+        f"{self.spec.batch_row}; {self.last_step} steps ({config.finetune.num_epochs:g} epochs); "
         f"{len(members)} member(s) (learning rate, seed): "
         f"{', '.join(f'({m.learning_rate:g}, {m.seed})' for m in members)}",
       ),
@@ -286,7 +286,7 @@ class FinetuningJob(loop.Job):
 
     begun = start_order.start(self.config, manager, restore, fresh)
     step = int(jax.device_get(begun.state.step)[0])
-    self.record = verified.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
+    self.record = reading.read_history(manager, step) if begun.resumed else {"evaluations": [], "best": None}
     if self.run.frozen is not None:  # What taught the members, where it was read from.
       self.record[self.run.frozen.name] = self.run.frozen.identity
     # What the run read, by content (checked on a resume: start_order.check_inputs).
@@ -307,7 +307,7 @@ class FinetuningJob(loop.Job):
     return jnp.stack([loop.train_dropout_key(m.seed) for m in self.members])
 
   def ticker(self, first_step: int) -> progress.Progress:
-    return self.description.ticker(self.config, self.last_step, first_step, shown=("task_loss", "task_accuracy"))
+    return self.spec.ticker(self.config, self.last_step, first_step, shown=("task_loss", "task_accuracy"))
 
   def summarize(self, step: int, sums: dict, steps: int) -> dict:
     return progress.summarize(jax.tree.map(lambda x: x.mean(), sums), steps)
@@ -421,7 +421,7 @@ def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
   inputs = run_inputs(config, task)
   # The encoder from init_from's metadata, so that one the task heads cannot go on is refused before its weights
   # are read; the steps once the rows are read.
-  plan = make_plan(config, members, init_from.describe(config.init_from, "init_from") if config.init_from else None)
+  plan = make_plan(config, members, init_from.read_source(config.init_from, "init_from") if config.init_from else None)
   model_cfg = plan.model
   # The run keys as they run: the model's `classifier_*`, which the config may leave to the source, resolved.
   start_order.check_same_run(with_model(config, model_cfg), workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
@@ -443,8 +443,8 @@ def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
     )
   splits = _read_splits(task, tokenizer, config.finetune.max_seq_length)
   plan = plan.with_rows(config, splits.train.num_rows)
-  description = describe(config, plan, task, tokenizer_identity=tokenizer.identity(), mesh=mesh)
-  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits, description, inputs)
+  spec = job_spec(config, plan, task, tokenizer_identity=tokenizer.identity(), mesh=mesh)
+  job = FinetuningJob(config, plan, workdir, task, source, tokenizer, splits, spec, inputs)
   if newest is not None:
     start_order.check_frozen(workdir, newest[0], job.run.frozen)  # A checkpoint older than its inputs' record.
   loop.train(job, workdir, started_at)

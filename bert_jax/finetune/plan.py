@@ -1,6 +1,6 @@
 """What a fine-tuning run computes before it trains, and the job described once from it: the plan (`make_plan`: the
 encoder from `init_from`'s metadata, the step counts from epochs and rows, the sweep's members), the sweep's run, and
-`describe` (the run, batches, FLOPs and header lines), which the job (`finetune/job.py`) and the dry run both use."""
+`job_spec` (the run, batches, FLOPs and header lines), which the job (`finetune/job.py`) and the dry run both use."""
 
 import dataclasses
 import math
@@ -17,7 +17,7 @@ from bert_jax.model import bert_config
 from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, BertConfig, check_fine_tunable
 from bert_jax.model.heads import task_model
 from bert_jax.train import run
-from bert_jax.train.description import Description
+from bert_jax.train.job_spec import JobSpec
 from bert_jax.train.objectives import distillation
 from bert_jax.train.optim import Steps, make_sweep_optimizer
 
@@ -100,8 +100,8 @@ def make_run(
   return run.make_run(config, model, loss, tx, members=len(plan.members), devices=devices, frozen=frozen, mesh=mesh)
 
 
-def describe(config, plan: Plan, task: Task, devices=None, tokenizer_identity: dict | None = None, mesh=None):
-  """Fine-tuning `task` by `plan`, described once (`train/description.py`): the sweep's run on `mesh` (default:
+def job_spec(config, plan: Plan, task: Task, devices=None, tokenizer_identity: dict | None = None, mesh=None):
+  """Fine-tuning `task` by `plan`, described once (`train/job_spec.py`): the sweep's run on `mesh` (default:
   one made from `config.mesh` over `devices`), every member's batch, the prediction step, the FLOPs."""
   sweep_run = make_run(config, plan, task, devices, tokenizer_identity, mesh)
   members, seq, choices = len(plan.members), config.finetune.max_seq_length, task.num_choices
@@ -113,7 +113,7 @@ def describe(config, plan: Plan, task: Task, devices=None, tokenizer_identity: d
   eval_flops = flops.forward_flops(flops.train_flops_per_step(plan.model, eval_rows, seq, 0))
   if sweep_run.frozen is not None:  # A teacher's forward pass too, for each member's rows.
     train_flops = flops.distillation_flops_per_step(plan.model, sweep_run.frozen.model.config, rows, seq, 0)
-  return Description(
+  return JobSpec(
     name=f"fine-tuning {task.name} ({task.head} head), {members} sweep member(s)",
     model_cfg=plan.model,
     run=sweep_run,

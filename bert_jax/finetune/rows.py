@@ -10,7 +10,7 @@ import numpy as np
 from bert_jax import sharding
 from bert_jax.finetune import losses
 from bert_jax.finetune.contract import Encoded
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 from bert_jax.train.run import Run
 
 

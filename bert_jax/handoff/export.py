@@ -71,7 +71,7 @@ from bert_jax.handoff import export_formats, formats, google_format, hf_configs,
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
-from bert_jax.workdir import checkpoints, lease, verified
+from bert_jax.workdir import checkpoints, lease, reading
 
 FORMATS = export_formats.FORMATS
 # The file whose presence makes a directory a model of each format (written last).
@@ -210,7 +210,7 @@ def _history(source: formats.Source) -> dict:
   """What the source records of its training: a checkpoint's history item, a bundle's manifest."""
   if source.format == "workdir":
     with checkpoints.reader(epath.Path(source.path).parent) as manager:
-      return verified.read_history(manager, source.step)
+      return reading.read_history(manager, source.step)
   if source.format == "bundle":
     return source.info.get("history", {})
   return {}
@@ -302,7 +302,7 @@ def _check_target(source: str, resolved: str, target: epath.Path, overwrite: boo
   if not overwrite:
     raise FileExistsError(f"{target} exists and is not empty; set export.overwrite=True to replace it.")
   try:
-    existing = formats.describe(target)
+    existing = formats.read_source(target)
   except (FileNotFoundError, ValueError) as error:
     raise ValueError(f"export.overwrite: {target} is not an export ({error}); refusing to replace it.") from None
   if existing.format == "workdir":

@@ -33,7 +33,7 @@ from bert_jax import paths, progress, sharding
 from bert_jax.data.windows import doc_spans, max_context_spans
 from bert_jax.handoff import source_jobs
 from bert_jax.model.encoder import BertModel, encoder_intermediates
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 
 
 def layer_indices(layers, num_layers: int, key: str = "features.layers") -> list[int]:

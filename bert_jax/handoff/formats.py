@@ -1,4 +1,4 @@
-"""What a pretrained source holds, from its metadata alone (`describe(path)` -> `Source`), for every format
+"""What a pretrained source holds, from its metadata alone (`read_source(path)` -> `Source`), for every format
 `pretrained.load` reads (local paths or `gs://`), told apart by what the directory holds:
 
 * a pretraining workdir (its newest committed checkpoint step), its `checkpoints/` directory, or one step
@@ -34,7 +34,7 @@ from bert_jax.model.bert_config import (
   from_fields,
 )
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
-from bert_jax.workdir import checkpoints, checksums, verified
+from bert_jax.workdir import checkpoints, checksums, reading
 
 FORMATS = ("workdir", "bundle", "huggingface", "google")
 # The folder of a Hugging Face ELECTRA directory that holds its generator (an ElectraForMaskedLM directory).
@@ -98,15 +98,15 @@ def _committed_step(path: epath.Path) -> tuple[epath.Path, int] | None:
 def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> Source:
   step_dir = str(directory / str(step))
   with checkpoints.reader(directory) as manager:
-    items = verified.items(manager, step)
+    items = reading.items(manager, step)
     if not ({"params", "state"} & items and {"config", "data"} <= items):
       raise ValueError(
         f"{step_dir} lacks the params, config or data item of a checkpoint step; it has {sorted(items)}."
       )
-    saved = verified.read_config(manager, step)
-    tokenizer = verified.read_tokenizer(manager, step)
-    recorded = verified.read_data_position(manager, step).get("tokenizer")
-    history = verified.read_history(manager, step)
+    saved = reading.read_config(manager, step)
+    tokenizer = reading.read_tokenizer(manager, step)
+    recorded = reading.read_data_position(manager, step).get("tokenizer")
+    history = reading.read_history(manager, step)
   task = None
   if saved.get("finetune", {}).get("task"):
     if directory.name != checkpoints.BEST:
@@ -230,7 +230,7 @@ def content(source: Source) -> dict:
   a source re-exported in another format does not."""
   if source.format == "workdir":
     with checkpoints.reader(epath.Path(source.path).parent) as manager:
-      saved = verified.read_checksums(manager, source.step)
+      saved = reading.read_checksums(manager, source.step)
     if saved is not None:
       return dict(step=source.step, checksums=checksums.digest(saved))
   elif source.format == "bundle":
@@ -315,7 +315,7 @@ def _describe_contents(path: epath.Path) -> str:
   return f"{names[:12]}{' ...' if len(names) > 12 else ''}"
 
 
-def describe(path, lower_case: bool | None = None) -> Source:
+def read_source(path, lower_case: bool | None = None) -> Source:
   """What `path` holds, from its metadata only. `lower_case` overrides the WordPiece casing of a Hugging Face or
   Google directory (default: `tokenizer_config.json`'s, else uncased when the vocabulary has no upper case)."""
   path = paths.absolute(path)

@@ -1,6 +1,6 @@
 """Pretrained weights from any source, in one call: `load(path)` -> model config, params, tokenizer.
 
-Sources (local paths or `gs://`): every format `formats.describe` tells apart (a pretraining or fine-tuning
+Sources (local paths or `gs://`): every format `formats.read_source` tells apart (a pretraining or fine-tuning
 workdir, an export bundle, a Hugging Face or an original Google BERT directory); of a workdir only the `params` item
 is read, never the optimizer state.
 
@@ -38,7 +38,7 @@ from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining, with_generator
 from bert_jax.model.encoder import abstract_params, make_pooler
 from bert_jax.model.heads import TaskHead
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +145,7 @@ def _read_params(source: formats.Source, mesh, rules) -> dict:
     if source.format == "workdir":
       with checkpoints.reader(epath.Path(source.path).parent) as manager:
         # Verified against the step's per-array checksums; a step with non-finite parameters is never saved.
-        return verified.restore_params(manager, source.step, abstract, shardings)
+        return reading.restore_params(manager, source.step, abstract, shardings)
     import orbax.checkpoint as ocp
 
     formats.verify_bundle(
@@ -221,8 +221,8 @@ def load(
   `rules`, params are placed straight into their shardings on that mesh (any mesh, whatever the one that saved);
   without, on one device.
   """
-  source = formats.describe(path, lower_case)
-  tokenizer = _load_tokenizer(source)  # Checked before any parameter is read.
+  source = formats.read_source(path, lower_case)
+  tokenizer = _load_tokenizer(source)  # Findings before any parameter is read.
   config, params = read_weights(source, scan_layers=scan_layers, mesh=mesh, rules=rules)
   return Pretrained(config=config, params=params, tokenizer=tokenizer, source=source)
 

@@ -51,7 +51,7 @@ def current_platform() -> str:
   return _PLATFORM.get() or jax.default_backend()
 
 
-def resolve(kind: str, platform: str, *, attention_dropout_prob: float, dtype: str) -> str:
+def choose_kernel(kind: str, platform: str, *, attention_dropout_prob: float, dtype: str) -> str:
   """The kernel `kind` ("auto" included) runs on `platform` for a model with these settings."""
   if kind != "auto":
     return kind

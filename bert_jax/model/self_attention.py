@@ -54,7 +54,7 @@ class SelfAttention(nn.Module):
       for projected, tag in ((query, remat.QUERY), (key, remat.KEY), (value, remat.VALUE))
     )
     query = query / jnp.sqrt(config.head_dim).astype(query.dtype)
-    kind = attention.resolve(
+    kind = attention.choose_kernel(
       config.attention,
       attention.current_platform(),
       attention_dropout_prob=config.attention_dropout_prob,

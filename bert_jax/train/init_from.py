@@ -7,10 +7,10 @@ from bert_jax.handoff import formats
 from bert_jax.train import start_order
 
 
-def describe(path: str, where: str) -> formats.Source:
-  """`formats.describe(path)`, its errors prefixed with `where` (the config key that names it)."""
+def read_source(path: str, where: str) -> formats.Source:
+  """`formats.read_source(path)`, its errors prefixed with `where` (the config key that names it)."""
   try:
-    return formats.describe(path)
+    return formats.read_source(path)
   except (FileNotFoundError, ValueError) as error:
     raise type(error)(f"{where}: {error}") from None
 
@@ -34,4 +34,4 @@ def source_input(
 ) -> start_order.Input:
   """The source at `path` (config key `key`) as a run's input, known by its content (`formats.content`: described,
   unless `source` is its description already, and fingerprinted when its content is first asked for)."""
-  return start_order.Input(key, path, lambda: formats.content(source or describe(path, f"{key}={path}")), optional)
+  return start_order.Input(key, path, lambda: formats.content(source or read_source(path, f"{key}={path}")), optional)

@@ -1,6 +1,6 @@
 """The pretraining job: the configured objective (`train/objectives/`) on the loop (`train/loop.py`).
 
-`describe(config)` is the job described once (its run, batch, FLOPs and header lines), which `pretrain`, the loop's
+`job_spec(config)` is the job described once (its run, batch, FLOPs and header lines), which `pretrain`, the loop's
 `PretrainingJob` and the dry run all use; `train/pretraining_start.py` is where a launch starts. `PretrainingJob`
 supplies what the loop needs: the corpus's batches (of each step's size, `data/batch_warmup.py`), evaluation on the
 held-out stream, the pipeline's state beside every checkpoint.
@@ -21,7 +21,7 @@ from bert_jax.data.corpus import Corpus, evaluation_data
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
 from bert_jax.model.bert_config import BertConfig, model_config
 from bert_jax.train import loop, pretraining_start, run, start_order
-from bert_jax.train.description import Description
+from bert_jax.train.job_spec import JobSpec
 from bert_jax.train.objectives import registry
 from bert_jax.train.optim import Steps, make_optimizer, make_schedule
 from bert_jax.workdir import checkpoints
@@ -62,7 +62,7 @@ def _check_warmup_sizes(config, mesh) -> None:
     )
 
 
-def describe(config, devices=None, model_cfg: BertConfig | None = None) -> Description:
+def job_spec(config, devices=None, model_cfg: BertConfig | None = None) -> JobSpec:
   """Pretraining of `config` (checked), described once: its objective's run on `devices` (default: all), the
   global batch, its FLOPs. `model_cfg` replaces the config's model (the dry run's probes)."""
   model_cfg = model_cfg or model_config(config)
@@ -72,7 +72,7 @@ def describe(config, devices=None, model_cfg: BertConfig | None = None) -> Descr
   seq, preds = data.max_seq_length, data.max_predictions_per_seq
   batch = pretraining_shapes(config.batch_size, seq, preds, max_instances(data))
   packed = f", up to {data.max_instances_per_row} instances packed per row" if data.pack_instances else ""
-  return Description(
+  return JobSpec(
     name="pretraining",
     model_cfg=model_cfg,
     run=objective_run,
@@ -95,10 +95,10 @@ class PretrainingJob(loop.Job):
   title = "Pretraining"
   finished = "Training finished"
 
-  def __init__(self, config, workdir: str, description: Description, origin: pretraining_start.Origin):
-    """`description` (`describe`) with its frozen inputs read; `origin` (`pretraining_start.resolve`)."""
-    self.config, self.workdir, self.description, self.origin = config, workdir, description, origin
-    self.run, self.model_cfg = description.run, description.model_cfg
+  def __init__(self, config, workdir: str, spec: JobSpec, origin: pretraining_start.Origin):
+    """`spec` (`job_spec`) with its frozen inputs read; `origin` (`pretraining_start.find_origin`)."""
+    self.config, self.workdir, self.spec, self.origin = config, workdir, spec, origin
+    self.run, self.model_cfg = spec.run, spec.model_cfg
     self.objective = registry.of(config.objective)
     self.last_step = config.num_train_steps
     self.data = Corpus(config, workdir, self.model_cfg, origin.tokenizer, num_readers=origin.num_readers)
@@ -114,11 +114,11 @@ class PretrainingJob(loop.Job):
   def header_rows(self) -> list[tuple[str, str]]:
     config = self.config
     rows = [
-      *self.description.header_rows(),
+      *self.spec.header_rows(),
       ("data", self.data.describe()),
       (
         "batch",
-        f"{self.description.batch_row}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
+        f"{self.spec.batch_row}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
         f"({config.warmup_steps} warmup)",
       ),
     ]
@@ -199,7 +199,7 @@ class PretrainingJob(loop.Job):
 
   def ticker(self, first_step: int) -> progress.Progress:
     config = self.config
-    return self.description.ticker(
+    return self.spec.ticker(
       config,
       self.last_step,
       first_step,
@@ -281,7 +281,7 @@ def pretrain(config, workdir: str, model_cfg: BertConfig):
   compiling (mesh, batch divisibility, the starting checkpoint) is checked before anything is compiled or written;
   the config was checked by the front door (`jobs.run`, which calls this)."""
   started_at = time.perf_counter()
-  description = describe(config, model_cfg=model_cfg)
-  origin, loaded = pretraining_start.resolve(config, workdir, model_cfg, description.run)  # Its teacher read.
-  job = PretrainingJob(config, workdir, dataclasses.replace(description, run=loaded), origin)
+  spec = job_spec(config, model_cfg=model_cfg)
+  origin, loaded = pretraining_start.find_origin(config, workdir, model_cfg, spec.run)  # Its teacher read.
+  job = PretrainingJob(config, workdir, dataclasses.replace(spec, run=loaded), origin)
   return loop.train(job, workdir, started_at)

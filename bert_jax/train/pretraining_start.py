@@ -30,7 +30,7 @@ from bert_jax.train import init_from, start_order
 from bert_jax.train import step as step_lib
 from bert_jax.train.objectives import registry
 from bert_jax.train.run import Run
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +125,7 @@ def run_readers(config, data_position: dict | None) -> int:
   return readers
 
 
-def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Origin, Run]:
+def find_origin(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Origin, Run]:
   """Before anything is written: the checkpoint this run will start from (the workdir's newest readable one, else
   `init_from`'s) exists where the config names it and fits the config; a resume has the checkpoint's objective and
   frozen inputs (`start_order.check_frozen`). Then the run's frozen inputs (a teacher) are read, and `init_from`'s
@@ -151,7 +151,7 @@ def resolve(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[Orig
     params, describes = registry.of(config.objective).initial_params(config, run) or (None, "")
     return Origin(readers, params=params, describes=describes, inputs=inputs), run
   where = f"init_from={config.init_from}"
-  source = init_from.describe(config.init_from, where)
+  source = init_from.read_source(config.init_from, where)
   inputs = run_inputs(config, source)  # Fingerprinted from this description, not a second one.
   if source.format == "workdir":  # A previous phase: its optimizer state and step too.
     _check_compatible(source.info, config, where)
@@ -180,7 +180,7 @@ def run_inputs(config, init_source: formats.Source | None = None) -> tuple[start
 def _restore(manager, step: int, run: Run, model_cfg: BertConfig):
   """(state, data position) from `manager`'s `step` in `run.shardings`, converted to this model's layer layout
   (scanned or unrolled) if it was saved in the other one."""
-  saved = verified.read_config(manager, step)  # Checked by `resolve` before anything ran.
+  saved = reading.read_config(manager, step)  # Findings by `resolve` before anything ran.
   saved_scanned = saved["model"].get("scan_layers", False)
   if saved_scanned == model_cfg.scan_layers:
     return start_order.restore_state(manager, step, run.abstract, run.shardings)
@@ -235,7 +235,7 @@ def history(manager, step: int, source: formats.Source | None) -> dict:
   (a workdir's or a bundle's, as described: the source is not opened again)."""
   record = {}
   if manager is not None:
-    record = verified.read_history(manager, step)
+    record = reading.read_history(manager, step)
   elif source is not None and source.format in ("workdir", "bundle"):
     record = source.history
   return dict({"examples_seen": 0, "token_positions_seen": 0}, **record)

@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from bert_jax import sharding
 from bert_jax.model.encoder import init_params
-from bert_jax.model.tracing import with_activation_rules
+from bert_jax.model.mesh_context import with_activation_rules
 from bert_jax.train import step as step_lib
 from bert_jax.train.guard import Guard
 

@@ -39,7 +39,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax.train import step as step_lib
 from bert_jax.train.run import Frozen
-from bert_jax.workdir import checkpoints, verified
+from bert_jax.workdir import checkpoints, reading
 
 CORRUPT = "corrupt_checkpoints"
 # The history key under which every checkpoint records its inputs' content: {config key: {"path", "content"}}.
@@ -123,7 +123,7 @@ def check_inputs(workdir: str, step: int, inputs) -> dict | None:
   input whose content is found under another path. Returns the checkpoint's record; None for a checkpoint written
   before inputs were recorded, with a warning: the callers' path comparisons then stand."""
   with checkpoints.read_only_manager(workdir) as manager:
-    recorded = verified.read_history(manager, step).get(INPUTS)
+    recorded = reading.read_history(manager, step).get(INPUTS)
   where = f"{checkpoints.checkpoint_dir(workdir)}/{step}"
   if recorded is None:
     if inputs:
@@ -174,8 +174,8 @@ def newest_saved(config, workdir: str) -> tuple[int, dict, dict] | None:
   with checkpoints.read_only_manager(workdir) as manager:
     for step in _usable_steps(config, checkpoints.checkpoint_dir(workdir)):
       try:
-        verified.read_history(manager, step)  # Its inputs are checked (`check_inputs`).
-        return step, verified.read_config(manager, step), verified.read_data_position(manager, step)
+        reading.read_history(manager, step)  # Its inputs are checked (`check_inputs`).
+        return step, reading.read_config(manager, step), reading.read_data_position(manager, step)
       except checkpoints.CorruptCheckpointError as error:
         if not config.restore_fallback:
           raise
@@ -219,7 +219,7 @@ def check_frozen(workdir: str, step: int, frozen: Frozen | None) -> None:
   if frozen is None:
     return
   with checkpoints.read_only_manager(workdir) as manager:
-    history = verified.read_history(manager, step)
+    history = reading.read_history(manager, step)
   if INPUTS in history:
     return
   recorded = history.get(frozen.name)
@@ -256,9 +256,9 @@ def check_tokenizer(data_position: dict, identity: dict | None) -> None:
 
 
 def restore_state(manager, step: int, abstract, shardings):
-  """`verified.restore` of `step` in `shardings`, with a fresh step guard where the checkpoint predates the guard
+  """`reading.restore` of `step` in `shardings`, with a fresh step guard where the checkpoint predates the guard
   (its state then has none)."""
-  state, data_position = verified.restore(manager, step, abstract, shardings)
+  state, data_position = reading.restore(manager, step, abstract, shardings)
   if state.guard is None:
     state = state.replace(guard=jax.device_put(step_lib.initial_guard(), shardings.guard))
   return state, data_position

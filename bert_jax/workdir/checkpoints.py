@@ -11,7 +11,7 @@ Each checkpoint step, `<workdir>/checkpoints/<step>/`, holds these items:
 * `tokenizer`: the tokenizer file itself (`vocab.txt`, the SentencePiece `.model` or a byte-level BPE's
   `tokenizer.json`) with its identity, when the run has a tokenizer, so that a step directory is complete on its own;
 * `checksums`: a hash of every array of `params` and `optimizer` and a SHA-256 of every other item
-  (`workdir/checksums.py`). Every read (`workdir/verified.py`) verifies what it read against them and raises
+  (`workdir/checksums.py`). Every read (`workdir/reading.py`) verifies what it read against them and raises
   `CorruptCheckpointError` naming the array or item, the step and the directory; so does any other failure to read
   an item. A save refuses parameters
   that are not finite, and refuses to replace an existing step (Orbax would delete it).

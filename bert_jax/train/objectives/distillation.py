@@ -131,10 +131,10 @@ def make_loss(config, frozen: Frozen) -> Loss:
   return Loss(value=value, normalizers=loss_normalizers)
 
 
-def _describe(config) -> tuple[formats.Source, str]:
+def _teacher_source(config) -> tuple[formats.Source, str]:
   """The teacher's source (metadata only) and how errors name it."""
   where = f"distill.teacher={config.distill.teacher}"
-  return init_from.describe(config.distill.teacher, where), where
+  return init_from.read_source(config.distill.teacher, where), where
 
 
 def teacher_config(source: BertConfig, model_cfg: BertConfig) -> BertConfig:
@@ -201,7 +201,7 @@ def _check_teacher(config, source: formats.Source, model_cfg: BertConfig, where:
 def teacher(config, model_cfg: BertConfig) -> Frozen:
   """The pretraining teacher of `config` for the student `model_cfg`, from metadata (checked); its `read` checks
   the tokenizer, then reads its parameters onto the mesh."""
-  source, where = _describe(config)
+  source, where = _teacher_source(config)
   _check_teacher(config, source, model_cfg, where)
   model = BertForPretraining(teacher_config(source.config, model_cfg))
 
@@ -264,7 +264,7 @@ def task_teacher(config, model_cfg: BertConfig, task: TaskHead, tokenizer_identi
   """Fine-tuning's teacher: `config.distill.teacher`, a model fine-tuned on this run's task (the same head and
   labels), described from metadata and checked (with `tokenizer_identity`, against the run's tokenizer); its
   `read` reads its encoder and head onto the mesh."""
-  source, where = _describe(config)
+  source, where = _teacher_source(config)
   if source.task is None:
     raise ValueError(
       f"{where} ({source.format} at {source.path}) is not a fine-tuned model; task distillation needs one "

@@ -13,7 +13,7 @@ An `Objective` gives:
 - `initial_params(config, run)`: what a new run starts from when `init_from` names nothing (a distillation
   student: its teacher's layers), as (params, a line saying what they are), or None: a fresh initialisation.
 
-The pretraining job (`train/pretraining.py`: its description, which its loop job and the dry run use) asks
+The pretraining job (`train/pretraining.py`: its job spec, which its loop job and the dry run use) asks
 `of(config.objective)`; nothing branches on the name. Adding an objective is one module in this folder that defines
 its `OBJECTIVE` (an `objective.Objective`) and one entry in `MODULES`; its keys' ranges and the keys it needs go with
 every objective's checks (`config_checks/training.py`, `check_objective`).

@@ -25,7 +25,7 @@ carries it (`SpanBertForPretraining`), the spans' boundaries (`span_boundaries`)
   mean (+1e-5, as BERT's), from the whole batch when it runs in microbatches (SpanBERT's `pair_loss_weight` 1).
 - FLOPs: BERT's (`flops.train_flops_per_step`) plus the head's at every prediction slot (`flops.span_boundary_flops`).
 - Parameters: the family's pretraining model's tree and `span_boundary/`. What a hand-off reads (`pretrained.load`,
-  export, fine-tuning) is the family's model: workdir/verified.py reads the head with the rest, verified, and leaves it
+  export, fine-tuning) is the family's model: workdir/reading.py reads the head with the rest, verified, and leaves it
   behind.
 
 What it asks of a config (spans for its masking, its keys' ranges) is checked with every objective's, by the front

@@ -1,5 +1,5 @@
 """A job described once, from its config (and, for fine-tuning, its task's metadata) alone: no data read, nothing
-allocated but the mesh. Each job's `describe` makes one (`train/pretraining.py`, `finetune/plan.py`); its entry
+allocated but the mesh. Each job's `job_spec` makes one (`train/pretraining.py`, `finetune/plan.py`); its entry
 function, its `loop.Job` and the dry run (`dry_run/ahead_of_time.py`) all take it, so the model, the compiled
 run, the batch shapes, the FLOPs and the header's lines cannot drift apart between training and planning."""
 
@@ -14,7 +14,7 @@ from bert_jax.train.run import Run
 
 
 @dataclasses.dataclass(frozen=True)
-class Description:
+class JobSpec:
   """What a job computes per step; see the module docstring."""
 
   name: str  # The job, as the dry run's report names it.
