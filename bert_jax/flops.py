@@ -37,17 +37,24 @@ def _encoder_flops(config: BertConfig, batch: int, seq: int) -> int:
 
 
 def _masked_lm_flops(config: BertConfig, batch: int, predictions: int) -> int:
-  """Forward FLOPs of the MLM transform and the tied decoder at the masked positions."""
-  width = config.embedding_width
-  return 2 * batch * predictions * (config.hidden_size * width + width * config.vocab_size)
+  """Forward FLOPs of the composition's masked-LM head (its transform, if any, and its decoder, tied or not) at the
+  masked positions."""
+  return batch * predictions * parts.resolve(config).pretraining_head.masked_lm_flops(config)
+
+
+def _pooler_flops(config: BertConfig, batch: int) -> int:
+  """Forward FLOPs of the composition's pooler at one [CLS] a row (none without a pooler)."""
+  pooler = parts.resolve(config).pooler
+  return 0 if pooler is None else batch * pooler.flops_per_instance(config)
 
 
 def train_flops_per_step(config: BertConfig, batch: int, seq: int, predictions: int) -> float:
-  """Training FLOPs of one step (3x forward: forward, and backward at twice the forward) of the useful work:
-  encoder, pooler, and the MLM and NSP heads at the masked positions only. Embedding lookups, norms and softmaxes
-  are not counted. Factorised embeddings (ALBERT) add the projection to the hidden width and make the MLM
-  transform and decoder `embedding_width` wide; shared layers still run `num_layers` times."""
-  heads = _masked_lm_flops(config, batch, predictions) + 2 * batch * (config.hidden_size * config.hidden_size)
+  """Training FLOPs of one step (3x forward: forward, and backward at twice the forward) of the useful work, as the
+  composition's parts count it: the encoder, the pooler where there is one, and the masked-LM head at the masked
+  positions only. Embedding lookups, norms, softmaxes and the sentence head (4 x hidden a row) are not counted.
+  Factorised embeddings (ALBERT) add the projection to the hidden width and make the MLM transform and decoder
+  `embedding_width` wide; shared layers still run `num_layers` times."""
+  heads = _masked_lm_flops(config, batch, predictions) + _pooler_flops(config, batch)
   return 3.0 * (_encoder_flops(config, batch, seq) + heads)
 
 

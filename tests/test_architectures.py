@@ -13,13 +13,13 @@ import pytest
 from bert_jax import flops
 from bert_jax.handoff.hf_configs import hf_config
 from bert_jax.model import architectures, attention, feed_forward, layers, param_layout, parts, pretraining_heads
-from bert_jax.model.architectures import Architecture
+from bert_jax.model.architectures import Architecture, Part
 from bert_jax.model.attention_patterns import Span, global_attention
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining
 from bert_jax.model.embeddings import AbsoluteEmbeddings
 from bert_jax.model.encoder import BertForPretraining, BertModel, encoder_intermediates, init_params
-from bert_jax.model.heads import TASK_MODELS, task_model
+from bert_jax.model.heads import task_model
 from bert_jax.model.post_norm import PostNormLayer
 
 
@@ -64,7 +64,8 @@ def test_each_family_resolves_to_its_composition(model_type, name, head):
 
 def test_every_registered_architecture_composes_parts_that_exist():
   for model_type in architectures.ARCHITECTURES:
-    rotary = {"rope_theta": 160000.0} if architectures.ARCHITECTURES[model_type].embeddings == "token" else {}
+    token = architectures.architecture(model_type).part("embeddings").name == "token"
+    rotary = {"rope_theta": 160000.0} if token else {}
     parts.resolve(BertConfig(model_type=model_type, **rotary))
 
 
@@ -74,12 +75,29 @@ def test_the_names_table_knows_which_heads_have_a_sentence_head():
   )
 
 
-def test_every_registered_architecture_has_task_heads_and_an_unknown_one_is_refused(monkeypatch, small_model_config):
-  assert {family.task_head for family in architectures.ARCHITECTURES.values()} <= set(TASK_MODELS)
+def test_an_unknown_task_head_is_refused_where_the_task_model_is_made(monkeypatch, small_model_config):
   _register(monkeypatch, "headless", dataclasses.replace(Architecture(), task_head="nope"))
   config = dataclasses.replace(small_model_config, model_type="headless")
-  with pytest.raises(ValueError, match=r"model.model_type='headless' composes task_head='nope', which model/heads.py"):
+  with pytest.raises(ValueError, match=r"model.model_type='headless' composes task_head='nope', which is not a task_h"):
     task_model(config, "classification", 2)
+
+
+def test_an_argument_a_part_does_not_take_is_refused_naming_the_ones_it_does(monkeypatch, small_model_config):
+  _register(monkeypatch, "misargued", Architecture(layer=Part("post_norm", first_attention_norm=False)))
+  config = dataclasses.replace(small_model_config, model_type="misargued")
+  with pytest.raises(ValueError, match=r"gives layer='post_norm' the arguments \('first_attention_norm',\), which it "):
+    parts.resolve(config)
+  _register(monkeypatch, "misargued", Architecture(pretraining_head=Part("bert", untied=True)))
+  with pytest.raises(ValueError, match=r"the arguments \('untied',\), which it does not take; it takes \(.*'tied'"):
+    parts.resolve(config)
+
+
+def test_a_part_is_a_name_or_a_part_with_arguments():
+  modernbert = architectures.architecture("modernbert")
+  assert modernbert.part("layer") == Part("pre_norm", first_attention_norm=False)
+  assert modernbert.part("embeddings") == Part("token") and modernbert.embeddings == "token"
+  assert repr(Part("mlm", transform=False, tied=False)) == "Part('mlm', tied=False, transform=False)"
+  assert hash(Part("mlm", tied=False)) == hash(Part("mlm", tied=False))
 
 
 def test_an_unknown_family_is_refused_naming_the_families():

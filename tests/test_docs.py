@@ -12,6 +12,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from bert_jax import main
+from bert_jax.model import architectures, parts
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -268,3 +269,106 @@ def test_mains_modes_are_the_front_doors_table_and_the_docs_name_each():
   text = (ROOT / "docs" / "architecture.md").read_text()
   flow = text[text.index("## Data flow") : text.index("## Import rules")]
   assert sorted(set(jobs.JOBS) - set(re.findall(r"^  (\w+):", flow, re.M))) == []
+
+
+# The tables the model's docstrings and docs/architecture.md restate, rendered from the registries.
+MODEL = ROOT / "bert_jax" / "model"
+
+
+def _aligned(rows: list[list[str]], indent: str = "  ") -> str:
+  """Rows of cells in columns two spaces apart, each line indented."""
+  widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+  lines = ("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows)
+  return "\n".join((indent + line).rstrip() for line in lines)
+
+
+def _architectures_table() -> str:
+  """ARCHITECTURES as model/architectures.py's docstring writes it: a part's name per role, `*` where the family
+  gives it arguments, spelled out below the table."""
+  roles = list(parts.TABLES)
+  rows, notes = [["model_type", *roles]], []
+  for model_type, family in architectures.ARCHITECTURES.items():
+    row = [model_type]
+    for role in roles:
+      part = family.part(role)
+      row.append(part.name + ("*" if part.arguments else ""))
+      if part.arguments:
+        notes.append(f"  * {model_type}: {role}={part!r}")
+    rows.append(row)
+  return "\n\n".join([_aligned(rows), *(["\n".join(notes)] if notes else [])])
+
+
+def _module_of(entry) -> str:
+  module = entry.__module__ if isinstance(entry, type) or callable(entry) else type(entry).__module__
+  return module.rsplit(".", 1)[-1] + ".py"
+
+
+def _parts_table() -> str:
+  """The tables of model/parts.py as its docstring writes them: role, table, the modules of its entries, entries."""
+  names = {id(value): name for name, value in vars(parts).items() if isinstance(value, dict) and name.isupper()}
+  rows = [["role", "table", "module", "entries"]]
+  for role, table in parts.TABLES.items():
+    modules = dict.fromkeys(_module_of(entry) for entry in table.values() if entry is not None)
+    rows.append([role, names[id(table)], ", ".join(modules), ", ".join(table)])
+  return _aligned(rows)
+
+
+def _pretraining_heads_table() -> str:
+  """The slots each entry of PRETRAINING_HEADS fills, as model/pretraining_heads.py's docstring writes them."""
+  slots = ("masked_lm", "sentence", "generator", "discriminator")
+  rows = [["entry", *slots]]
+  for name, head in parts.PRETRAINING_HEADS.items():
+    rows.append([name, *("yes" if getattr(head, slot) is not None else "-" for slot in slots)])
+  return _aligned(rows)
+
+
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
+
+
+@pytest.mark.parametrize(
+  "where, render",
+  [
+    ("bert_jax/model/architectures.py", _architectures_table),
+    ("bert_jax/model/parts.py", _parts_table),
+    ("bert_jax/model/pretraining_heads.py", _pretraining_heads_table),
+    ("docs/architecture.md", _architectures_table),
+    ("docs/architecture.md", _parts_table),
+  ],
+)
+def test_the_model_tables_restated_in_docs_are_the_registries(where, render):
+  text = (ROOT / where).read_text()
+  assert render() in text, f"{where} does not hold the table its registry renders as:\n{render()}"
+
+
+def _model_files() -> set[str]:
+  return {path.name for path in MODEL.glob("*.py")}
+
+
+def test_the_model_package_lists_every_module_once():
+  """model/__init__.py's list of modules, and the model rows of docs/architecture.md's layout table."""
+  docstring = ast.get_docstring(ast.parse((MODEL / "__init__.py").read_text()))
+  listed = re.findall(r"^  (\w+\.py) ", docstring, re.MULTILINE)
+  assert sorted(listed) == sorted(_model_files() - {"__init__.py"}), listed
+  lines = ARCHITECTURE_DOC.read_text().split("\n| `bert_jax/model/` |", 1)[1].split("\n| `", 1)[0].splitlines()
+  # Each row's second cell names its files (the first row's folder cell was split off above).
+  cells = [lines[0].split("|")[0], *(line.split("|")[2] for line in lines[1:])]
+  in_layout = [name for cell in cells for name in re.findall(r"`(\w+\.py)`", cell)]
+  assert sorted(in_layout) == sorted(_model_files()), in_layout
+
+
+def test_one_place_says_how_to_add_an_encoder():
+  """model/__init__.py's steps, as ModernBERT was added: parts in their roles' modules and table entries, no module
+  of the family's own; docs/architecture.md points there."""
+  docstring = ast.get_docstring(ast.parse((MODEL / "__init__.py").read_text()))
+  assert "Adding an architecture" in docstring and "model/modernbert.py" not in docstring
+  doc = ARCHITECTURE_DOC.read_text()
+  assert "`model/<name>.py`" not in doc and "model/modernbert.py" not in doc
+  assert doc.count("bert_jax/model/__init__.py") >= 2  # The "Adding to it" row and the model's section.
+
+
+def test_every_argument_a_part_takes_is_in_the_parts_docstring():
+  """model/parts.py's docstring names every argument an entry of the tables takes."""
+  for role, table in parts.TABLES.items():
+    for name, entry in table.items():
+      for argument in parts.accepted_arguments(role, entry):
+        assert f"`{argument}`" in parts.__doc__, f"{role} {name!r} takes {argument!r}, which parts.py does not name"

@@ -36,8 +36,9 @@ from bert_jax.handoff import formats, google_format, hf_format
 from bert_jax.model import param_layout
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.electra import ElectraForPretraining, with_generator
-from bert_jax.model.encoder import abstract_params, make_pooler
+from bert_jax.model.encoder import abstract_params
 from bert_jax.model.heads import TaskHead
+from bert_jax.model.poolers import make_pooler
 from bert_jax.workdir import checkpoints, reading
 
 

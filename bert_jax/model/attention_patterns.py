@@ -1,9 +1,10 @@
 """Attention patterns: which keys each layer's queries attend to, and with which rotary base, as one span per layer.
 
-An attention pattern is a function `pattern(config) -> tuple of spans`, one per layer (model/parts.py's
-ATTENTION_PATTERNS). A span says which keys a query may see within its own instance: all of them (`window` 0), or
-those within `window // 2` tokens on either side (a local layer, as ModernBERT's), and the base of the rotary
-positions the layer's queries and keys take (`rope_theta`; 0: none, as BERT's position table). It gives them in the
+An attention pattern is a function `pattern(config, **arguments) -> tuple of spans`, one per layer (model/parts.py's
+ATTENTION_PATTERNS; its keyword arguments, if any, are those an architecture may give it). A span says which keys a
+query may see within its own instance: all of them (`window` 0), or those within `window // 2` tokens on either side
+(a local layer, as ModernBERT's), and the base of the rotary positions the layer's queries and keys take
+(`rope_theta`; 0: none, as BERT's position table). It gives them in the
 form each attention kernel of model/attention.py takes:
 
   mask(input_mask)   [batch, seq] instance numbers -> [batch, 1, q, k] bool, for the "xla" and "cudnn" kernels;

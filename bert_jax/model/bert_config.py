@@ -51,9 +51,9 @@ NORMS = ("layer_norm", "rms_norm")
 # model.classifier_pooling: what ModernBERT's sequence and choice heads read of the last hidden states: the first
 # token's, or the mean over real tokens (transformers' ModernBertConfig.classifier_pooling).
 CLASSIFIER_POOLING = ("cls", "mean")
-# ModernBERT's task-head fields (model/heads.py): BERT's heads have no pooling, prediction head or dropout of their own.
-# A config may leave them unset (None): `from_fields` takes them from a source (a fine-tuning run's `init_from`), as
-# transformers' from_pretrained reads them from the source's config.json.
+# ModernBERT's task-head fields (model/task_heads.py): BERT's heads have no pooling, prediction head or dropout of
+# their own. A config may leave them unset (None): `from_fields` takes them from a source (a fine-tuning run's
+# `init_from`), as transformers' from_pretrained reads them from the source's config.json.
 PREDICTION_HEAD_FIELDS = ("classifier_pooling", "classifier_activation", "classifier_bias", "classifier_dropout")
 # The encoder's dropout: a fine-tuning config leaves it unset (None) to take the source's, as from_pretrained does
 # (BERT's, RoBERTa's and ELECTRA's 0.1; ModernBERT's and ALBERT v2's 0).
@@ -119,7 +119,7 @@ class BertConfig:
   local_attention: int = 0
   global_attention_every: int = 1
   # ModernBERT's prediction head (transformers' ModernBertPredictionHead: dense H -> H, activation, norm), which its
-  # masked LM and its task models (model/heads.py) put on the encoder: the dense layer's activation (one of
+  # masked LM and its task models (model/task_heads.py) put on the encoder: the dense layer's activation (one of
   # ACTIVATIONS) and bias. Its task models pool by `classifier_pooling` (one of CLASSIFIER_POOLING; sequence and
   # choice heads) and drop out `classifier_dropout` before the output layer. transformers' defaults; BERT's families
   # read none of them (their heads are BERT's).
@@ -168,7 +168,7 @@ class BertConfig:
     if not isinstance(self.scan_layers, bool):
       raise ValueError(f"model.scan_layers must be True or False, got {self.scan_layers!r}.")
     family = architectures.architecture(self.model_type)  # A ValueError naming the families there are.
-    if family.embeddings == "token" and not self.rope_theta:
+    if family.part("embeddings").name == "token" and not self.rope_theta:
       raise ValueError(
         f"model.model_type={self.model_type!r} has no position table: its layers take rotary positions, and "
         "model.rope_theta=0 gives none; set it (ModernBERT: 160000)."

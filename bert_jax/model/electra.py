@@ -33,7 +33,6 @@ import numpy as np
 from bert_jax.model import parts, stack
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertModel
-from bert_jax.model.pretraining_heads import tied_decoder
 
 Array = jax.Array
 
@@ -51,7 +50,7 @@ def _head(config: BertConfig, slot: str):
 
 class Generator(nn.Module):
   """The generator's own parameters: from the shared embeddings [batch, seq, embedding_width] to the MLM hidden
-  states at `masked_lm_positions` [batch, predictions, embedding_width], and the decoder's output bias [vocab]."""
+  states at `masked_lm_positions` [batch, predictions, embedding_width]; its `masked_lm` head decodes them."""
 
   config: BertConfig
 
@@ -60,11 +59,9 @@ class Generator(nn.Module):
     self.stack = stack.make_stack(config, self.is_initializing())
     self.masked_lm = _head(config, "generator")(self, config)
 
-  def __call__(
-    self, embedded: Array, input_mask: Array, masked_lm_positions: Array, deterministic: bool
-  ) -> tuple[Array, Array]:
+  def __call__(self, embedded: Array, input_mask: Array, masked_lm_positions: Array, deterministic: bool) -> Array:
     x = self.stack(self.stack.project(embedded), input_mask, deterministic)
-    return self.masked_lm.hidden(x, masked_lm_positions), self.masked_lm.output_bias
+    return self.masked_lm.hidden(x, masked_lm_positions)
 
 
 class ElectraForPretraining(nn.Module):
@@ -95,8 +92,8 @@ class ElectraForPretraining(nn.Module):
     position_ids: Array | None = None,
   ) -> Array:
     embedded = self.bert.embeddings(input_ids, input_mask, segment_ids, deterministic, position_ids)
-    hidden, bias = self.generator(embedded, input_mask, masked_lm_positions, deterministic)
-    return tied_decoder(self.bert.embeddings, hidden, bias)
+    hidden = self.generator(embedded, input_mask, masked_lm_positions, deterministic)
+    return self.generator.masked_lm.logits(self.bert.embeddings, hidden)
 
   def discriminate(
     self,

@@ -1,6 +1,7 @@
 """Embeddings parts: the module named `embeddings` under the encoder (model/parts.py's EMBEDDINGS).
 
-An embeddings part is a Flax module class made as `cls(config)`, called as `embeddings(input_ids, input_mask,
+An embeddings part is a Flax module class made as `cls(config, **arguments)` (an architecture's arguments for the
+part are its attributes), called as `embeddings(input_ids, input_mask,
 segment_ids, deterministic, position_ids=None)` -> [batch, seq, embedding_width], with `attend(hidden)`
 [..., embedding_width] -> [..., vocab], the masked-LM decoder tied to its word table (compute dtype). The encoder's
 stack projects `embedding_width` to the hidden width when they differ (model/stack.py).
@@ -8,8 +9,8 @@ stack projects `embedding_width` to the hidden width when they differ (model/sta
 "absolute" (BERT, RoBERTa, ALBERT, ELECTRA): word + absolute position + token-type tables, then LayerNorm and
 dropout. The tables are `config.embedding_width` wide (ALBERT's and ELECTRA's factorised embeddings); RoBERTa's
 positions start at `config.position_offset`.
-"token" (ModernBERT): the word table alone, then a norm and dropout; positions enter each layer's attention as
-rotary positions (model/rotary.py), and there are no token types.
+"token" (ModernBERT): the word table alone, then a norm (argument `norm`; without one, NeoBERT's) and dropout;
+positions enter each layer's attention as rotary positions (model/rotary.py), and there are no token types.
 """
 
 import functools
@@ -76,7 +77,10 @@ class AbsoluteEmbeddings(nn.Module):
 
 
 class TokenEmbeddings(AbsoluteEmbeddings):
-  """The word table, then the norm and dropout: no position or token-type table (ModernBERT's embeddings)."""
+  """The word table, then the norm (unless `norm` is False) and dropout: no position or token-type table (ModernBERT's
+  embeddings)."""
+
+  norm: bool = True
 
   def setup(self):
     config = self.config
@@ -87,7 +91,8 @@ class TokenEmbeddings(AbsoluteEmbeddings):
       param_dtype=jnp.float32,
       embedding_init=kernel_init(config, ("vocab", "embed")),
     )
-    self.layer_norm = layer_norm(config, "layer_norm")
+    if self.norm:
+      self.layer_norm = layer_norm(config, "layer_norm")
     self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
   def __call__(
@@ -95,4 +100,6 @@ class TokenEmbeddings(AbsoluteEmbeddings):
   ) -> Array:
     del input_mask, segment_ids, position_ids  # No padding-dependent positions, no token types.
     x = self._lookup(self.word_embeddings, ("vocab", None), input_ids)
-    return constrain(self.dropout(self.layer_norm(x), deterministic=deterministic), HIDDEN)
+    if self.norm:
+      x = self.layer_norm(x)
+    return constrain(self.dropout(x, deterministic=deterministic), HIDDEN)

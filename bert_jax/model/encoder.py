@@ -1,15 +1,16 @@
 """The encoder and the masked-LM pretraining model, composed of the parts `config.architecture` names
 (model/architectures.py; the parts' tables are model/parts.py): BERT as published (Devlin et al. 2018), and RoBERTa,
-ALBERT and ELECTRA as other compositions and settings of the same parts.
+ALBERT, ELECTRA and ModernBERT as other compositions and settings of the parts.
 
 `BertModel` is the composition's embeddings (`bert/embeddings/...`), the stack of its layers (model/stack.py:
 `embeddings_project` when the tables are narrower than hidden_size, then `layer_{i}`, or `layers` scanned, or the
-shared modules of `layer_sharing`) and a tanh pooler on [CLS]. `BertForPretraining` puts the composition's masked-LM
-head (whose decoder is tied to the word embeddings and runs only at the gathered `masked_lm_positions`) and its
-2-way sentence head (`nsp`: next sentence, or ALBERT's sentence order) on it. Every parameter carries logical axis
-names (`vocab`, `embed`, `mlp`, `heads`, `kv`, and `layers` for scanned layers) and the main activations carry
-`act_*` names; the config's logical axis rules map both onto the device mesh (constraints are no-ops outside
-`activation_rules`).
+shared modules of `layer_sharing`, and a final norm where the layer part asks for one) and its pooler on [CLS]
+(`pooler`; none for ModernBERT's). `BertForPretraining` puts the composition's masked-LM head (which owns its decoder,
+tied to the word embeddings or not, and runs only at the gathered `masked_lm_positions`) and, where the composition
+has one, its 2-way sentence head (`nsp`: next sentence, or ALBERT's sentence order) on it. Every parameter carries
+logical axis names (`vocab`, `embed`, `mlp`, `heads`, `kv`, and `layers` for scanned layers) and the main
+activations carry `act_*` names; the config's logical axis rules map both onto the device mesh (constraints are
+no-ops outside `activation_rules`).
 
 `BertConfig.scan_layers` runs the layers as one `nn.scan` over stacked parameters (`bert/layers/...`, leading
 axis `num_layers`) instead of `bert/layer_{i}/...`; `model/param_layout.py` converts between the two.
@@ -23,20 +24,14 @@ import jax.numpy as jnp
 
 from bert_jax.model import parts, stack
 from bert_jax.model.bert_config import BertConfig
-from bert_jax.model.layers import HIDDEN, constrain, dense, gather_positions
-from bert_jax.model.pretraining_heads import tied_decoder
+from bert_jax.model.layers import HIDDEN, constrain, gather_positions
 
 Array = jax.Array
 
 
-def make_pooler(config: BertConfig, name: str | None = None) -> nn.Module:
-  """The dense layer of the pooler (then tanh), H -> H."""
-  return dense(config, config.hidden_size, ("embed", "embed_out"), name=name)
-
-
 class BertModel(nn.Module):
   """The encoder: returns the sequence output [batch, seq, hidden] and the pooled [CLS] output [batch, hidden] (None
-  for a family without BERT's pooler, `Architecture.pooler`).
+  for a composition without a pooler, `Architecture.pooler`).
 
   Packed rows (several instances in one row): `input_mask` holds each token's instance number (see
   `attention.attention_mask`), `position_ids` [batch, seq] restart at each instance, and `cls_positions` [batch,
@@ -53,10 +48,12 @@ class BertModel(nn.Module):
 
   def setup(self):
     config = self.config
-    self.embeddings = parts.resolve(config).embeddings(config)
+    found = parts.resolve(config)
+    self.embeddings = found.embeddings(config)
     # The embeddings' projection (if any), the layers, a final norm.
     self.stack = stack.make_stack(config, self.is_initializing())
-    self.pooler = make_pooler(config, name="pooler") if config.architecture.pooler == "tanh" else None
+    self.pooler_part = found.pooler
+    self.pooler = None if found.pooler is None else found.pooler.make(config, "pooler")
 
   def __call__(
     self,
@@ -71,7 +68,7 @@ class BertModel(nn.Module):
     x = self.stack.project(self.embeddings(input_ids, input_mask, segment_ids, deterministic, position_ids))
     self.sow("intermediates", "embedding_output", x)
     x = self.stack(x, input_mask, deterministic, head_mask, position_ids)
-    if self.pooler is None:  # The family's task heads pool for themselves (ModernBERT's).
+    if self.pooler is None:  # The composition's task heads pool for themselves (ModernBERT's).
       return x, None
     # The gathered rows stay split by batch as the sequence was: without the constraint, SPMD partitioning may
     # split them by hidden (as the next kernel is) and pay an all-to-all back in the backward pass.
@@ -79,7 +76,8 @@ class BertModel(nn.Module):
       cls = constrain(x[:, 0], ("act_batch", "act_embed"))
     else:
       cls = constrain(gather_positions(x, cls_positions), HIDDEN)
-    pooled = constrain(jnp.tanh(self.pooler(cls)), ("act_batch",) + (None,) * (cls.ndim - 2) + ("act_embed",))
+    pooled = self.pooler_part.apply(self.pooler, cls)
+    pooled = constrain(pooled, ("act_batch",) + (None,) * (cls.ndim - 2) + ("act_embed",))
     return x, pooled
 
   def dummy_inputs(self) -> tuple[Array, ...]:
@@ -119,8 +117,8 @@ def encoder_intermediates(intermediates: dict, config: BertConfig) -> dict[str, 
 
 
 class BertForPretraining(nn.Module):
-  """The encoder with its composition's masked-LM and sentence heads (BERT's: MLM and next sentence; ModernBERT's:
-  MLM alone).
+  """The encoder with its composition's masked-LM head and, where it has one, its sentence head (BERT's: MLM and next
+  sentence; ModernBERT's: MLM alone).
 
   Returns a dict: `mlm_logits` [batch, max_predictions, vocab] (float32) at `masked_lm_positions` only,
   `nsp_logits` [batch, 2] (float32; [batch, instances, 2] for packed rows, see `BertModel`) where the family has a
@@ -151,7 +149,7 @@ class BertForPretraining(nn.Module):
       input_ids, input_mask, segment_ids, deterministic, position_ids, cls_positions, head_mask
     )
     hidden = self.masked_lm.hidden(sequence_output, masked_lm_positions)
-    mlm_logits = tied_decoder(self.bert.embeddings, hidden, self.masked_lm.output_bias)
+    mlm_logits = self.masked_lm.logits(self.bert.embeddings, hidden)
     outputs = dict(mlm_logits=mlm_logits, sequence_output=sequence_output, pooled_output=pooled_output)
     if self.sentence is not None:
       outputs["nsp_logits"] = self.sentence(pooled_output)

@@ -4,14 +4,14 @@ norm; the feed-forward part, dropout, add & norm.
 A layer part is a Flax module class made as `cls(config, feed_forward=..., span=..., shared=..., name=...)` by
 model/stack.py, called as `layer(x, input_mask, deterministic, head_mask, positions, choice)` -> [batch, seq,
 hidden] (positions: each token's position in its instance, for rotary positions; choice: the layer's index into a
-`SpanTable` span, when one module runs layers whose spans differ), that sows its output as `hidden_states`; two
+`SpanTable` span, when one module runs layers whose spans differ), that sows its output as `hidden_states`; three
 static methods tell the stack what it is made of: `sublayers(feed_forward)`, its sub-modules by name (the
-feed-forward's among them), and `sharing_groups(feed_forward)`, the sub-modules each partial `layer_sharing` mode
-("attention", "ffn") shares across layers; and two class attributes what the stack adds: `FIRST_LAYER`, the
-attributes layer 0 is made with where it differs from the others (a scan then runs the others), and `FINAL_NORM`,
-whether a norm follows the last layer.
+feed-forward's among them), `sharing_groups(feed_forward)`, the sub-modules each partial `layer_sharing` mode
+("attention", "ffn") shares across layers, and `stacking(**arguments)`, what the stack adds around the layers (a
+`Stacking`), from the arguments an architecture gives the part (post_norm takes none).
 """
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 import flax.linen as nn
@@ -26,6 +26,16 @@ from bert_jax.model.self_attention import make_self_attention
 Array = jax.Array
 
 
+@dataclasses.dataclass(frozen=True)
+class Stacking:
+  """What the stack adds around a layer part's layers: the attributes layer 0 is made with where it differs from the
+  others (a scan then runs the others; layers that differ share no parameters), and whether a norm (`final_norm`)
+  follows the last layer."""
+
+  first_layer: tuple[tuple[str, object], ...] = ()  # (attribute, value) pairs.
+  final_norm: bool = False
+
+
 class PostNormLayer(nn.Module):
   """One post-LN layer. `shared` maps sub-module names (of `sublayers`) to modules that other layers use too
   (partial `layer_sharing`); the rest are the layer's own."""
@@ -35,8 +45,9 @@ class PostNormLayer(nn.Module):
   span: Span
   shared: Mapping[str, nn.Module] | None = None
 
-  FIRST_LAYER = {}  # Every layer alike.
-  FINAL_NORM = False  # Each layer ends with its own norm.
+  @staticmethod
+  def stacking() -> Stacking:
+    return Stacking()  # Every layer alike, each ending with its own norm.
 
   @staticmethod
   def sublayers(feed_forward: FeedForward) -> dict[str, Callable[[BertConfig, str], nn.Module]]:

@@ -1,7 +1,8 @@
 """The pre-norm encoder layer of the modern encoders (ModernBERT, NeoBERT, MosaicBERT's successors), the layer part
 "pre_norm" (model/parts.py's LAYERS): x + attention(norm(x)), then x + feed_forward(norm(x)); the stack ends with a
-final norm (`FINAL_NORM`). ModernBERT's first layer has no norm before its attention (the embeddings end with one):
-`FIRST_LAYER`. The layer-part contract is in model/post_norm.py's docstring.
+final norm. Its arguments (`stacking`): `first_attention_norm` False leaves out layer 0's norm before its attention
+(ModernBERT's: its embeddings end with one), `final_norm` False the final norm. The layer-part contract is in
+model/post_norm.py's docstring.
 
 Dropout: on the attention's probabilities and output (`attention_dropout_prob`, as transformers' ModernBERT
 `attention_dropout` and `out_drop`) and inside the feed-forward (`hidden_dropout_prob`, its `mlp_dropout`); none on
@@ -17,13 +18,15 @@ from bert_jax.model.attention_patterns import Span
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.feed_forward import FeedForward
 from bert_jax.model.layers import HIDDEN, Dropout, constrain, layer_norm
+from bert_jax.model.post_norm import Stacking
 from bert_jax.model.self_attention import make_self_attention
 
 Array = jax.Array
 
 
 class PreNormLayer(nn.Module):
-  """One pre-norm layer; `attention_norm` False: none before the attention (ModernBERT's layer 0)."""
+  """One pre-norm layer; `attention_norm` False: none before the attention (the first layer, where the architecture
+  asks for it: `stacking`)."""
 
   config: BertConfig
   feed_forward: FeedForward
@@ -31,8 +34,9 @@ class PreNormLayer(nn.Module):
   shared: Mapping[str, nn.Module] | None = None
   attention_norm: bool = True
 
-  FIRST_LAYER = {"attention_norm": False}
-  FINAL_NORM = True
+  @staticmethod
+  def stacking(first_attention_norm: bool = True, final_norm: bool = True) -> Stacking:
+    return Stacking(first_layer=() if first_attention_norm else (("attention_norm", False),), final_norm=final_norm)
 
   @staticmethod
   def sublayers(feed_forward: FeedForward) -> dict[str, Callable[[BertConfig, str], nn.Module]]:

@@ -13,9 +13,9 @@ and the layers; the parameters land directly in the calling module's scope:
   "ffn"          the same for its "ffn" group (post_norm: `shared_intermediate`, `shared_output`,
                  `shared_output_layer_norm`)                    refused (BertConfig)
 
-A layer part whose first layer differs (`FIRST_LAYER`: ModernBERT's has no norm before its attention) keeps that
-layer unrolled as `layer_0/...` when scanned, and `layers/...` stacks the others (`num_layers - 1` on the leading
-axis); a part with `FINAL_NORM` adds `final_norm` after the last layer.
+Where the layer part's `stacking` (given the architecture's arguments) makes the first layer differ (ModernBERT's has
+no norm before its attention), a scanned stack keeps that layer unrolled as `layer_0/...` and `layers/...` stacks the
+others (`num_layers - 1` on the leading axis); where it asks for one, `final_norm` follows the last layer.
 
 A scanned stack whose layers' spans differ (ModernBERT's local and global layers) holds them in a `SpanTable` and
 hands each layer its index as a scanned input. `layer_sharing="all"` runs one layer module for every layer: the
@@ -198,8 +198,8 @@ def make_stack(config: BertConfig, initializing: bool) -> Stack:
   project = None
   if config.embedding_width != config.hidden_size:
     project = dense(config, config.hidden_size, ("embed_out", "embed"), name="embeddings_project")
-  final_norm = layer_norm(config, "final_norm") if found.layer.FINAL_NORM else None
-  first = found.layer.FIRST_LAYER  # Layer 0's own attributes, if it differs from the others.
+  final_norm = layer_norm(config, "final_norm") if found.stacking.final_norm else None
+  first = dict(found.stacking.first_layer)  # Layer 0's own attributes, if it differs from the others.
   sharing, count = config.layer_sharing, config.num_layers
   if first and sharing != "none":
     raise ValueError(
