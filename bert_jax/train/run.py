@@ -22,6 +22,7 @@ from bert_jax import sharding
 from bert_jax.model.encoder import init_params
 from bert_jax.model.tracing import with_activation_rules
 from bert_jax.train import step as step_lib
+from bert_jax.train.fresh_params import fresh_params
 from bert_jax.train.guard import Guard
 
 
@@ -86,20 +87,21 @@ class Run:
 
   def init_state(self, seeds: int | Sequence[int], params: dict | None = None) -> step_lib.TrainState:
     """A fresh state in `shardings` from `seeds` (one per member with members); `params` (pretrained weights,
-    possibly without some heads) replace the fresh ones they cover."""
-    if not self.members:
-      return step_lib.create_train_state(self.model, self.tx, self.shardings, seeds, params)
-    if len(seeds) != self.members:
-      raise ValueError(f"{len(seeds)} seeds for {self.members} members.")
+    possibly without some heads) replace the fresh ones they cover. The fresh parameters are `init_params`' bitwise,
+    drawn as one small program (`fresh_params`)."""
 
     def init(key, loaded):
-      fresh = nn.meta.unbox(init_params(self.model, key))
+      fresh = fresh_params(self.model, key)
       if loaded is not None:
         fresh = step_lib.overwrite_params(fresh, loaded)[0]
       return step_lib.TrainState(
         step=jnp.zeros((), jnp.int32), params=fresh, opt_state=self.tx.init(fresh), guard=step_lib.initial_guard()
       )
 
+    if not self.members:
+      return jax.jit(lambda loaded: init(jax.random.key(seeds), loaded), out_shardings=self.shardings)(params)
+    if len(seeds) != self.members:
+      raise ValueError(f"{len(seeds)} seeds for {self.members} members.")
     keys = jnp.stack([jax.random.key(seed) for seed in seeds])
     return jax.jit(jax.vmap(init, in_axes=(0, None)), out_shardings=self.shardings)(keys, params)
 
