@@ -6,7 +6,7 @@ import os
 # XLA's CPU backend at optimisation level 0 and with its older (LLVM IR) fusion emitters, not the MLIR ones: the
 # tests' tiny programs compile in about two fifths of the time and run as correctly (every comparison is between
 # programs compiled alike, or within a tolerance). Subprocesses that compile much take the same flags
-# (tests/test_main.py's FAST_COMPILES).
+# (tests/helpers.py's FAST_COMPILES).
 os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "")
   + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
@@ -39,6 +39,9 @@ import pytest  # noqa: E402
 from bert_jax import jobs
 from bert_jax.model.bert_config import BertConfig  # noqa: E402
 from configs import default, tiny  # noqa: E402
+
+# The checks in tests/helpers.py report as a test's own asserts do (the module is imported under both names).
+pytest.register_assert_rewrite("helpers", "tests.helpers")
 
 # CPU-seconds each file's tests take on the 2-core machine in each tier (self and waited-for children, setup to
 # teardown, summed per file; the fast tier `-m "not slow"` and the slow tier `-m slow` each measured in its own run,
@@ -213,6 +216,62 @@ def wordpiece_run(tmp_path_factory, data_config):
       (root / "COMPLETE").touch()
     params = pickle.loads((root / "params.pickle").read_bytes())
   return str(root / "run"), config, params
+
+
+@pytest.fixture(scope="session")
+def pipeline_corpus(tmp_path_factory, data_config):
+  """The pipeline tests' corpus, prepared: 4 shards of 80 documents of 15-60 sentences (as encyclopedia articles),
+  over 100k tokens; shard s uses words s*400 .. s*400+399 (helpers.PIPELINE_WORDS_PER_SHARD), so that tokens tell
+  which shard an example came from. Returns (prepared directory, manifest, tokenizer). One per session: the first
+  worker that asks prepares it; the others find it prepared (`prepare` keeps it and returns its manifest)."""
+  import numpy as np
+
+  from bert_jax.data import prepare
+  from bert_jax.data.tokenizer import load_tokenizer
+  from tests.helpers import PIPELINE_NUM_SHARDS as NUM_SHARDS
+  from tests.helpers import PIPELINE_WORDS_PER_SHARD as WORDS_PER_SHARD
+
+  with _once_per_session(tmp_path_factory, "pipeline_corpus") as (root, built):
+    if not built:
+      root.mkdir()
+      words = [f"w{i}" for i in range(WORDS_PER_SHARD * NUM_SHARDS)]
+      (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+      rng = np.random.default_rng(0)
+      for shard in range(NUM_SHARDS):
+        documents = []
+        for _ in range(80):  # Documents of 15-60 sentences, as encyclopedia articles.
+          sentences = [
+            " ".join(f"w{shard * WORDS_PER_SHARD + w}" for w in rng.integers(0, WORDS_PER_SHARD, rng.integers(4, 16)))
+            + " ."
+            for _ in range(rng.integers(15, 60))
+          ]
+          documents.append("\n".join(sentences))
+        (root / f"part-{shard}.txt").write_text("\n\n".join(documents) + "\n")
+    tokenizer_args = dict(kind="wordpiece", path=str(root / "vocab.txt"))
+    inputs = data_config(input_pattern=str(root / "part-*.txt"), input_format="bert")
+    manifest = prepare.prepare(inputs, tokenizer_args, str(root / "prepared"), 1)
+    if not built:
+      (root / "COMPLETE").touch()
+  assert manifest["tokens"] > 100_000
+  return str(root / "prepared"), manifest, load_tokenizer(**tokenizer_args)
+
+
+@pytest.fixture(scope="session")
+def pipeline_batches(pipeline_corpus, data_config, tmp_path_factory):
+  """The first 40 batches of `pipeline_corpus`'s stream at the pipeline tests' settings (helpers.corpus_source):
+  5,120 instances. One read per session: the first worker that asks reads them from the pipeline; the others load
+  what it saved."""
+  import pickle
+
+  from tests.helpers import corpus_source, next_batches
+
+  with _once_per_session(tmp_path_factory, "pipeline_batches") as (root, built):
+    if not built:
+      root.mkdir()
+      batches = next_batches(corpus_source(pipeline_corpus, data_config), 40)  # 5,120 instances.
+      (root / "batches.pickle").write_bytes(pickle.dumps(batches))
+      (root / "COMPLETE").touch()
+    return pickle.loads((root / "batches.pickle").read_bytes())
 
 
 @pytest.fixture(scope="session")
