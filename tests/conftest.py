@@ -2,6 +2,8 @@
 
 import contextlib
 import os
+import resource
+import time
 
 # XLA's CPU backend at optimisation level 0 and with its older (LLVM IR) fusion emitters, not the MLIR ones: the
 # tests' tiny programs compile in about two fifths of the time and run as correctly (every comparison is between
@@ -81,6 +83,10 @@ FILE_SECONDS = {  # file: (fast tier, slow tier)
 }
 
 
+_STARTED = pytest.StashKey[float]()
+HEAVIEST_FILES = 8  # How many files the end of a run names (pytest_terminal_summary).
+
+
 def pytest_xdist_auto_num_workers(config) -> int | None:
   """`-n auto` (setup.cfg): a worker more than the cores, so that a core is not idle while a worker waits on a
   subprocess or a file (--maxprocesses caps it). On the 2-core machine: 10:09 with 3 workers against 10:41 with 2.
@@ -104,6 +110,39 @@ def pytest_collection_modifyitems(items):
     return fast * (False in tiers[name]) + slow * (True in tiers[name])
 
   items.sort(key=lambda item: -seconds(item.path.name))  # Stable: each file's tests keep their order.
+
+
+def pytest_sessionstart(session):
+  """The run's start, for the wall time pytest_terminal_summary prints."""
+  session.config.stash[_STARTED] = time.perf_counter()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+  """At the end of a run: its wall time, the CPU-seconds of this process and of the processes it waited for (pytest's
+  workers, the `python -m bert_jax.main` runs), and the heaviest test files by their tests' summed durations (setup,
+  call and teardown; on several workers, the sum of their wall times): where the tier's time goes."""
+  seconds = {}
+  for reports in terminalreporter.stats.values():
+    for report in reports:
+      if isinstance(report, pytest.TestReport):
+        name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        seconds[name] = seconds.get(name, 0.0) + report.duration
+  if not seconds:
+    return  # Nothing ran (--collect-only).
+  wall = time.perf_counter() - config.stash[_STARTED]
+  usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+  cpu = sum(u.ru_utime + u.ru_stime for u in usage)
+  terminalreporter.write_sep("-", "time")
+  terminalreporter.write_line(
+    f"wall {int(wall // 60)}:{wall % 60:04.1f} ({wall:.0f} s); {cpu:.0f} CPU-seconds in this process and the ones it "
+    f"waited for; {sum(seconds.values()):.0f} s of tests, summed"
+  )
+  heaviest = sorted(seconds.items(), key=lambda item: -item[1])[:HEAVIEST_FILES]
+  terminalreporter.write_line(
+    "heaviest files (their tests' durations, setup to teardown, summed): "
+    + ", ".join(f"{name} {value:.0f} s" for name, value in heaviest)
+  )
 
 
 @pytest.fixture
