@@ -46,40 +46,51 @@ from configs import default, tiny  # noqa: E402
 pytest.register_assert_rewrite("helpers", "tests.helpers")
 
 # CPU-seconds each file's tests take on the 2-core machine in each tier (self and waited-for children, setup to
-# teardown, summed per file; the fast tier `-m "not slow"` and the slow tier `-m slow` each measured in its own run,
-# 2026-11-27, docs/testing.md#two-tiers). With `--dist loadfile` and `--no-loadscope-reorder` (setup.cfg) the workers
-# take files in the order collected, which this makes heaviest first among the tests selected: a long file starts
-# while there is work left for the other workers, not last with the others idle. Files not named keep their usual
-# order after these; a new test file of a minute or more belongs here.
+# teardown, summed per file). The fast tier's: `pytest -q -n 0 -m "not slow"` on 2026-12-02 (docs/testing.md, "Two
+# tiers"), on a machine shared with other work (CPU-seconds, not wall time). The slow tier's: `pytest -q -m slow` on
+# 2026-11-27; a file split since then has its file's seconds shared out by its slow tests' share of them (estimated,
+# marked ~), and a test moved to the slow tier since adds its fast-tier seconds. With `--dist loadfile` and
+# `--no-loadscope-reorder` (setup.cfg) the workers take files in the order collected, which this makes heaviest first
+# among the tests selected: a long file starts while there is work left for the other workers, not last with the
+# others idle. Files not named keep their usual order after these; a new test file of ten seconds or more belongs here.
 FILE_SECONDS = {  # file: (fast tier, slow tier)
-  "test_tpu_compile.py": (0, 500),
+  "test_tpu_compile.py": (1, 500),
+  "test_main.py": (3, 220),  # ~
   "test_planned_configs.py": (0, 208),
-  "test_finetune.py": (4, 230),
+  "test_configs.py": (7, 155),  # The tiny ModernBERT's run, beating word frequencies.
   "test_notebook.py": (0, 147),
-  "test_configs.py": (3, 155),  # The tiny ModernBERT's run, beating word frequencies.
-  "test_main.py": (4, 250),
+  "test_finetune.py": (1, 120),  # ~ The sweep.
+  "test_finetune_parity.py": (0, 110),  # ~ Six task configs against the PyTorch loop.
   "test_multihost.py": (0, 103),
-  "test_pipeline.py": (28, 67),
-  "test_train.py": (18, 58),
-  "test_bertology.py": (50, 22),
-  "test_distillation.py": (7, 46),
+  "test_albert.py": (6, 70),
+  "test_modernbert_heads.py": (47, 67),
+  "test_modernbert.py": (16, 60),
+  "test_export.py": (3, 60),  # ~ An export killed, stopped and refused.
+  "test_train.py": (1, 58),
+  "test_bertology.py": (35, 22),
+  "test_benchmark_objectives.py": (0, 51),  # A fresh interpreter per check.
+  "test_distillation.py": (8, 46),
   "test_parallelism.py": (0, 46),
-  "test_electra.py": (12, 31),
-  "test_encoder.py": (17, 23),
-  "test_pretrained.py": (24, 100),
-  "test_prepare.py": (1, 36),
+  "test_electra.py": (9, 35),
+  "test_pipeline.py": (23, 37),  # ~
+  "test_encoder.py": (19, 23),
+  "test_pretrained.py": (25, 15),  # ~
+  "test_hf_and_google_formats.py": (13, 25),  # ~
+  "test_train_step.py": (18, 22),
   "test_guard.py": (0, 37),
-  "test_train_step.py": (13, 22),
-  "test_checkpoints.py": (2, 30),
-  "test_albert.py": (5, 70),
-  "test_dry_run.py": (13, 14),
+  "test_pipeline_state.py": (7, 30),  # ~
+  "test_prepare.py": (4, 36),
+  "test_main_failures.py": (1, 30),  # ~ Two runs racing for a lease.
+  "test_checkpoints.py": (8, 30),
   "test_heads.py": (0, 25),
-  "test_attention.py": (1, 24),
+  "test_attention.py": (2, 24),
   "test_extract_features.py": (0, 21),
-  "test_roberta.py": (2, 16),
-  "test_modernbert.py": (20, 60),
-  "test_modernbert_heads.py": (95, 41),  # Alone: seven parity tests of 4 to 9 s; runs started (22 s); the fine-tuning.
-  "test_masking.py": (12, 0),
+  "test_span_boundary.py": (10, 9),
+  "test_roberta.py": (3, 16),
+  "test_dry_run.py": (0, 14),
+  "test_optim.py": (13, 0),
+  "test_architectures.py": (9, 0),
+  "test_masking.py": (9, 0),
 }
 
 
@@ -315,11 +326,17 @@ def pipeline_batches(pipeline_corpus, data_config, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def exports(wordpiece_run, tmp_path_factory) -> dict[str, str]:
-  """`wordpiece_run` exported in every format: format -> directory."""
+  """`wordpiece_run` exported in every format: format -> directory. Tests copy an export before they change it. One
+  set per session: the first worker that asks writes them; the others read them."""
   from bert_jax.handoff import export
 
-  root = tmp_path_factory.mktemp("exports")
-  return {fmt: export.export(wordpiece_run[0], str(root / fmt), fmt) for fmt in export.FORMATS}
+  with _once_per_session(tmp_path_factory, "exports") as (root, built):
+    if not built:
+      root.mkdir()
+      for fmt in export.FORMATS:
+        export.export(wordpiece_run[0], str(root / fmt), fmt)
+      (root / "COMPLETE").touch()
+  return {fmt: os.path.realpath(root / fmt) for fmt in export.FORMATS}  # As export.export names them.
 
 
 @pytest.fixture(scope="session")

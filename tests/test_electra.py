@@ -215,6 +215,7 @@ def test_the_loss_is_the_masked_lm_loss_plus_50_times_the_replaced_token_loss(el
   assert 0 <= metrics["rtd_accuracy"] <= metrics["rtd_count"]
 
 
+@pytest.mark.slow  # As RoBERTa's, ALBERT's and ModernBERT's files; the weights' import is checked fast above.
 def test_electra_files_load_and_export_as_transformers_reads_them(electra_configs, tmp_path):
   """A discriminator directory alone, and one with its generator in `generator/` (as our export writes them)."""
   discriminator, generator = electra_configs

@@ -143,12 +143,15 @@ def test_a_packed_row_computes_what_its_instances_compute_alone(reference):
   rng = np.random.default_rng(1)
   first, second = rng.integers(3, 101, 14), rng.integers(3, 101, 10)
 
-  def run(ids, mask, positions):
-    ids, mask, positions = (jnp.asarray(x, jnp.int32)[None] for x in (ids, mask, positions))
+  @jax.jit  # A program per length: under half the CPU time of running the model op by op (3.2 CPU-s against 8.3).
+  def sequence_output(ids, mask, positions):
     out = model.apply(
       {"params": params}, ids, mask, jnp.zeros_like(ids), jnp.zeros((1, 1), jnp.int32), position_ids=positions
     )
-    return np.asarray(out["sequence_output"][0])
+    return out["sequence_output"][0]
+
+  def run(ids, mask, positions):
+    return np.asarray(sequence_output(*(jnp.asarray(x, jnp.int32)[None] for x in (ids, mask, positions))))
 
   packed = run(
     np.concatenate([first, second]), np.repeat([1, 2], [14, 10]), np.concatenate([np.arange(14), np.arange(10)])

@@ -103,12 +103,14 @@ def _batch(head: str, vocab_size: int) -> dict:
   "head, pooling",
   [
     ("classification", "cls"),
-    ("classification", "mean"),
-    ("regression", "mean"),
-    ("choice", "cls"),
     ("choice", "mean"),
-    ("token", "cls"),
-    ("span", "cls"),
+    # Slow: the other heads' logits against transformers' are checked fast by the task models' files (below), and
+    # each pooling by the two rows above.
+    pytest.param("classification", "mean", marks=pytest.mark.slow),
+    pytest.param("regression", "mean", marks=pytest.mark.slow),
+    pytest.param("choice", "cls", marks=pytest.mark.slow),
+    pytest.param("token", "cls", marks=pytest.mark.slow),
+    pytest.param("span", "cls", marks=pytest.mark.slow),
   ],
 )
 def test_each_head_equals_transformers_logits_loss_and_every_gradient(head, pooling):
@@ -159,7 +161,8 @@ def test_mean_pooling_reads_real_tokens_only_and_a_row_without_any_pools_to_zero
   mask[2] = 0
   other_tail = ids.copy()
   other_tail[1, 10:] = 7
-  out, again = (model.apply({"params": params}, x, mask, np.zeros_like(ids)) for x in (ids, other_tail))
+  apply = jax.jit(model.apply)  # One program for both rows, not the model op by op.
+  out, again = (apply({"params": params}, x, mask, np.zeros_like(ids)) for x in (ids, other_tail))
   np.testing.assert_array_equal(out["pooled_output"][2], 0.0)
   assert np.isfinite(out["logits"]).all()
   np.testing.assert_allclose(again["logits"][1], out["logits"][1], atol=1e-6)
@@ -192,7 +195,7 @@ def test_the_masked_lm_s_head_is_the_prediction_head_of_classifier_activation_an
     ids, mask = (torch.from_numpy(batch[name]).long() for name in ("input_ids", "input_mask"))
     expected = hf(input_ids=ids, attention_mask=mask).logits.numpy()
   positions = np.tile(np.arange(0, SEQ, 5), (BATCH, 1)).astype(np.int32)
-  out = BertForPretraining(config).apply(
+  out = jax.jit(BertForPretraining(config).apply)(  # One program, not the model op by op.
     {"params": params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"], positions
   )
   np.testing.assert_allclose(out["mlm_logits"], np.take_along_axis(expected, positions[..., None], 1), atol=5e-5)
@@ -345,7 +348,14 @@ def _sst2_config(data, init_from: str):
 
 
 @pytest.mark.parametrize(
-  "source_format, pooling", [("huggingface", None), ("huggingface", "cls"), ("bundle", None), ("workdir", None)]
+  "source_format, pooling",
+  [
+    ("huggingface", None),
+    ("huggingface", "cls"),
+    # Slow: a bundle and a workdir load as the Hugging Face directory does (tests/test_pretrained.py, fast).
+    pytest.param("bundle", None, marks=pytest.mark.slow),
+    pytest.param("workdir", None, marks=pytest.mark.slow),
+  ],
 )
 def test_a_modernbert_run_starts_where_transformers_from_pretrained_starts(
   bpe_files,  # noqa: F811

@@ -269,6 +269,7 @@ def _run_config(corpus, workdir: str):
   return config
 
 
+@pytest.mark.slow  # A run end to end and its export; the loss, FLOPs and spans have fast tests above.
 def test_a_few_steps_of_the_real_run_lower_both_losses_and_the_encoder_hands_off(corpus, tmp_path):
   config = _run_config(corpus, str(tmp_path / "run"))
   description = pretraining.describe(config)
