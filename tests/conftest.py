@@ -2,11 +2,13 @@
 
 import contextlib
 import os
+import resource
+import time
 
 # XLA's CPU backend at optimisation level 0 and with its older (LLVM IR) fusion emitters, not the MLIR ones: the
 # tests' tiny programs compile in about two fifths of the time and run as correctly (every comparison is between
 # programs compiled alike, or within a tolerance). Subprocesses that compile much take the same flags
-# (tests/test_main.py's FAST_COMPILES).
+# (tests/helpers.py's FAST_COMPILES).
 os.environ["XLA_FLAGS"] = (
   os.environ.get("XLA_FLAGS", "")
   + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
@@ -40,42 +42,60 @@ from bert_jax import jobs
 from bert_jax.model.bert_config import BertConfig  # noqa: E402
 from configs import default, tiny  # noqa: E402
 
+# The checks in tests/helpers.py report as a test's own asserts do (the module is imported under both names).
+pytest.register_assert_rewrite("helpers", "tests.helpers")
+
 # CPU-seconds each file's tests take on the 2-core machine in each tier (self and waited-for children, setup to
-# teardown, summed per file; the fast tier `-m "not slow"` and the slow tier `-m slow` each measured in its own run,
-# 2026-11-27, docs/testing.md#two-tiers). With `--dist loadfile` and `--no-loadscope-reorder` (setup.cfg) the workers
-# take files in the order collected, which this makes heaviest first among the tests selected: a long file starts
-# while there is work left for the other workers, not last with the others idle. Files not named keep their usual
-# order after these; a new test file of a minute or more belongs here.
+# teardown, summed per file). The fast tier's: `pytest -q -n 0 -m "not slow"` on 2026-12-02 (docs/testing.md, "Two
+# tiers"), on a machine shared with other work (CPU-seconds, not wall time). The slow tier's: `pytest -q -m slow` on
+# 2026-11-27; a file split since then has its file's seconds shared out by its slow tests' share of them (estimated,
+# marked ~), and a test moved to the slow tier since adds its fast-tier seconds. With `--dist loadfile` and
+# `--no-loadscope-reorder` (setup.cfg) the workers take files in the order collected, which this makes heaviest first
+# among the tests selected: a long file starts while there is work left for the other workers, not last with the
+# others idle. Files not named keep their usual order after these; a new test file of ten seconds or more belongs here.
 FILE_SECONDS = {  # file: (fast tier, slow tier)
-  "test_tpu_compile.py": (0, 500),
+  "test_tpu_compile.py": (1, 500),
+  "test_main.py": (3, 220),  # ~
   "test_planned_configs.py": (0, 208),
-  "test_finetune.py": (4, 230),
+  "test_configs.py": (7, 155),  # The tiny ModernBERT's run, beating word frequencies.
   "test_notebook.py": (0, 147),
-  "test_configs.py": (3, 155),  # The tiny ModernBERT's run, beating word frequencies.
-  "test_main.py": (4, 250),
+  "test_finetune.py": (1, 120),  # ~ The sweep.
+  "test_finetune_parity.py": (0, 110),  # ~ Six task configs against the PyTorch loop.
   "test_multihost.py": (0, 103),
-  "test_pipeline.py": (28, 67),
-  "test_train.py": (18, 58),
-  "test_bertology.py": (50, 22),
-  "test_distillation.py": (7, 46),
+  "test_albert.py": (6, 70),
+  "test_modernbert_heads.py": (47, 67),
+  "test_modernbert.py": (16, 60),
+  "test_export.py": (3, 60),  # ~ An export killed, stopped and refused.
+  "test_train.py": (1, 58),
+  "test_bertology.py": (35, 22),
+  "test_benchmark_objectives.py": (0, 51),  # A fresh interpreter per check.
+  "test_distillation.py": (8, 46),
   "test_parallelism.py": (0, 46),
-  "test_electra.py": (12, 31),
-  "test_encoder.py": (17, 23),
-  "test_pretrained.py": (24, 100),
-  "test_prepare.py": (1, 36),
+  "test_electra.py": (9, 35),
+  "test_pipeline.py": (23, 37),  # ~
+  "test_encoder.py": (19, 23),
+  "test_pretrained.py": (25, 15),  # ~
+  "test_hf_and_google_formats.py": (13, 25),  # ~
+  "test_train_step.py": (18, 22),
   "test_guard.py": (0, 37),
-  "test_train_step.py": (13, 22),
-  "test_checkpoints.py": (2, 30),
-  "test_albert.py": (5, 70),
-  "test_dry_run.py": (13, 14),
+  "test_pipeline_state.py": (7, 30),  # ~
+  "test_prepare.py": (4, 36),
+  "test_main_failures.py": (1, 30),  # ~ Two runs racing for a lease.
+  "test_checkpoints.py": (8, 30),
   "test_heads.py": (0, 25),
-  "test_attention.py": (1, 24),
+  "test_attention.py": (2, 24),
   "test_extract_features.py": (0, 21),
-  "test_roberta.py": (2, 16),
-  "test_modernbert.py": (20, 60),
-  "test_modernbert_heads.py": (95, 41),  # Alone: seven parity tests of 4 to 9 s; runs started (22 s); the fine-tuning.
-  "test_masking.py": (12, 0),
+  "test_span_boundary.py": (10, 9),
+  "test_roberta.py": (3, 16),
+  "test_dry_run.py": (0, 14),
+  "test_optim.py": (13, 0),
+  "test_architectures.py": (9, 0),
+  "test_masking.py": (9, 0),
 }
+
+
+_STARTED = pytest.StashKey[float]()
+HEAVIEST_FILES = 8  # How many files the end of a run names (pytest_terminal_summary).
 
 
 def pytest_xdist_auto_num_workers(config) -> int | None:
@@ -101,6 +121,39 @@ def pytest_collection_modifyitems(items):
     return fast * (False in tiers[name]) + slow * (True in tiers[name])
 
   items.sort(key=lambda item: -seconds(item.path.name))  # Stable: each file's tests keep their order.
+
+
+def pytest_sessionstart(session):
+  """The run's start, for the wall time pytest_terminal_summary prints."""
+  session.config.stash[_STARTED] = time.perf_counter()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, config):
+  """At the end of a run: its wall time, the CPU-seconds of this process and of the processes it waited for (pytest's
+  workers, the `python -m bert_jax.main` runs), and the heaviest test files by their tests' summed durations (setup,
+  call and teardown; on several workers, the sum of their wall times): where the tier's time goes."""
+  seconds = {}
+  for reports in terminalreporter.stats.values():
+    for report in reports:
+      if isinstance(report, pytest.TestReport):
+        name = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        seconds[name] = seconds.get(name, 0.0) + report.duration
+  if not seconds:
+    return  # Nothing ran (--collect-only).
+  wall = time.perf_counter() - config.stash[_STARTED]
+  usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+  cpu = sum(u.ru_utime + u.ru_stime for u in usage)
+  terminalreporter.write_sep("-", "time")
+  terminalreporter.write_line(
+    f"wall {int(wall // 60)}:{wall % 60:04.1f} ({wall:.0f} s); {cpu:.0f} CPU-seconds in this process and the ones it "
+    f"waited for; {sum(seconds.values()):.0f} s of tests, summed"
+  )
+  heaviest = sorted(seconds.items(), key=lambda item: -item[1])[:HEAVIEST_FILES]
+  terminalreporter.write_line(
+    "heaviest files (their tests' durations, setup to teardown, summed): "
+    + ", ".join(f"{name} {value:.0f} s" for name, value in heaviest)
+  )
 
 
 @pytest.fixture
@@ -216,12 +269,74 @@ def wordpiece_run(tmp_path_factory, data_config):
 
 
 @pytest.fixture(scope="session")
+def pipeline_corpus(tmp_path_factory, data_config):
+  """The pipeline tests' corpus, prepared: 4 shards of 80 documents of 15-60 sentences (as encyclopedia articles),
+  over 100k tokens; shard s uses words s*400 .. s*400+399 (helpers.PIPELINE_WORDS_PER_SHARD), so that tokens tell
+  which shard an example came from. Returns (prepared directory, manifest, tokenizer). One per session: the first
+  worker that asks prepares it; the others find it prepared (`prepare` keeps it and returns its manifest)."""
+  import numpy as np
+
+  from bert_jax.data import prepare
+  from bert_jax.data.tokenizer import load_tokenizer
+  from tests.helpers import PIPELINE_NUM_SHARDS as NUM_SHARDS
+  from tests.helpers import PIPELINE_WORDS_PER_SHARD as WORDS_PER_SHARD
+
+  with _once_per_session(tmp_path_factory, "pipeline_corpus") as (root, built):
+    if not built:
+      root.mkdir()
+      words = [f"w{i}" for i in range(WORDS_PER_SHARD * NUM_SHARDS)]
+      (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+      rng = np.random.default_rng(0)
+      for shard in range(NUM_SHARDS):
+        documents = []
+        for _ in range(80):  # Documents of 15-60 sentences, as encyclopedia articles.
+          sentences = [
+            " ".join(f"w{shard * WORDS_PER_SHARD + w}" for w in rng.integers(0, WORDS_PER_SHARD, rng.integers(4, 16)))
+            + " ."
+            for _ in range(rng.integers(15, 60))
+          ]
+          documents.append("\n".join(sentences))
+        (root / f"part-{shard}.txt").write_text("\n\n".join(documents) + "\n")
+    tokenizer_args = dict(kind="wordpiece", path=str(root / "vocab.txt"))
+    inputs = data_config(input_pattern=str(root / "part-*.txt"), input_format="bert")
+    manifest = prepare.prepare(inputs, tokenizer_args, str(root / "prepared"), 1)
+    if not built:
+      (root / "COMPLETE").touch()
+  assert manifest["tokens"] > 100_000
+  return str(root / "prepared"), manifest, load_tokenizer(**tokenizer_args)
+
+
+@pytest.fixture(scope="session")
+def pipeline_batches(pipeline_corpus, data_config, tmp_path_factory):
+  """The first 40 batches of `pipeline_corpus`'s stream at the pipeline tests' settings (helpers.corpus_source):
+  5,120 instances. One read per session: the first worker that asks reads them from the pipeline; the others load
+  what it saved."""
+  import pickle
+
+  from tests.helpers import corpus_source, next_batches
+
+  with _once_per_session(tmp_path_factory, "pipeline_batches") as (root, built):
+    if not built:
+      root.mkdir()
+      batches = next_batches(corpus_source(pipeline_corpus, data_config), 40)  # 5,120 instances.
+      (root / "batches.pickle").write_bytes(pickle.dumps(batches))
+      (root / "COMPLETE").touch()
+    return pickle.loads((root / "batches.pickle").read_bytes())
+
+
+@pytest.fixture(scope="session")
 def exports(wordpiece_run, tmp_path_factory) -> dict[str, str]:
-  """`wordpiece_run` exported in every format: format -> directory."""
+  """`wordpiece_run` exported in every format: format -> directory. Tests copy an export before they change it. One
+  set per session: the first worker that asks writes them; the others read them."""
   from bert_jax.handoff import export
 
-  root = tmp_path_factory.mktemp("exports")
-  return {fmt: export.export(wordpiece_run[0], str(root / fmt), fmt) for fmt in export.FORMATS}
+  with _once_per_session(tmp_path_factory, "exports") as (root, built):
+    if not built:
+      root.mkdir()
+      for fmt in export.FORMATS:
+        export.export(wordpiece_run[0], str(root / fmt), fmt)
+      (root / "COMPLETE").touch()
+  return {fmt: os.path.realpath(root / fmt) for fmt in export.FORMATS}  # As export.export names them.
 
 
 @pytest.fixture(scope="session")

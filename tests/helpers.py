@@ -1,9 +1,31 @@
-"""Small helpers several test files share, for looking into what a run wrote."""
+"""The plain helpers that more than one test file uses, in one place (the fixtures they share are in conftest.py):
+what a run wrote, `python -m bert_jax.main`'s command, pretraining and fine-tuning inputs, references to compare
+with. A helper one test file uses stays in that file. transformers, torch and TensorFlow are imported by the helpers
+that use them."""
 
+import dataclasses
+import glob
+import inspect
+import os
+import pathlib
+import shutil
+import sys
+import types
 from collections.abc import Mapping
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from etils import epath
 
 from bert_jax.model.param_layout import SCANNED_KEY
 from bert_jax.workdir import checkpoints, reading
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+# What a run wrote.
 
 
 def restore_config(workdir: str, step: int | None = None) -> dict:
@@ -21,12 +43,27 @@ def is_scanned(params: Mapping) -> bool:
   return SCANNED_KEY in encoder
 
 
+def state_params(state) -> dict:
+  """A train state's parameters, as numpy."""
+  return jax.tree.map(np.asarray, jax.device_get(state.params))
+
+
+def final_params(workdir, step: int) -> dict:
+  """The parameters of checkpoint `step` of a pretraining workdir, as numpy."""
+  restored = ocp.StandardCheckpointer().restore(epath.Path(workdir) / "checkpoints" / str(step) / "params")
+  return jax.tree.map(np.asarray, restored)
+
+
+def assert_params_equal(actual, expected):
+  """Bitwise: the same tree of the same arrays (`actual` may be on devices)."""
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(actual), expected)
+
+
 def write_checkpoint(workdir, config, history: dict, value: float = 1.0, step: int = 1, data_position=None) -> None:
   """A one-step checkpoint of a 4-parameter model (`value` each) in `workdir`, recording `config` and `history`: what
   the start checks read (config, data position, history, checksums), without training anything. The config is
   recorded as the jobs record theirs, its unset prediction-head fields resolved (without a source: the defaults)."""
-  import dataclasses
-
   import jax.numpy as jnp
   import ml_collections
 
@@ -40,3 +77,255 @@ def write_checkpoint(workdir, config, history: dict, value: float = 1.0, step: i
   manager = checkpoints.make_manager(str(workdir), 1)
   checkpoints.save(manager, step, state, data_position or {"examples": 0, "step": step}, recorded, None, history)
   checkpoints.finish(manager, step)
+
+
+def flip_a_bit_through_orbax(step_dir) -> None:
+  """Rewrites `params` with one bit of one weight flipped, as storage that corrupts silently would: every Orbax and
+  tensorstore check still passes."""
+  item = epath.Path(step_dir) / "params"
+  params = ocp.StandardCheckpointer().restore(item)
+  kernel = np.array(params["bert"]["layer_1"]["attention"]["query"]["kernel"])
+  kernel.reshape(-1).view(np.uint32)[17] ^= 1 << 29  # An exponent bit: the weight grows by orders of magnitude.
+  params["bert"]["layer_1"]["attention"]["query"]["kernel"] = kernel
+  shutil.rmtree(item)
+  with ocp.StandardCheckpointer() as writer:
+    writer.save(item, params)
+  (item / "commit_success.txt").write_text("")
+
+
+# `python -m bert_jax.main` as a user runs it.
+
+# The quick start (configs/tiny.py) shrunk to 40 steps.
+SHRINK = [
+  "--config.num_train_steps=40",
+  "--config.log_every_steps=5",
+  "--config.checkpoint_every_steps=1000",
+  "--config.eval_every_steps=1000",
+  "--config.eval_steps=1",
+  "--config.warmup_steps=4",
+]
+# XLA's CPU backend compiling as in pytest's processes (tests/conftest.py), for a subprocess whose compiles are the
+# cost and whose speed and memory figures are not what its test checks.
+FAST_COMPILES = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+
+
+def main_command(workdir) -> list[str]:
+  """The quick start's command (configs/tiny.py, SHRINK) on `workdir`."""
+  return [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={workdir}", *SHRINK]
+
+
+def main_env() -> dict:
+  """The environment of a `python -m bert_jax.main` process: CPU, unbuffered, one device (as on a laptop)."""
+  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  env.pop("XLA_FLAGS", None)  # One device, as on a laptop.
+  return env
+
+
+# Pretraining steps on synthetic batches.
+
+
+def synthetic_batches(config, n: int) -> list[dict]:
+  """The first `n` batches of the synthetic source at `config`'s batch size, sequence and vocabulary (seed 0)."""
+  from bert_jax.data.synthetic import SyntheticSource
+
+  source = SyntheticSource(
+    seed=0,
+    global_batch_size=config.batch_size,
+    max_seq_length=config.data.max_seq_length,
+    max_predictions_per_seq=config.data.max_predictions_per_seq,
+    vocab_size=config.model.vocab_size,
+  )
+  return [next(source) for _ in range(n)]
+
+
+def data_parallel_run(config, devices):
+  """The pretraining run on `devices` (all data-parallel) and its initial state."""
+  from bert_jax.train import pretraining
+
+  config.mesh.update(data=-1, fsdp=1, tensor=1)
+  run = pretraining.make_run(config, devices)
+  return run, run.init_state(config.seed)
+
+
+# The pipeline tests' stream of conftest.py's `pipeline_corpus` (test_pipeline.py, test_pipeline_state.py).
+
+# Its stream: rows of 128 tokens with up to 20 predictions, batches of 128 rows; shard s of the corpus uses words
+# s*400 .. s*400+399, so that tokens tell which shard an example came from.
+PIPELINE_SEQ, PIPELINE_PREDICTIONS, PIPELINE_BATCH = 128, 20, 128
+PIPELINE_WORDS_PER_SHARD = 400
+PIPELINE_NUM_SHARDS = 4
+
+
+def pipeline_data(data_config, **overrides):
+  """`config.data` at the pipeline tests' settings (`data_config`: conftest.py's fixture), with `overrides`."""
+  settings = dict(
+    max_seq_length=PIPELINE_SEQ, max_predictions_per_seq=PIPELINE_PREDICTIONS, shuffle_buffer=1000, num_readers=1
+  )
+  return data_config(**(settings | overrides))
+
+
+def corpus_source(corpus, data_config, seed=0, batch_size=PIPELINE_BATCH, **overrides):
+  """The pipeline's source of `corpus` ((prepared directory, manifest, tokenizer)): host 0 of 1 (every reader), or
+  `host=(index, count)`, `start_example=`, `state_dir=`; other keys set `config.data`."""
+  from bert_jax.data import sources
+
+  prepared, manifest, tokenizer = corpus
+  source_keys = {k: overrides.pop(k) for k in ("host", "start_example", "state_dir") if k in overrides}
+  data = pipeline_data(data_config, **overrides)
+  return sources.pipeline_source(data, prepared, manifest, tokenizer, seed=seed, batch_size=batch_size, **source_keys)
+
+
+def next_batches(source, n):
+  """The next `n` batches of `source`."""
+  return [next(source) for _ in range(n)]
+
+
+def assert_same_batches(batches, expected):
+  """The same batches, feature by feature, bitwise."""
+
+  assert len(batches) == len(expected)
+  for a, b in zip(batches, expected, strict=True):
+    assert a.keys() == b.keys()
+    for name in a:
+      np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+
+
+def concat_batches(host_batches: list[dict]) -> dict:
+  """Hosts' batches (or steps' rows) joined into one, feature by feature."""
+  return {name: np.concatenate([batch[name] for batch in host_batches]) for name in host_batches[0]}
+
+
+# Fine-tuning.
+
+
+def write_sst2(directory, train_rows: int = 64):
+  """SST-2 layout; the label is whether w1 (positive) or w2 (negative) is in the sentence."""
+  rng = np.random.default_rng(0)
+  os.makedirs(directory, exist_ok=True)
+
+  def sentence(label):
+    words = [f"w{i}" for i in rng.integers(3, 90, 6)]
+    words.insert(int(rng.integers(0, 6)), "w1" if label else "w2")
+    return " ".join(words)
+
+  for split, rows in (("train", train_rows), ("dev", 24)):
+    labels = rng.integers(0, 2, rows)
+    lines = ["sentence\tlabel"] + [f"{sentence(y)}\t{y}" for y in labels]
+    (directory / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+  (directory / "test.tsv").write_text("index\tsentence\n" + "".join(f"{i}\t{sentence(i % 2)}\n" for i in range(5)))
+
+
+def finetuned_params(workdir: str, name: str = checkpoints.CHECKPOINTS):
+  """The parameters of a fine-tuning workdir's newest checkpoint (every member of its sweep), or of its best (`name`
+  checkpoints.BEST), as numpy."""
+  with checkpoints.reader(os.path.join(workdir, name)) as manager:
+    step = manager.latest_step()
+    restored = manager.restore(step, args=ocp.args.Composite(params=ocp.args.StandardRestore()))
+  return jax.tree.map(np.asarray, restored["params"])
+
+
+def train_losses(workdir: str) -> dict[int, float]:
+  """{step: the training loss that the job wrote to TensorBoard}."""
+  from bert_jax.tensorflow_cpu import tf
+
+  losses = {}
+  for path in glob.glob(os.path.join(workdir, "tensorboard", "train", "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.tag == "loss":
+          losses[event.step] = float(tf.make_ndarray(value.tensor))
+  return losses
+
+
+def logged_by_start_order(patch) -> list[str]:
+  """The lines start_order logs (info and warning) from now on, formatted (absl's records evade caplog)."""
+  from bert_jax.train import start_order
+
+  lines = []
+  log = lambda message, *args, **_: lines.append(str(message) % args)  # noqa: E731
+  patch.setattr(start_order, "logging", types.SimpleNamespace(info=log, warning=log))
+  return lines
+
+
+def check_exports(workdir: str, expected, tmp_path) -> None:
+  """The fine-tuning workdir loads as its best member with its head (`expected`, a TaskHead); bundle and Hugging Face
+  exports keep both, and transformers' task model computes from the latter what bert_jax computes; the sweep's
+  checkpoints and the google format are refused."""
+  import torch
+  import transformers
+
+  from bert_jax.finetune import swag as swag_task
+  from bert_jax.handoff import export, pretrained
+  from bert_jax.model.heads import HF_ARCHITECTURES
+
+  best = finetuned_params(workdir, checkpoints.BEST)
+  loaded = pretrained.load(workdir)
+  assert loaded.task == expected and loaded.source.path.startswith(os.path.join(workdir, checkpoints.BEST))
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, loaded.params), best)
+  with pytest.raises(ValueError, match="every member of its sweep.*best"):
+    pretrained.load(os.path.join(workdir, checkpoints.CHECKPOINTS))
+  with pytest.raises(ValueError, match="no place for its head|the google format is BERT's"):  # A ModernBERT's: both.
+    export.export(workdir, str(tmp_path / "google"), "google")
+
+  bundle = pretrained.load(export.export(workdir, str(tmp_path / "bundle"), "bundle"))
+  assert bundle.task == expected
+  jax.tree.map(np.testing.assert_array_equal, jax.tree.map(np.asarray, bundle.params), best)
+
+  hf_dir = export.export(workdir, str(tmp_path / "hf"), "huggingface")
+  from_hf = pretrained.load(hf_dir)
+  assert from_hf.task == expected
+  shape = (2, swag_task.NUM_CHOICES, 12) if expected.head == "choice" else (2, 12)
+  ids = np.random.default_rng(0).integers(5, loaded.config.vocab_size, shape).astype(np.int32)
+  inputs = (ids, np.ones_like(ids), np.zeros_like(ids))
+  ours = np.asarray(expected.model(loaded.config).apply({"params": loaded.params}, *inputs)["logits"])
+  np.testing.assert_allclose(expected.model(from_hf.config).apply({"params": from_hf.params}, *inputs)["logits"], ours)
+
+  reference_class = getattr(transformers, HF_ARCHITECTURES[loaded.config.model_type][expected.head])
+  reference, info = reference_class.from_pretrained(hf_dir, output_loading_info=True, attn_implementation="eager")
+  assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+  with torch.no_grad():
+    out = reference.eval()(*(torch.from_numpy(x.astype(np.int64)) for x in inputs))
+  theirs = np.stack([out.start_logits, out.end_logits], -1) if expected.head == "span" else out.logits.numpy()
+  np.testing.assert_allclose(theirs, ours, atol=1e-5, rtol=0)
+
+
+# References to compare with.
+
+
+def hf_loss_and_logits(model, head: str, batch: dict):
+  """A transformers task model's loss and logits on `batch` (bert_jax's feature names; a head of
+  bert_jax.model.heads), the span head's start and end logits stacked last; the segment ids go to a model that takes
+  token types (BERT's, not ModernBERT's)."""
+  import torch
+
+  tensor = lambda name: torch.from_numpy(batch[name]).long()  # noqa: E731
+  kwargs = dict(input_ids=tensor("input_ids"), attention_mask=tensor("input_mask"))
+  if "token_type_ids" in inspect.signature(model.forward).parameters:
+    kwargs["token_type_ids"] = tensor("segment_ids")
+  if head in ("classification", "choice"):
+    kwargs["labels"] = tensor("label")
+  elif head == "regression":
+    kwargs["labels"] = torch.from_numpy(batch["label"])
+  elif head == "span":
+    kwargs.update(start_positions=tensor("start_positions"), end_positions=tensor("end_positions"))
+  else:
+    kwargs["labels"] = torch.from_numpy(np.where(batch["label_weights"] > 0, batch["labels"], -100)).long()
+  out = model(**kwargs)
+  if head == "span":
+    return out.loss, torch.stack([out.start_logits, out.end_logits], -1)
+  return out.loss, out.logits
+
+
+def log_softmax(x):
+  """numpy's log-softmax over the last axis (in `x`'s precision)."""
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def config_of_hf(hf_config, **overrides):
+  """bert_jax's config of a transformers config, read as a `config.json` is (handoff/hf_configs.py), with
+  `overrides`."""
+  from bert_jax.handoff import hf_configs
+
+  read = hf_configs.config_from_hf(hf_config.to_dict(), "the test's config.json")
+  return dataclasses.replace(read, **overrides)

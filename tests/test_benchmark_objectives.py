@@ -11,6 +11,9 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# A fresh interpreter per check, 5 to 9 CPU-seconds each; bert_jax/benchmarks/ is measuring code, which the fast tier
+# leaves out (docs/testing.md, "Two tiers").
+pytestmark = pytest.mark.slow
 
 
 def _check(call: str, checks: str = "objectives_checks") -> None:

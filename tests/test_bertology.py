@@ -19,8 +19,8 @@ from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertModel, encoder_intermediates
 from configs import default, glue
 from configs import ner as ner_config
+from tests.helpers import write_sst2
 from tests.test_encoder import _reference
-from tests.test_finetune import _write_sst2
 from tests.test_roberta import write_hf_directory
 
 SEQ = 16
@@ -190,7 +190,7 @@ def fine_tuned_sst2(tmp_path_factory):
   directory = tmp_path_factory.mktemp("sst2_model")
   write_hf_directory(model, directory, config.vocab_size)
   data = tmp_path_factory.mktemp("glue") / "SST-2"
-  _write_sst2(data)
+  write_sst2(data)
   # Trained for real (60 steps on the 64 training rows), so that its predictions depend on its heads.
   finetune = glue.get_config().finetune
   finetune.update(task="sst2", data_dir=str(data))

@@ -19,24 +19,7 @@ from bert_jax import jobs, paths
 from bert_jax.train import pretraining
 from bert_jax.workdir import checkpoints, lease, reading
 from configs import default
-
-
-def _params(state):
-  return jax.tree.map(np.asarray, jax.device_get(state.params))
-
-
-def _flip_a_bit_through_orbax(step_dir) -> None:
-  """Rewrites `params` with one bit of one weight flipped, as storage that corrupts silently would: every Orbax and
-  tensorstore check still passes."""
-  item = epath.Path(step_dir) / "params"
-  params = ocp.StandardCheckpointer().restore(item)
-  kernel = np.array(params["bert"]["layer_1"]["attention"]["query"]["kernel"])
-  kernel.reshape(-1).view(np.uint32)[17] ^= 1 << 29  # An exponent bit: the weight grows by orders of magnitude.
-  params["bert"]["layer_1"]["attention"]["query"]["kernel"] = kernel
-  shutil.rmtree(item)
-  with ocp.StandardCheckpointer() as writer:
-    writer.save(item, params)
-  (item / "commit_success.txt").write_text("")
+from tests.helpers import flip_a_bit_through_orbax, state_params
 
 
 def _truncate_files(step_dir) -> None:
@@ -55,7 +38,7 @@ def _trained(config, tmp_path_factory) -> tuple[str, dict]:
   config.update(eval_steps=0, schedule_end_step=9)  # test_train.py's schedule: its train step, compiled.
   if not _TRAINED:
     workdir = str(tmp_path_factory.mktemp("corrupt") / "original")
-    _TRAINED.update(workdir=workdir, params=_params(jobs.run(config, workdir, "pretrain")))
+    _TRAINED.update(workdir=workdir, params=state_params(jobs.run(config, workdir, "pretrain")))
   return _TRAINED["workdir"], _TRAINED["params"]
 
 
@@ -65,7 +48,7 @@ def _resume_over(config, tmp_path, original: str, damage, name: str = "damaged")
   shutil.copytree(original, workdir)
   damage(workdir / "checkpoints" / "6")
   config.restore_fallback = True
-  return workdir, _params(jobs.run(config, str(workdir), "pretrain"))
+  return workdir, state_params(jobs.run(config, str(workdir), "pretrain"))
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # tensorstore, after a failed read.
@@ -77,7 +60,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
 
   faults = {
     "flipped bit": (
-      _flip_a_bit_through_orbax,
+      flip_a_bit_through_orbax,
       r"array params/bert/layer_1/attention/query/kernel read from .*/6/params",
     ),
     "truncated files": (_truncate_files, r"Checkpoint step 6: cannot read item params \(.*/6/params\)"),
@@ -99,7 +82,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_previous_step_restored_when_asked
   with checkpoints.read_only_manager(str(workdir)) as manager:  # pretrained.load's (and fine-tuning's) reader.
     with pytest.raises(checkpoints.CorruptCheckpointError, match="query/kernel"):
       reading.restore_params(manager, 6, run.abstract.params, run.shardings.params)
-  resumed = _params(jobs.run(small_config, str(workdir), "pretrain"))
+  resumed = state_params(jobs.run(small_config, str(workdir), "pretrain"))
   assert "Restored step 3 instead of step 6; moving step 6 to" in caplog.text
   assert os.listdir(workdir / "corrupt_checkpoints") == ["6"]
   assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]
@@ -116,7 +99,7 @@ def test_a_corrupt_checkpoint_without_its_checksums_item_is_never_read_unverifie
 
   def damage(step_dir):
     shutil.rmtree(step_dir / "checksums")
-    _flip_a_bit_through_orbax(step_dir)  # What the checksums would have caught.
+    flip_a_bit_through_orbax(step_dir)  # What the checksums would have caught.
 
   small_config.restore_fallback = False
   workdir = tmp_path / "refused"

@@ -29,9 +29,8 @@ from bert_jax.train.optim import make_optimizer
 from bert_jax.workdir import checkpoints, reading
 from configs import default, distil, glue
 from tests import helpers
-from tests.test_finetune import _write_sst2, logged_by_start_order
+from tests.helpers import log_softmax, logged_by_start_order, synthetic_batches, write_sst2
 from tests.test_roberta import check_fine_tunes
-from tests.test_train_step import _batches
 
 T, ALPHA_CE, ALPHA_MLM, ALPHA_COS = 2.0, 5.0, 2.0, 1.0
 
@@ -40,19 +39,14 @@ def _params(model, seed: int) -> dict:
   return jax.device_get(jax.jit(lambda key: nn.meta.unbox(init_params(model, key)))(jax.random.key(seed)))
 
 
-def _log_softmax(x):
-  x = x - x.max(-1, keepdims=True)
-  return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
 def _kl(student, teacher):
   """T^2 KL(softmax(teacher / T) || softmax(student / T)), float64."""
-  s, t = _log_softmax(np.float64(student) / T), _log_softmax(np.float64(teacher) / T)
+  s, t = log_softmax(np.float64(student) / T), log_softmax(np.float64(teacher) / T)
   return T**2 * (np.exp(t) * (t - s)).sum(-1)
 
 
 def _xent(logits, labels):
-  return -np.take_along_axis(_log_softmax(np.float64(logits)), labels[..., None], -1)[..., 0]
+  return -np.take_along_axis(log_softmax(np.float64(logits)), labels[..., None], -1)[..., 0]
 
 
 @pytest.fixture
@@ -70,7 +64,7 @@ def test_the_distillation_loss_equals_a_hand_computation(small_config, teacher_a
   # A teacher that prefers some words: its soft targets are far from the student's, and the KL term counts.
   teacher_params = dict(teacher_params, mlm_output_bias=np.random.default_rng(0).normal(0, 3, 101).astype(np.float32))
   small_config.data.max_seq_length = 24
-  batch = _batches(small_config, 1)[0]
+  batch = synthetic_batches(small_config, 1)[0]
   assert (batch["input_mask"] == 0).any() and (batch["masked_lm_weights"] == 0).any()  # Padding in both.
   frozen = run_lib.Frozen("teacher", teacher, {}, None)
   small_config.distill.update(temperature=T, alpha_ce=ALPHA_CE, alpha_mlm=ALPHA_MLM, alpha_cos=ALPHA_COS)
@@ -147,7 +141,7 @@ def test_one_step_with_the_teacher_sharded_fsdp_over_eight_devices_equals_one_de
   teacher, teacher_params, _, _ = teacher_and_student
   small_config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)  # The step's loss: the plain one.
   small_config.mesh.update(data=1, fsdp=-1, tensor=1)
-  batch = _batches(small_config, 1)[0]
+  batch = synthetic_batches(small_config, 1)[0]
   the_run = _distillation_run(small_config, jax.devices(), teacher, teacher_params)
   expected = pretrained.param_shardings(teacher.config, the_run.mesh, the_run.rules)
   assert jax.tree.map(lambda x: x.sharding, the_run.frozen_args[0]) == expected
@@ -355,7 +349,7 @@ def test_fine_tuning_reads_a_teacher_fine_tuned_on_its_task_onto_its_mesh(wordpi
   )
   (tmp_path / "teacher").mkdir()
   export._write_huggingface(teacher, epath.Path(tmp_path / "teacher"))
-  _write_sst2(tmp_path / "SST-2")
+  write_sst2(tmp_path / "SST-2")
   config = glue.get_config()
   config.finetune.update(task="sst2", data_dir=str(tmp_path / "SST-2"), max_seq_length=16)
   config.update(init_from=pretrained_dir, batch_size=8, learning_rate=1e-3)

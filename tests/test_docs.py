@@ -1,6 +1,7 @@
 """The documentation holds: every `python -m bert_jax.main ...` command in README.md, docs/*.md, launch/README.md and
 the configs' docstrings parses as main.py parses it (nothing is run), the README stays a five-minute read, its
-links resolve, and every test the docs name exists."""
+links resolve, every test the docs name exists, and the tables that restate the code (docs/architecture.md's layout
+and modes, docs/testing.md's map of the test files) name what is there and nothing else."""
 
 import ast
 import pathlib
@@ -259,6 +260,25 @@ def test_the_layout_table_names_every_module_of_the_package_and_no_other():
   actual = {str(path.relative_to(ROOT)) for path in (ROOT / "bert_jax").rglob("*.py")}
   assert sorted(actual - named) == [], "modules the layout table leaves out"
   assert sorted(named - actual) == [], "files the layout table names that do not exist"
+
+
+def _test_map_files() -> list[str]:
+  """The files docs/testing.md's map of the test files names: the first cell of each row of the tables in its
+  section "The test files"."""
+  text = (ROOT / "docs" / "testing.md").read_text()
+  section = text[text.index("## The test files") :]
+  section = section[: section.index("\n## ")]
+  return re.findall(r"^\| `([\w.]+\.py)` \|", section, re.MULTILINE)
+
+
+def test_the_test_map_names_every_test_file_and_helper_module_once_and_no_other():
+  """docs/testing.md's map restates tests/: every tests/test_*.py and every helper module (conftest.py, helpers.py,
+  golden_params.py, the *_checks.py) has its row, once; every file a row names exists."""
+  named = _test_map_files()
+  actual = {path.name for path in (ROOT / "tests").glob("*.py")}
+  assert sorted(actual - set(named)) == [], "files of tests/ the map leaves out"
+  assert sorted(set(named) - actual) == [], "files the map names that do not exist"
+  assert sorted(name for name in set(named) if named.count(name) > 1) == [], "files the map names twice"
 
 
 def test_mains_modes_are_the_front_doors_table_and_the_docs_name_each():

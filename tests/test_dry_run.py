@@ -9,7 +9,7 @@ import pytest
 from bert_jax import distributed, flops
 from bert_jax.dry_run import ahead_of_time
 from bert_jax.model.bert_config import model_config
-from tests.test_main import FAST_COMPILES, ROOT, _env
+from tests.helpers import FAST_COMPILES, ROOT, main_env
 
 
 def _live_bytes() -> int:
@@ -55,7 +55,7 @@ def test_main_dry_run_makes_as_many_cpu_devices_as_the_mesh_names(tmp_path):
     "--config.model.scan_layers=True",
     "--config.num_microbatches=2",
   ]
-  env = dict(_env(), XLA_FLAGS=FAST_COMPILES)  # 12 CPU-seconds instead of 28; no device count: main makes them.
+  env = dict(main_env(), XLA_FLAGS=FAST_COMPILES)  # 12 CPU-seconds instead of 28; no device count: main makes them.
   result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
   assert result.returncode == 0, result.stderr[-3000:]
   assert "target       8 x cpu (this machine): an estimate" in result.stderr

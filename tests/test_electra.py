@@ -22,9 +22,9 @@ from bert_jax.model.electra import ElectraForPretraining, generator_as_masked_lm
 from bert_jax.model.encoder import init_params
 from bert_jax.train.objectives import electra
 from configs import electra_small, glue
+from tests.helpers import write_sst2
 from tests.test_albert import check_transformers_encodes_as_bert_jax, mixed_case_lines, train_mixed_case_sentencepiece
 from tests.test_encoder import _inputs, _reference
-from tests.test_finetune import _write_sst2
 from tests.test_roberta import check_hf_round_trip, write_hf_directory
 
 
@@ -215,6 +215,7 @@ def test_the_loss_is_the_masked_lm_loss_plus_50_times_the_replaced_token_loss(el
   assert 0 <= metrics["rtd_accuracy"] <= metrics["rtd_count"]
 
 
+@pytest.mark.slow  # As RoBERTa's, ALBERT's and ModernBERT's files; the weights' import is checked fast above.
 def test_electra_files_load_and_export_as_transformers_reads_them(electra_configs, tmp_path):
   """A discriminator directory alone, and one with its generator in `generator/` (as our export writes them)."""
   discriminator, generator = electra_configs
@@ -303,7 +304,7 @@ def test_an_electra_run_hands_its_discriminator_to_load_export_and_fine_tuning(e
     assert info == {"missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
 
   data = tmp_path / "SST-2"
-  _write_sst2(data, train_rows=16)
+  write_sst2(data, train_rows=16)
   finetuning = glue.get_config()
   finetuning.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=1.0, eval_batch_size=24)
   finetuning.update(init_from=workdir, batch_size=8, log_every_steps=1)

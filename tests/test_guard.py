@@ -11,7 +11,7 @@ from etils import epath
 
 from bert_jax import jobs, progress, sharding
 from bert_jax.train import guard
-from tests.test_train_step import _batches, _setup
+from tests.helpers import data_parallel_run, synthetic_batches
 
 
 def _host(tree):
@@ -20,8 +20,8 @@ def _host(tree):
 
 @pytest.mark.slow
 def test_a_non_finite_step_changes_neither_parameters_nor_optimizer_and_the_next_step_applies(small_config):
-  run, state = _setup(small_config, jax.devices()[:1])
-  good, other = _batches(small_config, 2)
+  run, state = data_parallel_run(small_config, jax.devices()[:1])
+  good, other = synthetic_batches(small_config, 2)
   bad = dict(good, masked_lm_weights=good["masked_lm_weights"].copy())
   bad["masked_lm_weights"][0, 0] = np.nan  # The loss and every gradient become NaN.
   key = jax.random.key(7)
@@ -45,8 +45,8 @@ def test_a_non_finite_step_changes_neither_parameters_nor_optimizer_and_the_next
 @pytest.mark.slow
 def test_a_loss_spike_above_the_running_average_is_skipped_when_asked(small_config):
   small_config.guard.update(spike_factor=2.0, spike_window=10)
-  run, state = _setup(small_config, jax.devices()[:1])
-  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
+  run, state = data_parallel_run(small_config, jax.devices()[:1])
+  batch = sharding.global_batch(synthetic_batches(small_config, 1)[0], run.mesh)
   key = jax.random.key(7)
   initial = _host(state.params)
   low = state.replace(guard={"loss_average": np.float32(0.1), "finite_steps": np.int32(10)})  # Loss ~6 is a spike.

@@ -16,6 +16,7 @@ from bert_jax.handoff.hf_format import hf_from_params, params_from_hf
 from bert_jax.model.encoder import init_params
 from bert_jax.model.heads import task_model
 from bert_jax.train.step import overwrite_params
+from tests.helpers import hf_loss_and_logits
 
 NUM_LABELS = {"classification": 3, "regression": 1, "span": 2, "token": 5, "choice": 1}
 HF_CLASSES = {
@@ -70,25 +71,6 @@ def _batch(config, head) -> dict:
   return batch
 
 
-def _hf_loss_and_logits(model, head, batch):
-  tensor = lambda name: torch.from_numpy(batch[name]).long()  # noqa: E731
-  kwargs = dict(
-    input_ids=tensor("input_ids"), attention_mask=tensor("input_mask"), token_type_ids=tensor("segment_ids")
-  )
-  if head in ("classification", "choice"):
-    kwargs["labels"] = tensor("label")
-  elif head == "regression":
-    kwargs["labels"] = torch.from_numpy(batch["label"])
-  elif head == "span":
-    kwargs.update(start_positions=tensor("start_positions"), end_positions=tensor("end_positions"))
-  else:
-    kwargs["labels"] = torch.from_numpy(np.where(batch["label_weights"] > 0, batch["labels"], -100)).long()
-  out = model(**kwargs)
-  if head == "span":
-    return out.loss, torch.stack([out.start_logits, out.end_logits], -1)
-  return out.loss, out.logits
-
-
 @pytest.mark.parametrize("head", sorted(NUM_LABELS))
 @pytest.mark.slow
 def test_head_logits_loss_and_gradients_equal_transformers(small_model_config, head):
@@ -101,7 +83,7 @@ def test_head_logits_loss_and_gradients_equal_transformers(small_model_config, h
   assert left == ([] if head in ("classification", "regression", "choice") else ["bert/pooler"])  # HF has none.
   batch = _batch(config, head)
 
-  hf_loss, hf_logits = _hf_loss_and_logits(hf, head, batch)
+  hf_loss, hf_logits = hf_loss_and_logits(hf, head, batch)
   hf_loss.backward()
   hf_grads = params_from_hf({name: p.grad.numpy() for name, p in hf.named_parameters()}, config)
 

@@ -19,12 +19,13 @@ import pytest
 from bert_jax import jobs
 from bert_jax.finetune import losses
 from bert_jax.finetune import plan as plan_lib
-from bert_jax.handoff import hf_configs, hf_format, pretrained
+from bert_jax.handoff import hf_format, pretrained
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining, abstract_params, init_params
 from bert_jax.model.heads import TaskHead, task_model
 from configs import glue
-from tests.test_finetune import _check_exports, _train_losses, _write_sst2
+from tests import helpers
+from tests.helpers import check_exports, config_of_hf, hf_loss_and_logits, write_sst2
 from tests.test_modernbert import _hf_config, _masked_lm, bpe_files  # noqa: F401 (bpe_files: a fixture)
 from tests.test_roberta import check_hf_round_trip, write_hf_directory
 
@@ -97,43 +98,24 @@ def _batch(head: str, vocab_size: int) -> dict:
   return batch
 
 
-def _hf_loss_and_logits(model, head: str, batch: dict):
-  tensor = lambda name: torch.from_numpy(batch[name]).long()  # noqa: E731
-  kwargs = dict(input_ids=tensor("input_ids"), attention_mask=tensor("input_mask"))
-  if head in ("classification", "choice"):
-    kwargs["labels"] = tensor("label")
-  elif head == "regression":
-    kwargs["labels"] = torch.from_numpy(batch["label"])
-  elif head == "span":
-    kwargs.update(start_positions=tensor("start_positions"), end_positions=tensor("end_positions"))
-  else:
-    kwargs["labels"] = torch.from_numpy(np.where(batch["label_weights"] > 0, batch["labels"], -100)).long()
-  out = model(**kwargs)
-  if head == "span":
-    return out.loss, torch.stack([out.start_logits, out.end_logits], -1)
-  return out.loss, out.logits
-
-
-def _ours(hf_config, **overrides) -> BertConfig:
-  return dataclasses.replace(hf_configs.config_from_hf(hf_config.to_dict(), "the test's config.json"), **overrides)
-
-
 # Pooling is what the sequence and choice heads read; the token and span heads read every token.
 @pytest.mark.parametrize(
   "head, pooling",
   [
     ("classification", "cls"),
-    ("classification", "mean"),
-    ("regression", "mean"),
-    ("choice", "cls"),
     ("choice", "mean"),
-    ("token", "cls"),
-    ("span", "cls"),
+    # Slow: the other heads' logits against transformers' are checked fast by the task models' files (below), and
+    # each pooling by the two rows above.
+    pytest.param("classification", "mean", marks=pytest.mark.slow),
+    pytest.param("regression", "mean", marks=pytest.mark.slow),
+    pytest.param("choice", "cls", marks=pytest.mark.slow),
+    pytest.param("token", "cls", marks=pytest.mark.slow),
+    pytest.param("span", "cls", marks=pytest.mark.slow),
   ],
 )
 def test_each_head_equals_transformers_logits_loss_and_every_gradient(head, pooling):
   hf = _hf_task_model(head, pooling, **HEAD_FIELDS)
-  config = _ours(hf.config)
+  config = config_of_hf(hf.config)
   assert (config.classifier_pooling, config.classifier_activation, config.classifier_bias) == (pooling, "silu", True)
   tensors = {name: value.detach().numpy() for name, value in hf.state_dict().items()}
   params = jax.tree.map(jnp.asarray, hf_format.params_from_hf(tensors, config))
@@ -146,7 +128,7 @@ def test_each_head_equals_transformers_logits_loss_and_every_gradient(head, pool
   }
   batch = _batch(head, config.vocab_size)
 
-  hf_loss, hf_logits = _hf_loss_and_logits(hf, head, batch)
+  hf_loss, hf_logits = hf_loss_and_logits(hf, head, batch)
   hf_loss.backward()
   hf_grads = hf_format.params_from_hf({name: p.grad.numpy() for name, p in hf.named_parameters()}, config)
 
@@ -170,7 +152,7 @@ def test_each_head_equals_transformers_logits_loss_and_every_gradient(head, pool
 def test_mean_pooling_reads_real_tokens_only_and_a_row_without_any_pools_to_zeros():
   """The padding rows of a last evaluation batch (no real token, weight 0) give finite logits, where transformers'
   division gives NaN; a real row's padded tail, whatever its tokens, changes nothing."""
-  config = _ours(_hf_config(classifier_pooling="mean", num_labels=2))
+  config = config_of_hf(_hf_config(classifier_pooling="mean", num_labels=2))
   model = task_model(config, "classification", 2)
   params = init_params(model, jax.random.key(0))
   ids = np.random.default_rng(0).integers(3, config.vocab_size, (3, SEQ)).astype(np.int32)
@@ -179,7 +161,8 @@ def test_mean_pooling_reads_real_tokens_only_and_a_row_without_any_pools_to_zero
   mask[2] = 0
   other_tail = ids.copy()
   other_tail[1, 10:] = 7
-  out, again = (model.apply({"params": params}, x, mask, np.zeros_like(ids)) for x in (ids, other_tail))
+  apply = jax.jit(model.apply)  # One program for both rows, not the model op by op.
+  out, again = (apply({"params": params}, x, mask, np.zeros_like(ids)) for x in (ids, other_tail))
   np.testing.assert_array_equal(out["pooled_output"][2], 0.0)
   assert np.isfinite(out["logits"]).all()
   np.testing.assert_allclose(again["logits"][1], out["logits"][1], atol=1e-6)
@@ -191,7 +174,7 @@ def test_classifier_dropout_drops_out_the_head_s_output_in_training_only():
   ids = np.random.default_rng(0).integers(3, 101, (2, SEQ)).astype(np.int32)
   inputs = (ids, np.ones_like(ids), np.zeros_like(ids))
   for dropout, differs in ((0.0, False), (0.5, True)):
-    model = task_model(_ours(hf_config, classifier_dropout=dropout), "token", 2)
+    model = task_model(config_of_hf(hf_config, classifier_dropout=dropout), "token", 2)
     params = init_params(model, jax.random.key(0))
     evaluated = model.apply({"params": params}, *inputs)["logits"]
     trained = model.apply({"params": params}, *inputs, deterministic=False, rngs={"dropout": jax.random.key(1)})
@@ -203,7 +186,7 @@ def test_the_masked_lm_s_head_is_the_prediction_head_of_classifier_activation_an
   `classifier_bias` and `classifier_activation`, not the layers' `attention_bias` and `hidden_activation`."""
   torch.manual_seed(0)
   hf = transformers.ModernBertForMaskedLM._from_config(_hf_config(**HEAD_FIELDS), attn_implementation="eager").eval()
-  config = _ours(hf.config)
+  config = config_of_hf(hf.config)
   assert (config.linear_bias, config.hidden_act) == (False, "gelu")
   params = hf_format.params_from_hf({name: value.numpy() for name, value in hf.state_dict().items()}, config)
   assert set(params["mlm_transform"]) == {"kernel", "bias"}
@@ -212,7 +195,7 @@ def test_the_masked_lm_s_head_is_the_prediction_head_of_classifier_activation_an
     ids, mask = (torch.from_numpy(batch[name]).long() for name in ("input_ids", "input_mask"))
     expected = hf(input_ids=ids, attention_mask=mask).logits.numpy()
   positions = np.tile(np.arange(0, SEQ, 5), (BATCH, 1)).astype(np.int32)
-  out = BertForPretraining(config).apply(
+  out = jax.jit(BertForPretraining(config).apply)(  # One program, not the model op by op.
     {"params": params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"], positions
   )
   np.testing.assert_allclose(out["mlm_logits"], np.take_along_axis(expected, positions[..., None], 1), atol=5e-5)
@@ -237,7 +220,7 @@ def test_bert_s_heads_refuse_modernbert_s_head_fields_naming_each():
   config.model.update(model_type="modernbert", rope_theta=160000.0, classifier_pooling="mean", classifier_dropout=0.1)
   jobs.check(config, "finetune")
   config.init_from = "/a/modernbert"
-  source = types.SimpleNamespace(config=_ours(_hf_config()))
+  source = types.SimpleNamespace(config=config_of_hf(_hf_config()))
   model = plan_lib.model_config(config, source)
   assert (model.classifier_pooling, model.classifier_dropout, model.num_layers) == ("mean", 0.1, 4)
 
@@ -259,7 +242,7 @@ def test_a_task_model_s_files_load_with_their_head_and_export_as_transformers_re
   fields.pop("label2id")
   torch.manual_seed(0)
   reference = getattr(transformers, HF_CLASSES[head])(transformers.ModernBertConfig(**fields)).eval()
-  config = _ours(reference.config)
+  config = config_of_hf(reference.config)
   loaded = check_hf_round_trip(reference, config, tmp_path, files)
   assert loaded.task == TaskHead("", head, labels.get(head, ()))
   assert set(loaded.params) == {"bert", "head", "classifier"} and set(loaded.params["head"]["dense"]) == {"kernel"}
@@ -267,7 +250,7 @@ def test_a_task_model_s_files_load_with_their_head_and_export_as_transformers_re
   again = type(reference).from_pretrained(tmp_path / "exported", attn_implementation="eager").eval()
   batch = _batch(head, 405)
   with torch.no_grad():
-    _, expected = _hf_loss_and_logits(again, head, batch)
+    _, expected = hf_loss_and_logits(again, head, batch)
   ours = losses.logits(loaded.params, batch, loaded.task.model(loaded.config))
   np.testing.assert_allclose(np.asarray(ours), expected.numpy().reshape(ours.shape), atol=2e-5, rtol=1e-5)
 
@@ -281,7 +264,7 @@ def test_a_modernbert_fine_tunes_from_a_masked_lm_directory_and_exports_its_task
   source = tmp_path / "modernbert"
   write_hf_directory(_masked_lm(bpe_files), source, 0, files)
   data = tmp_path / "SST-2"
-  _write_sst2(data, train_rows=64)
+  write_sst2(data, train_rows=64)
   config = glue.get_config()
   config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=2.0, eval_batch_size=16)
   config.model.update(classifier_pooling="mean", hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
@@ -290,7 +273,7 @@ def test_a_modernbert_fine_tunes_from_a_masked_lm_directory_and_exports_its_task
 
   summary = jobs.run(config, workdir, "finetune")
   assert len(summary["evaluations"]) == 2 and 0 <= summary["final"]["dev"][0]["accuracy"] <= 1
-  train_losses = _train_losses(workdir)
+  train_losses = helpers.train_losses(workdir)
   assert sorted(train_losses) == list(range(1, 17))
   # It trains: the second epoch's mean loss is below the first's (measured: 0.47 against 0.82).
   first, second = (np.mean([train_losses[step] for step in steps]) for steps in (range(1, 9), range(9, 17)))
@@ -298,7 +281,7 @@ def test_a_modernbert_fine_tunes_from_a_masked_lm_directory_and_exports_its_task
   tuned = pretrained.load(workdir)
   assert (tuned.config.model_type, tuned.config.classifier_pooling) == ("modernbert", "mean")
   assert pretrained.load(str(source)).config.classifier_pooling == "cls"
-  _check_exports(workdir, TaskHead("sst2", "classification", ("0", "1")), tmp_path / "exports")
+  check_exports(workdir, TaskHead("sst2", "classification", ("0", "1")), tmp_path / "exports")
   written = json.loads((tmp_path / "exports" / "hf" / "config.json").read_text())
   assert (written["architectures"], written["classifier_pooling"]) == (["ModernBertForSequenceClassification"], "mean")
   assert os.path.exists(os.path.join(workdir, "predictions", "SST-2.tsv"))
@@ -365,7 +348,14 @@ def _sst2_config(data, init_from: str):
 
 
 @pytest.mark.parametrize(
-  "source_format, pooling", [("huggingface", None), ("huggingface", "cls"), ("bundle", None), ("workdir", None)]
+  "source_format, pooling",
+  [
+    ("huggingface", None),
+    ("huggingface", "cls"),
+    # Slow: a bundle and a workdir load as the Hugging Face directory does (tests/test_pretrained.py, fast).
+    pytest.param("bundle", None, marks=pytest.mark.slow),
+    pytest.param("workdir", None, marks=pytest.mark.slow),
+  ],
 )
 def test_a_modernbert_run_starts_where_transformers_from_pretrained_starts(
   bpe_files,  # noqa: F811
@@ -387,7 +377,7 @@ def test_a_modernbert_run_starts_where_transformers_from_pretrained_starts(
     "bundle": lambda: export.export(str(directory), str(tmp_path / "bundle"), "bundle"),
     "workdir": lambda: _pretraining_workdir(directory, tmp_path / "pretrained"),
   }[source_format]()
-  _write_sst2(tmp_path / "SST-2", train_rows=16)
+  write_sst2(tmp_path / "SST-2", train_rows=16)
   config = _sst2_config(tmp_path / "SST-2", source)
   config.model.classifier_pooling = pooling
   started, begun = _start(config, tmp_path / "run", monkeypatch)
@@ -476,10 +466,9 @@ def test_a_resume_compares_the_classifier_fields_as_the_run_resolves_them(bpe_fi
   resumes; one that sets another, or whose source pools otherwise than the checkpoint's run did, is refused, naming
   the key, before any weight is read."""
   from bert_jax.finetune import job
-  from tests import helpers
 
   directory = _masked_lm_directory(bpe_files, tmp_path / "mlm")  # Pools the mean.
-  _write_sst2(tmp_path / "SST-2", train_rows=16)
+  write_sst2(tmp_path / "SST-2", train_rows=16)
   config = _sst2_config(tmp_path / "SST-2", str(directory))
   cases = (
     ("mean", None, None),

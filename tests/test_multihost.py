@@ -20,7 +20,7 @@ from bert_jax.data.corpus import Corpus
 from bert_jax.train import loop, pretraining
 from bert_jax.workdir import checkpoints, reading
 from configs import tiny
-from tests.test_main import FAST_COMPILES, ROOT
+from tests.helpers import FAST_COMPILES, ROOT
 
 pytestmark = pytest.mark.slow  # Several hosts: processes joined by jax.distributed on localhost.
 

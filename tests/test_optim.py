@@ -36,7 +36,7 @@ def test_the_transformers_schedule_equals_get_linear_schedule_with_warmup_at_eve
     learning_rate_schedule(1e-4, warmup_steps=warmup, total_steps=100, kind="cosine")
 
 
-def test_the_linear_schedules_are_unchanged_at_every_step():
+def test_the_linear_schedules_are_optaxs_linear_schedules_joined_bit_for_bit_at_every_step():
   """ "bert" and "transformers" as they were before wsd joined them, bit for bit (the expressions of optax 0.2.8's
   linear_schedule and join_schedules, which they were built from, in float32)."""
   total, warmup, peak = 50, 7, np.float32(3e-4)

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from bert_jax import sharding
-from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model import param_layout
 from bert_jax.train import pretraining
+from tests.helpers import synthetic_batches
 
 MESHES = {
   "dp8": dict(data=8, fsdp=1, tensor=1),
@@ -15,17 +15,6 @@ MESHES = {
   "dp4_tp2": dict(data=4, fsdp=1, tensor=2),
   "fsdp4_tp2": dict(data=1, fsdp=4, tensor=2),
 }
-
-
-def _synthetic_batch(config) -> dict:
-  source = SyntheticSource(
-    seed=0,
-    global_batch_size=config.batch_size,
-    max_seq_length=config.data.max_seq_length,
-    max_predictions_per_seq=config.data.max_predictions_per_seq,
-    vocab_size=config.model.vocab_size,
-  )
-  return next(source)
 
 
 def _run(config, devices, mesh_shape):
@@ -36,7 +25,9 @@ def _run(config, devices, mesh_shape):
 def _step(config, devices, mesh_shape):
   run = _run(config, devices, mesh_shape)
   state = run.init_state(config.seed)
-  state, metrics = run.train_step(state, sharding.global_batch(_synthetic_batch(config), run.mesh), jax.random.key(3))
+  state, metrics = run.train_step(
+    state, sharding.global_batch(synthetic_batches(config, 1)[0], run.mesh), jax.random.key(3)
+  )
   return state, float(metrics["loss"])
 
 
@@ -102,7 +93,7 @@ def test_scanned_rematerialised_layers_on_fsdp_and_tensor_axes_equal_one_device(
   kernel = state.params["bert"]["layers"]["intermediate"]["kernel"]  # [layers, embed, mlp]
   assert kernel.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp", "tensor")
 
-  batch = sharding.global_batch(_synthetic_batch(config), run.mesh)
+  batch = sharding.global_batch(synthetic_batches(config, 1)[0], run.mesh)
   state, metrics = run.train_step(state, batch, jax.random.key(3))
   np.testing.assert_allclose(float(metrics["loss"]), reference_loss, rtol=1e-5)
   jax.tree.map(

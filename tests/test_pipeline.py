@@ -1,68 +1,21 @@
-"""The tf.data pretraining pipeline against BERT's recipe, on a corpus the test generates (>100k tokens)."""
+"""The tf.data pretraining pipeline's rows against BERT's recipe, on a generated corpus of over 100k tokens
+(conftest.py's `pipeline_corpus`): sentence pairs and their labels, masks, document sentences, sentence order, full
+sentences, packed rows, and evaluation's held-out documents. The stream, its readers and its saved states:
+tests/test_pipeline_state.py."""
 
 import functools
-import json
 import random
-import shutil
 
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax.data import full_sentences, packing, pipeline, prepare, readers, sources
-from bert_jax.data.tokenizer import load_tokenizer
-from configs import default
-
-SEQ, PREDICTIONS, BATCH = 128, 20, 128
-WORDS_PER_SHARD = 400  # Shard s uses words s*400 .. s*400+399: tokens tell which shard an example came from.
-NUM_SHARDS = 4
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, data_config):
-  root = tmp_path_factory.mktemp("corpus")
-  words = [f"w{i}" for i in range(WORDS_PER_SHARD * NUM_SHARDS)]
-  (root / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
-  rng = np.random.default_rng(0)
-  for shard in range(NUM_SHARDS):
-    documents = []
-    for _ in range(80):  # Documents of 15-60 sentences, as encyclopedia articles.
-      sentences = [
-        " ".join(f"w{shard * WORDS_PER_SHARD + w}" for w in rng.integers(0, WORDS_PER_SHARD, rng.integers(4, 16)))
-        + " ."
-        for _ in range(rng.integers(15, 60))
-      ]
-      documents.append("\n".join(sentences))
-    (root / f"part-{shard}.txt").write_text("\n\n".join(documents) + "\n")
-  tokenizer_args = dict(kind="wordpiece", path=str(root / "vocab.txt"))
-  inputs = data_config(input_pattern=str(root / "part-*.txt"), input_format="bert")
-  manifest = prepare.prepare(inputs, tokenizer_args, str(root / "prepared"), 1)
-  assert manifest["tokens"] > 100_000
-  return str(root / "prepared"), manifest, load_tokenizer(**tokenizer_args)
-
-
-def _data(data_config, **overrides):
-  settings = dict(max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS, shuffle_buffer=1000, num_readers=1)
-  return data_config(**(settings | overrides))
-
-
-def _source(corpus, data_config, seed=0, batch_size=BATCH, **overrides) -> sources.PipelineSource:
-  """Host 0 of 1 (every reader), or `host=(index, count)`, `start_example=`, `state_dir=`; other keys set
-  `config.data`."""
-  prepared, manifest, tokenizer = corpus
-  source_keys = {k: overrides.pop(k) for k in ("host", "start_example", "state_dir") if k in overrides}
-  data = _data(data_config, **overrides)
-  return sources.pipeline_source(data, prepared, manifest, tokenizer, seed=seed, batch_size=batch_size, **source_keys)
-
-
-def _batches(source, n):
-  return [next(source) for _ in range(n)]
-
-
-@pytest.fixture(scope="module")
-def many(corpus, data_config):
-  return _batches(_source(corpus, data_config), 40)  # 5,120 instances.
+from bert_jax.data import full_sentences, packing, pipeline, prepare, readers
+from tests.helpers import PIPELINE_BATCH as BATCH
+from tests.helpers import PIPELINE_PREDICTIONS as PREDICTIONS
+from tests.helpers import PIPELINE_SEQ as SEQ
+from tests.helpers import PIPELINE_WORDS_PER_SHARD as WORDS_PER_SHARD
+from tests.helpers import assert_same_batches, concat_batches, corpus_source, next_batches
 
 
 def _reference_labels(documents, max_seq_length, short_seq_prob, rng):
@@ -88,15 +41,15 @@ def _reference_labels(documents, max_seq_length, short_seq_prob, rng):
 
 
 @pytest.mark.slow
-def test_next_sentence_labels_match_the_original_recipe(corpus, many):
-  prepared, manifest, _ = corpus
+def test_next_sentence_labels_match_the_original_recipe(pipeline_corpus, pipeline_batches):
+  prepared, manifest, _ = pipeline_corpus
   documents = [
     [int(n) for n in np.asarray(doc[1])]
     for shard in manifest["shards"]
     for doc in pipeline.tf.data.TFRecordDataset(f"{prepared}/{shard['file']}").map(pipeline._parse)
   ]
   reference = np.mean(_reference_labels(documents * 5, SEQ, 0.1, random.Random(0)))
-  ours = np.mean(np.concatenate([b["next_sentence_labels"] for b in many]))
+  ours = np.mean(np.concatenate([b["next_sentence_labels"] for b in pipeline_batches]))
   # The recipe is a coin flip, plus label 1 for every one-sentence chunk (short targets, document ends):
   # above 50% by an amount that depends on the corpus. Ours must match it.
   assert abs(ours - reference) < 0.02, (ours, reference)
@@ -146,8 +99,8 @@ def test_rows_are_padded_with_the_tokenizers_pad_id():
     assert (mask == 0).any() and (ids[mask == 0] == 1).all() and (ids[mask > 0] != 1).all()
 
 
-def test_pairs_follow_berts_recipe(many):
-  for batch in many:
+def test_pairs_follow_berts_recipe(pipeline_batches):
+  for batch in pipeline_batches:
     ids, mask, segments = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
     lengths = mask.sum(1)
     assert ids.shape[1] == SEQ and (lengths <= SEQ).all()
@@ -162,154 +115,33 @@ def test_pairs_follow_berts_recipe(many):
       assert (segments[row, : seps[0] + 1] == 0).all() and (segments[row, seps[0] + 1 : n] == 1).all()
       assert seps[0] >= 2 and seps[1] - seps[0] >= 2  # Both segments non-empty.
       assert (ids[row, n:] == 0).all() and (segments[row, n:] == 0).all()
-  lengths = np.concatenate([b["input_mask"].sum(1) for b in many])
+  lengths = np.concatenate([b["input_mask"].sum(1) for b in pipeline_batches])
   assert np.mean(lengths >= SEQ - 8) > 0.5  # Most are full; short targets and document ends make the rest.
   assert np.mean(lengths < SEQ // 2) > 0.02
 
 
-def test_masks_follow_berts_recipe(many):
-  selected = sum(b["masked_lm_weights"].sum() for b in many)
-  tokens = sum(b["input_mask"].sum() for b in many)
+def test_masks_follow_berts_recipe(pipeline_batches):
+  selected = sum(b["masked_lm_weights"].sum() for b in pipeline_batches)
+  tokens = sum(b["input_mask"].sum() for b in pipeline_batches)
   assert tokens > 100_000
   assert abs(selected / tokens - 0.15) < 0.005
   now = np.concatenate(
-    [np.take_along_axis(b["input_ids"], b["masked_lm_positions"], 1)[b["masked_lm_weights"] > 0] for b in many]
+    [
+      np.take_along_axis(b["input_ids"], b["masked_lm_positions"], 1)[b["masked_lm_weights"] > 0]
+      for b in pipeline_batches
+    ]
   )
-  before = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in many])
+  before = np.concatenate([b["masked_lm_ids"][b["masked_lm_weights"] > 0] for b in pipeline_batches])
   assert not np.isin(before, [0, 2, 3, 4]).any()
   assert abs(np.mean(now == 4) - 0.8) < 0.015
   assert abs(np.mean(now == before) - 0.1) < 0.015
 
 
-def _assert_same(batches, expected):
-  assert len(batches) == len(expected)
-  for a, b in zip(batches, expected, strict=True):
-    assert a.keys() == b.keys()
-    for name in a:
-      np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-
-
-def test_same_seed_same_batches_other_seed_others(corpus, data_config, many):
-  _assert_same(_batches(_source(corpus, data_config), 3), many[:3])
-  other = _batches(_source(corpus, data_config, seed=1), 1)[0]
-  assert not np.array_equal(other["input_ids"], many[0]["input_ids"])
-
-
-def _shards_of_segment_a(batch) -> np.ndarray:
-  """The shard of each word of segment A (always from the reader's own document; B may be a random next sentence
-  from any shard). A masked position may hold a random word from anywhere: callers allow a few."""
-  segment_a = batch["input_ids"][(batch["input_ids"] > 5) & (batch["segment_ids"] == 0)]
-  return (segment_a - 6) // WORDS_PER_SHARD
-
-
-def test_readers_read_their_own_units_and_hosts_share_the_readers(corpus, data_config):
-  prepared, manifest, _ = corpus
-  # Four shards, four readers: reader r reads shard r. Eight readers: each shard in two stripes of documents.
-  assert [readers.reader_units(manifest, r, 4) for r in range(4)] == [[(r, 0, 1)] for r in range(4)]
-  assert [readers.reader_units(manifest, r, 8) for r in range(8)] == [[(r // 2, r % 2, 2)] for r in range(8)]
-  assert [readers.reader_units(manifest, r, 3) for r in range(3)] == [[(0, 0, 1), (3, 0, 1)], [(1, 0, 1)], [(2, 0, 1)]]
-  assert readers.reader_files(prepared, manifest, [2, 3], 4) == [
-    f"{prepared}/{s['file']}" for s in manifest["shards"][2:]
-  ]
-  # A host runs the readers of its rows of the global batch, sharing a reader with other hosts if need be.
-  assert readers.host_readers(8, 32, 1, 4) == {2: slice(0, 4), 3: slice(0, 4)}
-  assert readers.host_readers(2, 32, 1, 4) == {0: slice(8, 16)}
-  assert readers.host_readers(4, 24, 1, 3) == {1: slice(2, 6), 2: slice(0, 4)}
-  with pytest.raises(ValueError, match=r"batch_size=32 must divide over data.num_readers=3 readers and 2 hosts"):
-    readers.host_readers(3, 32, 0, 2)
-  # Two hosts of four readers with a global batch of 8: host 1 runs readers 2 and 3, two rows each, from shards 2, 3.
-  batch = next(_source(corpus, data_config, batch_size=8, host=(1, 2), num_readers=4))
-  assert len(batch["input_ids"]) == 4
-  rows = [
-    np.mean(np.isin(_shards_of_segment_a({k: v[i : i + 1] for k, v in batch.items()}), [2 + i // 2])) for i in range(4)
-  ]
-  assert min(rows) > 0.9, rows
-
-
-def _restores(monkeypatch) -> list:
-  """Records every reader's restore as (reader, restored: True, or False for a replay)."""
-  calls, restore = [], sources.PipelineSource._restore
-
-  def recorded(self, reader, state_dir):
-    calls.append((reader, restore(self, reader, state_dir)))
-    return calls[-1][1]
-
-  monkeypatch.setattr(sources.PipelineSource, "_restore", recorded)
-  return calls
-
-
-@pytest.mark.slow
-def test_a_resume_on_another_host_count_continues_the_same_global_stream(corpus, data_config, tmp_path, monkeypatch):
-  """A 2-host run (a reader each) saves its readers' states at batch 3; 1 host (both readers) and 4 hosts (each
-  reader shared by two) restore them, without replaying, and continue with exactly the global batches of an
-  uninterrupted run."""
-  restores = _restores(monkeypatch)
-  settings = dict(batch_size=16, num_readers=2, shuffle_buffer=200)
-  uninterrupted = _batches(_source(corpus, data_config, **settings), 5)
-  two_hosts = [_source(corpus, data_config, host=(index, 2), **settings) for index in range(2)]
-  _assert_same([_concat([next(host) for host in two_hosts]) for _ in range(3)], uninterrupted[:3])
-  for host in two_hosts:
-    host.save_state(str(tmp_path / "state"))
-  assert sorted(p.name for p in (tmp_path / "state").iterdir()) == ["reader_0", "reader_1"]
-  for count in (1, 4):
-    restores.clear()
-    hosts = [
-      _source(corpus, data_config, host=(i, count), start_example=3 * 16, state_dir=str(tmp_path / "state"), **settings)
-      for i in range(count)
-    ]
-    assert restores == [(r, True) for r in (0, 1) for _ in range(max(1, count // 2))]  # Every reader, no replay.
-    _assert_same([_concat([next(host) for host in hosts]) for _ in range(2)], uninterrupted[3:])
-
-
-@pytest.mark.slow
-def test_a_batch_warmups_steps_take_each_readers_next_batches_and_resume_exactly(
-  corpus, data_config, tmp_path, monkeypatch
-):
-  """Steps of 16, 32 and 48 rows over 2 readers batching 8 each (a warmup from 16): a step's rows are each reader's
-  next 1, 2 or 3 batches joined, in reader order, as the stream of 16-row batches holds them. A state saved after the
-  second step restores on 1 and 4 hosts (each reader shared by two), which take their parts of the third."""
-  restores = _restores(monkeypatch)
-  settings = dict(batch_size=16, num_readers=2, shuffle_buffer=200)
-  batches = _batches(_source(corpus, data_config, **settings), 6)  # Each: reader 0's 8 rows, then reader 1's.
-  expected = [  # Steps of 1, 2 and 3 batches: reader 0's rows of those batches, then reader 1's.
-    _concat([{name: batch[name][rows] for name in batch} for rows in (slice(0, 8), slice(8, 16)) for batch in steps])
-    for steps in (batches[:1], batches[1:3], batches[3:6])
-  ]
-  two_hosts = [_source(corpus, data_config, host=(index, 2), **settings) for index in range(2)]
-  _assert_same([_concat([host.take(rows) for host in two_hosts]) for rows in (16, 32)], expected[:2])
-  for host in two_hosts:
-    host.save_state(str(tmp_path / "state"))
-  with pytest.raises(ValueError, match="24 rows are not a whole number of the pipeline's batches of 16"):
-    two_hosts[0].take(24)
-  for count in (1, 4):
-    restores.clear()
-    hosts = [
-      _source(corpus, data_config, host=(i, count), start_example=48, state_dir=str(tmp_path / "state"), **settings)
-      for i in range(count)
-    ]
-    assert restores and all(restored for _, restored in restores)  # Restored, not replayed.
-    _assert_same([_concat([host.take(48) for host in hosts])], expected[2:])
-
-
-def _concat(host_batches: list[dict]) -> dict:
-  return {name: np.concatenate([batch[name] for batch in host_batches]) for name in host_batches[0]}
-
-
-def test_a_truncated_shard_is_named_never_skipped(corpus, data_config, tmp_path):
-  prepared, manifest, tokenizer = corpus
-  broken = tmp_path / "prepared"
-  shutil.copytree(prepared, broken)
-  victim = broken / manifest["shards"][2]["file"]
-  victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-  source = _source((str(broken), manifest, tokenizer), data_config)
-  with pytest.raises(ValueError, match=rf"Corrupt or truncated shard {victim}"):
-    for _ in range(100):
-      next(source)
-
-
-def test_doc_sentences_are_sentences_of_one_document_and_the_older_key_gives_them_too(corpus, data_config):
-  batch = _batches(_source(corpus, data_config, instances="doc_sentences"), 1)[0]
-  _assert_same([batch], _batches(_source(corpus, data_config, next_sentence_prediction=False), 1))
+def test_doc_sentences_are_sentences_of_one_document_and_the_older_key_gives_them_too(pipeline_corpus, data_config):
+  batch = next_batches(corpus_source(pipeline_corpus, data_config, instances="doc_sentences"), 1)[0]
+  assert_same_batches(
+    [batch], next_batches(corpus_source(pipeline_corpus, data_config, next_sentence_prediction=False), 1)
+  )
   assert (batch["next_sentence_labels"] == 0).all() and (batch["segment_ids"] == 0).all()
   lengths = batch["input_mask"].sum(1)
   assert (lengths <= SEQ).all() and np.mean(lengths >= SEQ - 8) > 0.5
@@ -345,11 +177,12 @@ def _unmasked(batch: dict) -> np.ndarray:
   return ids
 
 
-def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(corpus, data_config):
+def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(pipeline_corpus, data_config):
   """Dynamic masking (RoBERTa's; every recipe here): the masks are drawn per epoch, never fixed at preparation."""
-  source = _source(corpus, data_config, instances="doc_sentences", short_seq_prob=0.0)  # Rows that repeat exactly.
+  rows_that_repeat_exactly = dict(instances="doc_sentences", short_seq_prob=0.0)
+  source = corpus_source(pipeline_corpus, data_config, **rows_that_repeat_exactly)
   seen, repeats, changed = {}, 0, 0
-  for batch in _batches(source, 20):  # About 2.5 epochs.
+  for batch in next_batches(source, 20):  # About 2.5 epochs.
     for row, ids in enumerate(_unmasked(batch)):
       if batch["input_mask"][row].sum() < 32:  # A document's last few tokens: too few to mask otherwise, surely.
         continue
@@ -362,13 +195,15 @@ def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(corpus, data_conf
 
 
 @pytest.mark.slow
-def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time(corpus, data_config):
+def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time(
+  pipeline_corpus, data_config
+):
   """SOP: [CLS] A [SEP] B [SEP] with B the text that follows A in its document (label 0), or the two swapped (1)."""
-  batches = _batches(_source(corpus, data_config, instances="sop"), 40)
+  batches = next_batches(corpus_source(pipeline_corpus, data_config, instances="sop"), 40)
   labels = np.concatenate([b["next_sentence_labels"] for b in batches])
   assert len(labels) == 40 * BATCH and abs(labels.mean() - 0.5) < 0.02, labels.mean()
   # Where each token 3-gram occurs: (document, offset) in the documents' running text.
-  texts = [sum(document, ()) for document in _documents(corpus)]
+  texts = [sum(document, ()) for document in _documents(pipeline_corpus)]
   at = {}
   for d, text in enumerate(texts):
     for offset in range(len(text) - 2):
@@ -390,11 +225,11 @@ def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_h
 
 
 @pytest.mark.slow
-def test_full_sentences_rows_are_full_cross_documents_and_keep_every_sentence(corpus, data_config):
+def test_full_sentences_rows_are_full_cross_documents_and_keep_every_sentence(pipeline_corpus, data_config):
   """One epoch of one reader, in stream order: every row is [CLS] whole sentences [SEP], a [SEP] between two
   documents; together the rows hold the epoch's sentences exactly once, in order (but the last partly filled row,
   which the next epoch fills)."""
-  prepared, manifest, tokenizer = corpus
+  prepared, manifest, tokenizer = pipeline_corpus
   documents = pipeline._epoch_documents(
     tf.constant(0, tf.int64),
     units=tf.constant(readers.reader_units(manifest, 0, 1), tf.int64),
@@ -453,138 +288,15 @@ def test_full_sentences_cut_a_sentence_longer_than_a_row_and_drop_nothing():
   assert state[0].numpy()[: int(state[1])].tolist() == [50, 50, 50, 50, 3, 60]  # A [SEP] between documents.
 
 
-@pytest.mark.parametrize("instances", ["nsp", "sop", "full_sentences"])
-@pytest.mark.slow
-def test_a_saved_pipeline_state_resumes_the_stream_exactly(corpus, data_config, tmp_path, many, monkeypatch, instances):
-  """FULL-SENTENCES carries a partly filled row from document to document: the saved state holds it, and the replay
-  rebuilds it."""
-  restores = _restores(monkeypatch)
-  first = _source(corpus, data_config, instances=instances)
-  expected = many[:7] if instances == "nsp" else [next(first) for _ in range(7)]
-  first = _source(corpus, data_config, instances=instances)
-  for _ in range(5):
-    next(first)
-  first.save_state(str(tmp_path / "state"))
-  marker = json.loads((tmp_path / "state" / "reader_0" / "COMPLETE").read_text())
-  assert marker == dict(position=5 * BATCH, reader=0, fingerprint=first._fingerprint)
-  state = str(tmp_path / "state")
-  restored = _source(corpus, data_config, start_example=5 * BATCH, state_dir=state, instances=instances)
-  replayed = _source(
-    corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "missing"), instances=instances
-  )
-  assert restores == [(0, True), (0, False)]
-  for source in (restored, replayed):
-    _assert_same(_batches(source, 2), expected[5:7])
-  if instances != "nsp":
-    return  # What follows is the same for every kind.
-  # A state saved with other data settings is not used: that stream is replayed.
-  _source(corpus, data_config, start_example=5 * BATCH, state_dir=state, masked_lm_prob=0.2)
-  assert restores[-1] == (0, False)
-  # A damaged state (garbage in the iterator's files, or a marker that is not JSON) is reported and replayed.
-  for damaged in ("iterator", "COMPLETE"):
-    copy = tmp_path / f"damaged_{damaged}"
-    shutil.copytree(tmp_path / "state", copy)
-    for path in (copy / "reader_0").iterdir():
-      if path.name.startswith(damaged):
-        path.write_bytes(b"garbage")
-    _assert_same(_batches(_source(corpus, data_config, start_example=5 * BATCH, state_dir=str(copy)), 1), many[5:6])
-    assert restores[-1] == (0, False)
-
-
-def test_a_state_saved_before_the_masking_keys_existed_still_applies(data_config):
-  manifest = {"shards": [{"file": "part-0.tfrecord", "documents": 3}], "tokenizer": {"path": "/here/vocab.txt"}}
-  fingerprint = functools.partial(sources.stream_fingerprint, manifest=manifest, seed=0, batch_size=8)
-  before = data_config()  # A run's keys before these existed: what its saved states' fingerprints hashed.
-  with before.unlocked():
-    for key in ("mask_token_fraction", "random_token_fraction", "span_geometric_p", "span_max_words", "masking"):
-      del before[key]
-    before.whole_word_masking = False  # Its default then.
-    del before["span_masking"]
-  assert fingerprint(before) == fingerprint(data_config())
-  assert fingerprint(data_config(masking="spans")) != fingerprint(data_config())
-  assert fingerprint(data_config(random_token_fraction=0.0)) != fingerprint(data_config())
-
-
-# The fingerprints that the code before data.masking existed (commit fa32b11) computed for these settings, written
-# once from it: a pipeline state saved by it applies after data.masking came only if they stay the same.
-FINGERPRINT_MANIFEST = {
-  "shards": [{"file": "documents-00000-of-00001.tfrecord", "documents": 3}],
-  "tokenizer": {"kind": "wordpiece", "path": "/here/vocab.txt", "sha256": "0" * 64},
-}
-FINGERPRINTS_BEFORE_DATA_MASKING = {  # configs/default.py's data, seed 0, batch 8, FINGERPRINT_MANIFEST.
-  "tokens": "e36eca36ef6207303a5c7769a9777088116407a2a8280a1d442684f924532a54",  # The defaults.
-  "words": "ff7189da03543d7c71dec0a3e9473d022d51d345dc68fe8e7d7f1885556b622e",  # whole_word_masking=True
-  "spans": "a368d1cfce23f5f599a7ca38db96106e627cc128045ac319324fc700d7980508",  # span_masking=True
-}
-
-
-def _pinned_fingerprint(data) -> str:
-  return sources.stream_fingerprint(data, FINGERPRINT_MANIFEST, seed=0, batch_size=8)
-
-
-@pytest.mark.parametrize("scheme", ["tokens", "words", "spans"])
-def test_a_state_saved_before_data_masking_existed_still_applies(data_config, scheme):
-  older_keys = {"tokens": {}, "words": dict(whole_word_masking=True), "spans": dict(span_masking=True)}[scheme]
-  assert _pinned_fingerprint(data_config(masking=scheme)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
-  assert _pinned_fingerprint(data_config(**older_keys)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
-  # The run's config as it was then: no data.masking, whole_word_masking False or True, span_masking only if True.
-  then = {key: value for key, value in data_config().to_dict().items() if key not in ("masking", "span_masking")}
-  then.update({"whole_word_masking": False, **older_keys})
-  assert _pinned_fingerprint(ml_collections.ConfigDict(then)) == FINGERPRINTS_BEFORE_DATA_MASKING[scheme]
-
-
-def test_every_data_key_has_one_fingerprint_decision():
-  """Whether a saved pipeline state depends on a key is decided once per key, in data/sources.py; a new key without
-  a decision would leave the states either stale or wrongly applied."""
-  decisions = (sources._STREAM, tuple(sources._ADDED_LATER), sources._NOT_THE_STREAM, sources._KINDS)
-  for key in default.get_config().data:
-    assert sum(key in decided for decided in decisions) == 1, key
-
-
-def test_a_data_key_without_a_fingerprint_decision_is_refused_and_one_added_later_keeps_older_states(
-  data_config, monkeypatch
-):
-  data = data_config()
-  with data.unlocked():
-    data.mask_whole_sentences = 0.0  # A key added after states were saved, at its default.
-  with pytest.raises(ValueError, match=r"data\.mask_whole_sentences: no decision on whether saved pipeline states"):
-    _pinned_fingerprint(data)
-  # Decided: in the stream, added later with its default. States saved before it still apply; a run that sets it
-  # gets another stream, and another fingerprint.
-  monkeypatch.setitem(sources._ADDED_LATER, "mask_whole_sentences", 0.0)
-  assert _pinned_fingerprint(data) == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
-  data.mask_whole_sentences = 0.1
-  assert _pinned_fingerprint(data) != FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
-  # Decided: not the stream. Any value keeps the fingerprint.
-  monkeypatch.delitem(sources._ADDED_LATER, "mask_whole_sentences")
-  monkeypatch.setattr(sources, "_NOT_THE_STREAM", (*sources._NOT_THE_STREAM, "mask_whole_sentences"))
-  assert _pinned_fingerprint(data) == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
-
-
-def test_a_state_saved_before_data_instances_existed_still_applies(corpus, data_config):
-  """Such a state's fingerprint names the kind by data.next_sentence_prediction alone (no data.instances)."""
-  _, manifest, _ = corpus
-
-  def fingerprint(data):
-    return sources.stream_fingerprint(data, manifest, seed=0, batch_size=BATCH)
-
-  for old, kind in ((True, "nsp"), (False, "doc_sentences")):
-    before = _data(data_config, next_sentence_prediction=old).to_dict()
-    del before["instances"]
-    assert fingerprint(ml_collections.ConfigDict(before)) == fingerprint(_data(data_config, instances=kind))
-  kinds = ("nsp", "sop", "doc_sentences", "full_sentences")
-  assert len({fingerprint(_data(data_config, instances=kind)) for kind in kinds}) == 4
-
-
-def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, corpus, data_config):
-  _, _, tokenizer = corpus
+def test_random_next_sentences_come_from_another_document_even_one_per_shard(tmp_path, pipeline_corpus, data_config):
+  _, _, tokenizer = pipeline_corpus
   for shard in range(3):  # One document per file, hence per shard: the partner must come from elsewhere.
     words = " ".join(f"w{shard * WORDS_PER_SHARD + i}" for i in range(8))
     (tmp_path / f"doc-{shard}.txt").write_text("\n".join(f"{words} ." for _ in range(60)) + "\n")
   inputs = data_config(input_pattern=str(tmp_path / "doc-*.txt"), input_format="bert")
   manifest = prepare.prepare(inputs, dict(kind="wordpiece", path=tokenizer.path), str(tmp_path / "out"), 1)
   assert [s["documents"] for s in manifest["shards"]] == [1, 1, 1]
-  batch = _batches(_source((str(tmp_path / "out"), manifest, tokenizer), data_config, num_readers=1), 1)[0]
+  batch = next_batches(corpus_source((str(tmp_path / "out"), manifest, tokenizer), data_config, num_readers=1), 1)[0]
   assert (batch["next_sentence_labels"] == 1).sum() > 20
   for row in np.flatnonzero(batch["next_sentence_labels"] == 1):
     ids, segments = batch["input_ids"][row], batch["segment_ids"][row].copy()
@@ -638,33 +350,37 @@ def _instances(batch: dict) -> list[tuple]:
 
 
 @pytest.mark.slow
-def test_packed_rows_hold_the_same_instances_within_limits_and_resume_exactly(corpus, data_config, many, tmp_path):
+def test_packed_rows_hold_the_same_instances_within_limits_and_resume_exactly(
+  pipeline_corpus, data_config, pipeline_batches, tmp_path
+):
   """The packed stream is the unpacked stream's instances, group by group, each intact (own [CLS], positions from 0,
   its predictions and label), in rows within the token, prediction and instance limits; fuller rows; the same
   stream after a saved state is restored."""
   packing = dict(pack_instances=True, packing_group=64, max_instances_per_row=4, num_readers=1)
-  source = _source(corpus, data_config, batch_size=8, **packing)
-  rows = _concat([next(source) for _ in range(12)])
+  source = corpus_source(pipeline_corpus, data_config, batch_size=8, **packing)
+  rows = concat_batches([next(source) for _ in range(12)])
   assert rows["next_sentence_labels"].shape == (96, 4) and rows["cls_positions"].shape == (96, 4)
   assert (rows["input_mask"].max(1) <= 4).all() and (rows["masked_lm_weights"].sum(1) <= PREDICTIONS).all()
   instances = np.cumsum(rows["next_sentence_weights"].sum(1))
   first_group = int(np.searchsorted(instances, 64)) + 1  # The rows of the first 64 instances.
   assert instances[first_group - 1] == 64
-  unpacked = _instances({name: value[:64] for name, value in many[0].items()})
+  unpacked = _instances({name: value[:64] for name, value in pipeline_batches[0].items()})
   assert sorted(_unpack({name: value[:first_group] for name, value in rows.items()})) == sorted(unpacked)
   fill = (rows["input_mask"] > 0).mean()
-  assert fill > (many[0]["input_mask"] > 0).mean() and fill > 0.95, fill
+  assert fill > (pipeline_batches[0]["input_mask"] > 0).mean() and fill > 0.95, fill
 
   # A restart restores the packer's place in the stream (or replays it): the same rows follow.
-  saved = _source(corpus, data_config, batch_size=8, **packing)
+  saved = corpus_source(pipeline_corpus, data_config, batch_size=8, **packing)
   for _ in range(5):
     next(saved)
   saved.save_state(str(tmp_path / "state"))
-  restored = _source(corpus, data_config, batch_size=8, start_example=40, state_dir=str(tmp_path / "state"), **packing)
-  replayed = _source(corpus, data_config, batch_size=8, start_example=40, **packing)
+  restored = corpus_source(
+    pipeline_corpus, data_config, batch_size=8, start_example=40, state_dir=str(tmp_path / "state"), **packing
+  )
+  replayed = corpus_source(pipeline_corpus, data_config, batch_size=8, start_example=40, **packing)
   expected = {name: value[40:56] for name, value in rows.items()}
   for resumed in (restored, replayed):
-    _assert_same([_concat([next(resumed), next(resumed)])], [expected])
+    assert_same_batches([concat_batches([next(resumed), next(resumed)])], [expected])
 
 
 def test_evaluation_reads_only_the_held_out_documents_and_training_never_sees_them(tmp_path, data_config):
@@ -727,7 +443,7 @@ def test_evaluation_reads_only_the_held_out_documents_and_training_never_sees_th
   assert len(training) == manifest["documents"] and not training & evaluation
 
 
-def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(corpus, tmp_path):
+def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(pipeline_corpus, tmp_path):
   """data.eval_masked_lm_prob: evaluation masks at its rate whatever the training rate (ModernBERT trains at 30% and
   evaluates at 15%), over the same held-out rows; 0 evaluates at the training rate, as before the key existed."""
   import os
@@ -736,7 +452,7 @@ def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(corpus, tm
   from bert_jax.model.bert_config import BertConfig
   from configs import tiny
 
-  prepared, manifest, tokenizer = corpus
+  prepared, manifest, tokenizer = pipeline_corpus
   assert manifest["eval_documents"] >= 2  # Evaluation reads the held-out split, not a sample of the training one.
 
   def evaluation(masked_lm_prob, eval_masked_lm_prob):
@@ -747,7 +463,7 @@ def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(corpus, tm
     config.data.update(eval_masked_lm_prob=eval_masked_lm_prob)
     config.update(batch_size=16)
     model = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SEQ)
-    return _batches(Corpus(config, str(tmp_path), model, tokenizer).source(0, evaluation=True), 3)
+    return next_batches(Corpus(config, str(tmp_path), model, tokenizer).source(0, evaluation=True), 3)
 
   def unmasked(batches):  # The rows' tokens before masking.
     rows = []
@@ -762,8 +478,8 @@ def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(corpus, tm
     return sum(b["masked_lm_weights"].sum() for b in batches) / sum(b["input_mask"].sum() for b in batches)
 
   at_15 = evaluation(0.15, 0.15)
-  _assert_same(evaluation(0.3, 0.15), at_15)  # Training at 30%, evaluating at 15%: the same batches,
-  _assert_same(evaluation(0.15, 0.0), at_15)  # as evaluating at the training rate of 15% (0: today's).
+  assert_same_batches(evaluation(0.3, 0.15), at_15)  # Training at 30%, evaluating at 15%: the same batches,
+  assert_same_batches(evaluation(0.15, 0.0), at_15)  # as evaluating at the training rate of 15% (0: today's).
   at_30 = evaluation(0.3, 0.0)  # At the training rate of 30%: the same rows, twice the masks.
   np.testing.assert_array_equal(unmasked(at_30), unmasked(at_15))
   assert masked_share(at_15) == pytest.approx(0.15, abs=0.01) and masked_share(at_30) == pytest.approx(0.3, abs=0.01)

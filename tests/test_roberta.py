@@ -18,8 +18,8 @@ from bert_jax.handoff.hf_format import load_safetensors, params_from_hf
 from bert_jax.model.encoder import BertForPretraining, abstract_params
 from bert_jax.train.step import overwrite_params
 from configs import glue
+from tests.helpers import write_sst2
 from tests.test_encoder import _inputs, _reference, _reference_outputs
-from tests.test_finetune import _write_sst2
 
 PAD = 1  # RoBERTa's padding id; positions start after it.
 
@@ -118,7 +118,7 @@ def check_fine_tunes(source: str, tmp_path) -> None:
   """A short SST-2 fine-tuning (one epoch of 16 rows, batch 8) from `source`: it starts from the file's encoder and
   trains."""
   data = tmp_path / "SST-2"
-  _write_sst2(data, train_rows=16)
+  write_sst2(data, train_rows=16)
   config = glue.get_config()
   config.finetune.update(task="sst2", data_dir=str(data), max_seq_length=16, num_epochs=1.0, eval_batch_size=24)
   config.update(init_from=source, batch_size=8, log_every_steps=1)

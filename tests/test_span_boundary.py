@@ -20,6 +20,7 @@ from bert_jax.model.encoder import BertForPretraining, init_params
 from bert_jax.train import pretraining
 from bert_jax.train.objectives import registry, span_boundary
 from configs import spanbert_base, tiny
+from tests.helpers import log_softmax
 
 CLS, SEP, MASK = 2, 3, 4
 
@@ -71,11 +72,6 @@ def model_and_params():
   return model, params
 
 
-def _log_softmax(x):
-  x = x - x.max(-1, keepdims=True)
-  return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-
 def _layer_norm(x, norm, eps):
   centred = x - x.mean(-1, keepdims=True)
   return centred / np.sqrt((centred**2).mean(-1, keepdims=True) + eps) * norm["scale"] + norm["bias"]
@@ -114,7 +110,7 @@ def test_the_loss_is_the_masked_lm_mean_plus_the_sbo_mean_computed_by_hand(model
   sbo_logits = _hand_sbo_logits(head, word_embeddings, sequence_output, left, right, offsets, eps)
 
   labels, mlm_weights = HAND_BATCH["masked_lm_ids"], np.float64(HAND_BATCH["masked_lm_weights"])
-  xent = lambda logits: -np.take_along_axis(_log_softmax(logits), labels[..., None], -1)[..., 0]  # noqa: E731
+  xent = lambda logits: -np.take_along_axis(log_softmax(logits), labels[..., None], -1)[..., 0]  # noqa: E731
   mlm_sum = (xent(np.float64(outputs["mlm_logits"])) * mlm_weights).sum()
   sbo_sum = (xent(sbo_logits) * sbo_weights).sum()
   expected = mlm_sum / (mlm_weights.sum() + 1e-5) + sbo_sum / (sbo_weights.sum() + 1e-5)
@@ -273,6 +269,7 @@ def _run_config(corpus, workdir: str):
   return config
 
 
+@pytest.mark.slow  # A run end to end and its export; the loss, FLOPs and spans have fast tests above.
 def test_a_few_steps_of_the_real_run_lower_both_losses_and_the_encoder_hands_off(corpus, tmp_path):
   config = _run_config(corpus, str(tmp_path / "run"))
   spec = pretraining.job_spec(config)

@@ -19,7 +19,7 @@ from bert_jax.dry_run import ahead_of_time, planner, tpu_topology
 from bert_jax.model import stack
 from bert_jax.train import step as train_step
 from configs import tiny
-from tests.test_main import ROOT, _env
+from tests.helpers import ROOT, main_env
 
 requires_libtpu = pytest.mark.skipif(
   not tpu_topology.libtpu_available(),
@@ -219,7 +219,7 @@ def test_a_job_that_cannot_fit_says_by_how_much_and_what_would_help_and_keeps_no
   cache = tmp_path / "xla_cache"
   cache.mkdir()
   env = dict(
-    _env(),
+    main_env(),
     JAX_COMPILATION_CACHE_DIR=str(cache),
     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",  # Every program would be kept.
     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",

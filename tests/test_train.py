@@ -43,10 +43,6 @@ def _crash_after(monkeypatch, steps: int | None, batches: list | None = None):
   monkeypatch.setattr(pretraining, "make_run", make)
 
 
-def _params(state):
-  return jax.tree.map(np.asarray, jax.device_get(state.params))
-
-
 # The runs below that do not test the schedule share one (schedule_end_step=9), and so one compiled train step: the
 # persistent compilation cache (tests/conftest.py) serves the later runs.
 SCHEDULE_END = 9
@@ -55,14 +51,14 @@ SCHEDULE_END = 9
 @pytest.mark.slow
 def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path, monkeypatch):
   small_config.update(num_train_steps=7, checkpoint_every_steps=2, schedule_end_step=SCHEDULE_END)
-  uninterrupted = _params(jobs.run(small_config, str(tmp_path / "a"), "pretrain"))
+  uninterrupted = helpers.state_params(jobs.run(small_config, str(tmp_path / "a"), "pretrain"))
 
   with monkeypatch.context() as patch:
     _crash_after(patch, 5)  # Checkpoints at 2 and 4; step 5 is lost with the crash at step 6.
     with pytest.raises(Crash):
       jobs.run(small_config, str(tmp_path / "b"), "pretrain")
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints"))[-1] == "4"
-  resumed = _params(jobs.run(small_config, str(tmp_path / "b"), "pretrain"))
+  resumed = helpers.state_params(jobs.run(small_config, str(tmp_path / "b"), "pretrain"))
   jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
 
 
@@ -81,7 +77,7 @@ def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_un
   batches = {"a": [], "b": []}
   with monkeypatch.context() as patch:
     _crash_after(patch, None, batches["a"])
-    uninterrupted = _params(jobs.run(config, str(tmp_path / "a"), "pretrain"))
+    uninterrupted = helpers.state_params(jobs.run(config, str(tmp_path / "a"), "pretrain"))
   assert [len(batch) for batch in batches["a"]] == [8, 8, 16, 16, 24, 24, 24]
   for step, rows in {2: 16, 4: 48, 6: 96, 7: 120}.items():  # The rows of steps 1 to each checkpoint.
     saved = {
@@ -109,7 +105,7 @@ def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_un
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints")) == ["2"]
   with monkeypatch.context() as patch:
     _crash_after(patch, None, batches["b"])
-    resumed = _params(jobs.run(config, str(tmp_path / "b"), "pretrain"))
+    resumed = helpers.state_params(jobs.run(config, str(tmp_path / "b"), "pretrain"))
   assert len(batches["b"]) == 5
   for batch, expected in zip(batches["b"], batches["a"][2:], strict=True):
     np.testing.assert_array_equal(batch, expected)

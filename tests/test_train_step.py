@@ -8,32 +8,14 @@ import pytest
 from bert_jax import progress, sharding
 from bert_jax.data import instances as instances_lib
 from bert_jax.data.pretraining_batch import check_pretraining_batch
-from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.model.mesh_context import with_activation_rules
 from bert_jax.train import pretraining, step
 from bert_jax.train.objectives import bert as bert_objective
-
-
-def _setup(config, devices):
-  """The pretraining run on `devices` (all data-parallel) and its initial state."""
-  config.mesh.update(data=-1, fsdp=1, tensor=1)
-  run = pretraining.make_run(config, devices)
-  return run, run.init_state(config.seed)
-
-
-def _batches(config, n):
-  source = SyntheticSource(
-    seed=0,
-    global_batch_size=config.batch_size,
-    max_seq_length=config.data.max_seq_length,
-    max_predictions_per_seq=config.data.max_predictions_per_seq,
-    vocab_size=config.model.vocab_size,
-  )
-  return [next(source) for _ in range(n)]
+from tests.helpers import data_parallel_run, synthetic_batches
 
 
 def _run(config, devices, batches):
-  run, state = _setup(config, devices)
+  run, state = data_parallel_run(config, devices)
   key = jax.random.key(7)
   losses = []
   for batch in batches:
@@ -44,7 +26,7 @@ def _run(config, devices, batches):
 
 @pytest.mark.slow
 def test_eight_devices_data_parallel_equal_one_device(small_config):
-  batches = _batches(small_config, 3)
+  batches = synthetic_batches(small_config, 3)
   state_1, losses_1 = _run(small_config, jax.devices()[:1], batches)
   state_8, losses_8 = _run(small_config, jax.devices(), batches)
   assert len(jax.devices()) == 8
@@ -75,14 +57,14 @@ def test_state_is_created_directly_into_its_shardings(small_config):
 def test_training_fits_a_fixed_batch(small_config):
   small_config.update(learning_rate=3e-3, warmup_steps=0, num_train_steps=1000)  # ~constant lr
   small_config.model.update(hidden_dropout_prob=0.0, attention_dropout_prob=0.0)
-  batch = _batches(small_config, 1)[0]
+  batch = synthetic_batches(small_config, 1)[0]
   _, losses = _run(small_config, jax.devices()[:1], [batch] * 60)
   assert losses[-1] < 0.2 * losses[0], losses
 
 
 def test_metrics_are_sums_with_denominators(small_config):
-  run, state = _setup(small_config, jax.devices())
-  batch = _batches(small_config, 1)[0]
+  run, state = data_parallel_run(small_config, jax.devices())
+  batch = synthetic_batches(small_config, 1)[0]
   metrics = run.eval_step(state.params, sharding.global_batch(batch, run.mesh))
   assert float(metrics["mlm_count"]) == batch["masked_lm_weights"].sum()
   assert float(metrics["nsp_count"]) == small_config.batch_size
@@ -92,8 +74,8 @@ def test_metrics_are_sums_with_denominators(small_config):
 
 
 def test_mlm_weights_exclude_padding_predictions(small_config):
-  run, state = _setup(small_config, jax.devices()[:1])
-  batch = _batches(small_config, 1)[0]
+  run, state = data_parallel_run(small_config, jax.devices()[:1])
+  batch = synthetic_batches(small_config, 1)[0]
   before = run.eval_step(state.params, sharding.global_batch(batch, run.mesh))
   changed = dict(batch, masked_lm_ids=np.where(batch["masked_lm_weights"] > 0, batch["masked_lm_ids"], 99))
   after = run.eval_step(state.params, sharding.global_batch(changed, run.mesh))
@@ -103,7 +85,7 @@ def test_mlm_weights_exclude_padding_predictions(small_config):
 
 @pytest.mark.parametrize("name", ["input_ids", "masked_lm_ids"])
 def test_out_of_vocabulary_ids_stop_before_the_step(small_config, name):
-  batch = _batches(small_config, 1)[0]
+  batch = synthetic_batches(small_config, 1)[0]
   batch[name][0, 1] = small_config.model.vocab_size
   with pytest.raises(ValueError, match=rf"{name}\[0, 1\] = 101 is outside \[0, 101\)"):
     check_pretraining_batch(
@@ -113,11 +95,11 @@ def test_out_of_vocabulary_ids_stop_before_the_step(small_config, name):
 
 def test_the_sentence_loss_is_on_for_nsp_and_sop_only_and_its_metrics_are_shown_only_then(small_config):
   small_config.data.instances = "sop"  # The config's data.instances picks the run's sentence task.
-  run, state = _setup(small_config, jax.devices()[:1])
+  run, state = data_parallel_run(small_config, jax.devices()[:1])
   assert run.loss.value.keywords == {"sentence_task": "sop"}
   for instances, task in (("nsp", "nsp"), ("doc_sentences", None), ("full_sentences", None)):
     assert instances_lib.sentence_task(ml_collections.ConfigDict(dict(instances=instances))) == task
-  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
+  batch = sharding.global_batch(synthetic_batches(small_config, 1)[0], run.mesh)
   tasks = (None, "nsp", "sop")
   losses = jax.jit(
     lambda params, batch: [bert_objective.pretraining_loss(params, batch, run.model, sentence_task=t) for t in tasks]
@@ -144,9 +126,9 @@ def test_a_family_without_a_sentence_head_trains_its_masked_lm_alone(small_confi
     model_type="modernbert", rope_theta=10_000.0, local_attention=8, global_attention_every=2, linear_bias=False
   )
   small_config.data.instances = "full_sentences"
-  run, state = _setup(small_config, jax.devices()[:1])
+  run, state = data_parallel_run(small_config, jax.devices()[:1])
   assert run.loss.value.keywords == {"sentence_task": None}
-  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
+  batch = sharding.global_batch(synthetic_batches(small_config, 1)[0], run.mesh)
   losses = []
   for _ in range(4):
     state, metrics = run.train_step(state, batch, jax.random.key(7))
@@ -160,8 +142,8 @@ def test_a_family_without_a_sentence_head_trains_its_masked_lm_alone(small_confi
 @pytest.mark.slow
 def test_gradient_accumulation_equals_the_full_batch(small_config):
   small_config.batch_size = 16
-  run, state = _setup(small_config, jax.devices()[:2])
-  batch = sharding.global_batch(_batches(small_config, 1)[0], run.mesh)
+  run, state = data_parallel_run(small_config, jax.devices()[:2])
+  batch = sharding.global_batch(synthetic_batches(small_config, 1)[0], run.mesh)
 
   def grads(num_microbatches):
     fn = functools.partial(step.gradients, model=run.model, loss=run.loss, num_microbatches=num_microbatches)
