@@ -52,7 +52,6 @@ from bert_jax.model.layers import (
   layer_norm,
   zeros,
 )
-from bert_jax.model.pretraining_heads import tied_decoder
 from bert_jax.train.objectives import bert
 from bert_jax.train.objectives.objective import Objective
 from bert_jax.train.step import Loss
@@ -146,7 +145,9 @@ class SpanBertForPretraining(BertForPretraining):
       first + 1 if span_offsets is None else span_offsets,
     )
     hidden = self.span_boundary(outputs["sequence_output"], *spans)
-    outputs["sbo_logits"] = tied_decoder(self.bert.embeddings, hidden, self.span_boundary.output_bias)
+    # The decoder tied to the word table (the embeddings part's `attend`), with the head's own bias.
+    sbo_logits = self.bert.embeddings.attend(hidden).astype(jnp.float32) + self.span_boundary.output_bias
+    outputs["sbo_logits"] = sbo_logits
     return outputs
 
 
