@@ -5,7 +5,7 @@ the batch sources made from them for training and evaluation: the tf.data pipeli
 import jax
 import ml_collections
 from absl import logging
-from jax.experimental import multihost_utils
+from orbax.checkpoint import multihost
 
 from bert_jax.data import sources
 from bert_jax.data.batch_warmup import BatchSchedule
@@ -21,6 +21,9 @@ def evaluation_data(data):
   if not data.eval_masked_lm_prob:
     return data
   return ml_collections.ConfigDict(dict(data.to_dict(), masked_lm_prob=data.eval_masked_lm_prob))
+
+
+_PREPARATION_TIMEOUT_S = 3600  # How long the other hosts wait for process 0 to prepare the embedded corpus.
 
 
 class Corpus:
@@ -42,7 +45,10 @@ class Corpus:
       if jax.process_index() == 0:
         prepare.prepare_for_run(config, workdir)
       if jax.process_count() > 1:
-        multihost_utils.sync_global_devices("embedded corpus prepared")
+        # The coordination service's barrier, not a device collective: the CPU's collectives give up after 30 s,
+        # and training the vocabulary alone can take longer on a busy host.
+        wait = multihost.get_barrier_sync_fn()
+        wait(key="bert_jax: embedded corpus prepared", timeout_ms=_PREPARATION_TIMEOUT_S * 1000)
         if jax.process_index() != 0:
           prepare.prepare_for_run(config, workdir)
     self.tokenizer = tokenizer or load_tokenizer(config.tokenizer.kind, tokenizer_path, config.tokenizer.lower_case)
