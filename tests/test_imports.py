@@ -19,6 +19,7 @@ LAYERS = (
   ("data",),
   ("workdir",),
   ("handoff",),
+  ("retrieval",),
   ("train",),
   ("finetune",),
   ("dry_run",),

@@ -28,6 +28,7 @@ build what it finds. No module asks which family it is in. The tables themselves
   encoder.py             `BertModel` (the encoder and its pooler) and `BertForPretraining`
   electra.py             ELECTRA's generator and discriminator in one tree
   heads.py               the fine-tuning models: the encoder and the composition's task head, one per kind of head
+  sentence_embedding.py  sentence embeddings: sentence-transformers' pooling (cls, mean) and normalisation
   param_layout.py        scanned <-> unrolled layer parameters
   mesh_context.py        a model traced for a mesh: its activation rules and its attention kernel's platform
 
