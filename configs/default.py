@@ -335,6 +335,18 @@ def get_config() -> ml_collections.ConfigDict:
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False
 
+  # A sentence embedding (bert_jax/model/sentence_embedding.py), wherever one is computed: the contrastive task,
+  # retrieval evaluation, --mode=embed, the sentence-transformers export. Unset (None): the source's (a
+  # sentence-transformers directory's modules, a contrastive run's recorded settings), else the default named here.
+  config.embedding = ml_collections.ConfigDict()
+  # "cls" (the first token's vector) or "mean" (the mean over the unpadded tokens); default "mean".
+  config.embedding.pooling = ml_collections.config_dict.placeholder(str)
+  # Divide each embedding by its L2 norm (cosine similarity as a dot product); default True.
+  config.embedding.normalize = ml_collections.config_dict.placeholder(bool)
+  # Text put before each query and each document before tokenizing (e.g. E5's "query: ", "passage: "); default "".
+  config.embedding.query_prompt = ml_collections.config_dict.placeholder(str)
+  config.embedding.document_prompt = ml_collections.config_dict.placeholder(str)
+
   # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.

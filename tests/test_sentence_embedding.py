@@ -57,3 +57,21 @@ def test_a_packed_row_embeds_each_instance_as_its_own_row_would(model_type, pool
   assert got.shape == (1, 3, 16)
   np.testing.assert_allclose(np.asarray(got[0, :2]), np.asarray(expected), atol=1e-5)
   np.testing.assert_array_equal(np.asarray(got[0, 2]), 0.0)  # The third slot holds no instance.
+
+
+def test_a_jobs_settings_are_the_configs_where_set_else_the_sources_else_the_defaults():
+  import ml_collections
+
+  from bert_jax.model.sentence_embedding import Settings, settings
+  from configs import default
+
+  embedding = default.get_config().embedding
+  assert settings(embedding) == Settings(pooling="mean", normalized=True)
+  source = Settings(pooling="cls", normalized=False, query_prompt="query: ", max_seq_length=256)
+  assert settings(embedding, source) == source
+  embedding.normalize = True
+  assert settings(embedding, source) == Settings("cls", True, "query: ", "", 256)
+  embedding.pooling = "max"
+  with pytest.raises(ValueError, match="pooling='max'; expected one of"):
+    settings(embedding, source)
+  assert isinstance(embedding, ml_collections.ConfigDict)

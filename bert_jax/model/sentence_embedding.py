@@ -13,12 +13,45 @@ exports is the one function sentence-transformers computes on the exported model
 Pooling runs in float32 whatever the encoder's dtype.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
 Array = jax.Array
 
 POOLINGS = ("cls", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How a model's sentence embedding is computed and asked for: its pooling (`POOLINGS`), whether it is normalised,
+  the prompts put before queries and documents, and the longest input in tokens (0: none recorded, the job's)."""
+
+  pooling: str = "mean"
+  normalized: bool = True
+  query_prompt: str = ""
+  document_prompt: str = ""
+  max_seq_length: int = 0
+
+  def __post_init__(self):
+    if self.pooling not in POOLINGS:
+      raise ValueError(f"pooling={self.pooling!r}; expected one of {POOLINGS}.")
+    if self.max_seq_length < 0:
+      raise ValueError(f"max_seq_length={self.max_seq_length} must be >= 0.")
+
+
+def settings(embedding, source: Settings | None = None) -> Settings:
+  """The settings of a job: `config.embedding`'s keys where set, else the source's (`source`: what a
+  sentence-transformers directory or a contrastive run recorded), else `Settings`' defaults."""
+  base = source or Settings()
+  chosen = dict(
+    pooling=embedding.pooling,
+    normalized=embedding.normalize,
+    query_prompt=embedding.query_prompt,
+    document_prompt=embedding.document_prompt,
+  )
+  return dataclasses.replace(base, **{key: value for key, value in chosen.items() if value is not None})
 
 
 def pool(
