@@ -20,6 +20,8 @@ exact; XLA inserts the all-gather of the documents (tests/test_contrastive_loss.
 import jax
 import jax.numpy as jnp
 
+from bert_jax.finetune.contrastive import check_matryoshka_dims
+
 Array = jax.Array
 
 
@@ -58,15 +60,6 @@ def ranking_losses(
     backward = scores[:, :batch].T
     log_z = (log_z + jax.nn.logsumexp(jnp.where(real[None, :], backward, -jnp.inf), axis=1)) / 2
   return jnp.where(real, log_z - positive, 0.0)
-
-
-def check_matryoshka_dims(matryoshka_dims, dim: int) -> None:
-  """Refuses Matryoshka dimensions outside (0, dim], naming them."""
-  bad = [d for d in matryoshka_dims if not 0 < d <= dim]
-  if bad:
-    raise ValueError(
-      f"contrastive.matryoshka_dims={tuple(matryoshka_dims)}: {bad} outside 1..{dim}, the embedding's dimension."
-    )
 
 
 def contrastive_losses(
