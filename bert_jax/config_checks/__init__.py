@@ -78,5 +78,5 @@ def bertology(config, mode: str) -> Findings:
 
 
 def export(config, mode: str) -> Findings:
-  check_export(config.export)
+  check_export(config.export, config.embedding)
   return Findings(mode)
