@@ -41,11 +41,11 @@ def _bert_source(directory):
   return BERT_TEXTS
 
 
-def _modernbert_source(directory, bpe_files):
+def _modernbert_source(directory, tokenizer_files):
   """A tiny transformers ModernBertModel (random weights, 2 layers) beside a byte-level BPE tokenizer.json."""
   from tests.test_tokenizer import BPE_TEXT
 
-  files, ids = bpe_files
+  files, ids = tokenizer_files
   torch.manual_seed(0)
   config = modernbert_hf_config(
     vocab_size=416,
