@@ -89,9 +89,7 @@ def test_the_export_embeds_in_sentence_transformers_as_in_bert_jax(family, pooli
   embedding = _embedding(pooling=pooling, normalize=normalized, query_prompt="query: ", document_prompt="")
   exported = export.export(str(source), str(tmp_path / "st"), "sentence-transformers", embedding=embedding)
 
-  model = sentence_transformers.SentenceTransformer(
-    exported, device="cpu", model_kwargs=dict(attn_implementation="eager")
-  )
+  model = sentence_transformers.SentenceTransformer(exported, device="cpu")  # As a user loads it (SDPA attention).
   theirs = model.encode(texts, batch_size=len(texts), convert_to_numpy=True)
   loaded = pretrained.load(exported)
   ours, ids = _ours(loaded, texts, pooling, normalized)
