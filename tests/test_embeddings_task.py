@@ -169,7 +169,7 @@ def test_a_tiny_model_fine_tunes_end_to_end(tmp_path, fixture_tokenizers):
   assert (workdir / "best").exists() and (workdir / "predictions" / "dev.tsv").exists()
   loaded = pretrained.load(str(workdir / "best"))
   assert loaded.task.head == "embedding" and set(loaded.params) == {"bert"}
-  assert loaded.source.history["embedding"]["pooling"] == "cls"
+  assert loaded.embedding == Settings("cls", True, "", "", 8)  # How it embeds, for a later load or export.
   # The best member's weights embed the dev set to the nDCG@10 recorded for it.
   task = tasks.make_task(config.finetune, config.contrastive, config.embedding)
   dev = task.encode(task.read("dev"), tokenizer, 8)
