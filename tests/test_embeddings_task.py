@@ -7,9 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import jobs
+from bert_jax import jobs, sharding
+from bert_jax.finetune import plan as plan_lib
 from bert_jax.finetune import tasks
 from bert_jax.finetune.contrastive_loss import contrastive_loss
+from bert_jax.finetune.rows import host_batch
 from bert_jax.handoff import pretrained
 from bert_jax.model import sentence_embedding
 from bert_jax.model.encoder import BertModel
@@ -177,3 +179,34 @@ def test_a_tiny_model_fine_tunes_end_to_end(tmp_path, fixture_tokenizers):
   vectors = sentence_embedding.sentence_embeddings(BertModel(loaded.config), loaded.params["bert"], rows, "cls", True)
   best = summary["best"]
   np.testing.assert_allclose(task.metrics(dev, np.asarray(vectors))["ndcg@10"], best["value"], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_training_step_on_eight_devices_equals_one_device_at_eight_times_the_batch(tmp_path, fixture_tokenizers):
+  """Benchmark 3 (global negatives): the same pairs, batch 16 as 2 per device on 8 devices and as 16 on one device,
+  through the job's own run (`plan.make_run`: model, loss, optimizer, jitted step): equal losses at two steps, hard
+  negatives and the symmetric loss included, dropout on."""
+  tokenizer = fixture_tokenizers["wordpiece"]
+  config = config_for(write_set(tmp_path / "set"), tokenizer, hard_negatives=1, symmetric=True)
+  config.batch_size = 16
+  config.model.update(hidden_dropout_prob=0.1, attention_dropout_prob=0.1)
+  checked = jobs.check(config, "finetune")
+  task = tasks.make_task(config.finetune, config.contrastive, config.embedding)
+  train = task.encode(task.read("train"), tokenizer, 8)
+  plan = plan_lib.make_plan(config, checked.members, None, train.num_rows)
+  stream = task.batches(train, config.batch_size)
+
+  def losses_on(devices):
+    run = plan_lib.make_run(config, plan, task, devices=devices)
+    state = run.init_state([0])
+    found = []
+    for step in (1, 2):
+      rows, weight = stream.step(step, 0)
+      batch = sharding.global_batch(host_batch(train.features, rows[None], weight[None]), run.mesh, members=True)
+      state, sums = run.train_step(state, batch, jax.random.key(step)[None])
+      found.append(float(sums["task_loss"][0]) / float(sums["task_count"][0]))
+    return found
+
+  one, eight = losses_on(jax.devices()[:1]), losses_on(jax.devices()[:8])
+  np.testing.assert_allclose(eight, one, rtol=2e-6)
+  assert one[1] != one[0]  # The second step ran on updated weights.
