@@ -88,9 +88,14 @@ def test_rows_of_pairs_and_of_a_dev_set(tmp_path, fixture_tokenizers):
   assert lines[0] == "query-id\tcorpus-id\tscore" and lines[1].split("\t")[:2] == ["q0", "d0"]
 
 
-def test_the_model_embeds_as_sentence_embedding_and_the_loss_is_the_contrastive_loss(tmp_path, fixture_tokenizers):
+@pytest.mark.parametrize("model_type", ["bert", "modernbert"])
+def test_the_model_embeds_as_sentence_embedding_and_the_loss_is_the_contrastive_loss(
+  tmp_path, fixture_tokenizers, model_type
+):
   tokenizer = fixture_tokenizers["wordpiece"]
   config = config_for(write_set(tmp_path / "set"), tokenizer, hard_negatives=1, symmetric=True)
+  if model_type == "modernbert":
+    config.model.update(model_type="modernbert", rope_theta=10000.0, local_rope_theta=10000.0)
   task = tasks.make_task(config.finetune, config.contrastive, config.embedding).with_settings(Settings("cls", False))
   model_cfg = jobs.check(config, "finetune").model
   model = task.model(model_cfg)
