@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax import jobs, sharding
+from bert_jax.dry_run import planner
 from bert_jax.finetune import plan as plan_lib
 from bert_jax.finetune import tasks
 from bert_jax.finetune.contrastive_loss import contrastive_loss
@@ -215,3 +216,12 @@ def test_the_training_step_on_eight_devices_equals_one_device_at_eight_times_the
   one, eight = losses_on(jax.devices()[:1]), losses_on(jax.devices()[:8])
   np.testing.assert_allclose(eight, one, rtol=2e-6)
   assert one[1] != one[0]  # The second step ran on updated weights.
+
+
+def test_the_planner_keeps_the_batch_whole(tmp_path, fixture_tokenizers):
+  """Microbatches would split the negatives: the planner tries every remat policy at one microbatch alone."""
+  config = config_for(tmp_path, fixture_tokenizers["wordpiece"])
+  config.dry_run.plan_remat = ("none", "full")
+  assert planner.candidates(config, per_chip=64, row_tokens=256) == [("none", 1), ("full", 1)]
+  config.finetune.task = "sst2"
+  assert ("none", 2) in planner.candidates(config, per_chip=64, row_tokens=256)
