@@ -6,6 +6,7 @@ and similarities bert_jax does not compute, refused by name before any parameter
 import json
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -206,3 +207,22 @@ def test_a_bad_pooling_is_refused_when_the_export_is_checked(tmp_path):
   with pytest.raises(ValueError, match=r"embedding.pooling='max'; expected one of \('cls', 'mean'\)"):
     jobs.run(config, str(tmp_path / "workdir"), "export")
   assert not (tmp_path / "st").exists()
+
+
+def test_a_transformer_module_in_its_own_folder_loads_as_in_the_directory_itself(st_dir, tmp_path):
+  """The older layout: the Hugging Face model in `0_Transformer/`, which modules.json names."""
+
+  def move(directory):
+    (directory / "0_Transformer").mkdir()
+    for path in list(directory.iterdir()):
+      if path.is_file() and path.name not in ("modules.json", "config_sentence_transformers.json"):
+        path.rename(directory / "0_Transformer" / path.name)
+    _edit_json(directory / "modules.json", lambda m: [dict(m[0], path="0_Transformer"), *m[1:]])
+
+  moved = pretrained.load(_broken(st_dir, tmp_path, move))
+  root = pretrained.load(st_dir)
+  assert moved.source.path == str(tmp_path / "broken" / "0_Transformer") and moved.embedding == root.embedding
+  assert moved.config == root.config
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(moved.params), jax.device_get(root.params))
+  model = sentence_transformers.SentenceTransformer(str(tmp_path / "broken"), device="cpu")
+  np.testing.assert_allclose(model.encode(BERT_TEXTS), _ours(moved, BERT_TEXTS, "mean", True)[0], atol=1e-5, rtol=0)
