@@ -1,7 +1,8 @@
 """sentence-transformers directories both ways (handoff/sentence_transformers.py): the export that
 `SentenceTransformer(path)` loads and whose embeddings of a padded batch are bert_jax's (BERT and ModernBERT, CLS and
-mean pooling, normalised or not), read back as a source with the settings it was written with; the modules, poolings
-and similarities bert_jax does not compute, refused by name before any parameter is read."""
+mean pooling, normalised or not), read back as a source with the settings it was written with, in either layout, and
+as a features source; the modules, poolings and similarities bert_jax does not compute, refused by name before any
+parameter is read."""
 
 import json
 import shutil
@@ -226,3 +227,22 @@ def test_a_transformer_module_in_its_own_folder_loads_as_in_the_directory_itself
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(moved.params), jax.device_get(root.params))
   model = sentence_transformers.SentenceTransformer(str(tmp_path / "broken"), device="cpu")
   np.testing.assert_allclose(model.encode(BERT_TEXTS), _ours(moved, BERT_TEXTS, "mean", True)[0], atol=1e-5, rtol=0)
+
+
+def test_a_sentence_transformers_directory_is_a_features_source(st_dir, small_config, tmp_path):
+  (tmp_path / "lines.txt").write_text("w1 w2 w3\nw4\n")
+  small_config.features.update(
+    source=st_dir,
+    input_pattern=str(tmp_path / "lines.txt"),
+    output_dir=str(tmp_path / "features"),
+    layers=(-1,),
+    max_seq_length=16,
+    doc_stride=8,
+    batch_size=8,
+  )
+  manifest = jobs.run(small_config, str(tmp_path / "unused"), "features")
+  shard = np.load(tmp_path / "features" / manifest["shards"][0])
+  loaded = pretrained.load(st_dir)
+  ids = [*loaded.tokenizer.encode("w1 w2 w3"), *loaded.tokenizer.encode("w4")]
+  np.testing.assert_array_equal(shard["token_ids"], ids)
+  assert shard["token_vectors"].shape == (4, 1, loaded.config.hidden_size)
