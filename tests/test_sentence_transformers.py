@@ -1,9 +1,10 @@
 """sentence-transformers directories both ways (handoff/sentence_transformers.py): the export that
 `SentenceTransformer(path)` loads and whose embeddings of a padded batch are bert_jax's (BERT and ModernBERT, CLS and
-mean pooling, normalised or not), read back as a source with the settings it was written with, in either layout, and
-as a features source; the modules, poolings and similarities bert_jax does not compute, refused by name before any
+mean pooling, normalised or not), read back as a source with the settings it was written with, in either layout, from
+gs://, and as a features source; the modules, poolings and similarities bert_jax does not compute, refused by name before any
 parameter is read."""
 
+import dataclasses
 import json
 import shutil
 
@@ -246,3 +247,11 @@ def test_a_sentence_transformers_directory_is_a_features_source(st_dir, small_co
   ids = [*loaded.tokenizer.encode("w1 w2 w3"), *loaded.tokenizer.encode("w4")]
   np.testing.assert_array_equal(shard["token_ids"], ids)
   assert shard["token_vectors"].shape == (4, 1, loaded.config.hidden_size)
+
+
+def test_an_export_to_gcs_loads_back_with_its_settings(st_dir, gcs_bucket):
+  on_gcs = export.export(st_dir, f"{gcs_bucket}/st", "sentence-transformers", embedding=_embedding(pooling="cls"))
+  loaded, local = pretrained.load(on_gcs), pretrained.load(st_dir)
+  assert loaded.source.format == "sentence-transformers"
+  assert loaded.embedding == dataclasses.replace(local.embedding, pooling="cls")
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params), jax.device_get(local.params))
