@@ -1,8 +1,8 @@
 """sentence-transformers directories both ways (handoff/sentence_transformers.py): the export that
 `SentenceTransformer(path)` loads and whose embeddings of a padded batch are bert_jax's (BERT and ModernBERT, CLS and
 mean pooling, normalised or not), read back as a source with the settings it was written with, in either layout, from
-gs://, and as a features source; the modules, poolings and similarities bert_jax does not compute, refused by name before any
-parameter is read."""
+gs://, and as a features source; the modules, poolings and similarities bert_jax does not compute, refused by name
+before any parameter is read."""
 
 import dataclasses
 import json
