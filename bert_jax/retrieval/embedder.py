@@ -178,6 +178,7 @@ class Embedder:
     """The embedder of any source `pretrained.load` reads (a workdir, a bundle, a Hugging Face or sentence-transformers
     directory, ...), on `config.mesh`, with `config.embedding`'s settings over the source's recorded ones, and
     `config.embed`'s max_seq_length (0: the source's recorded one, else the model's longest) and batch_size."""
+    sentence_embedding.settings(config.embedding)  # A bad value named before the source is read.
     mesh = sharding.make_mesh(config.mesh.to_dict())
     rules = config.logical_axis_rules
     loaded = pretrained.load(path, scan_layers=config.model.scan_layers, mesh=mesh, rules=rules)
