@@ -63,7 +63,9 @@ def _export(config, workdir: str, checked):
   from bert_jax.handoff import export
 
   settings = config.export
-  return export.export(settings.source or workdir, settings.dir, settings.format, settings.overwrite)
+  return export.export(
+    settings.source or workdir, settings.dir, settings.format, settings.overwrite, embedding=config.embedding
+  )
 
 
 def _features(config, workdir: str, checked):
@@ -116,7 +118,7 @@ JOBS = {
   ),
   "export": Job(
     "write the workdir's newest checkpoint (or export.source) to export.dir as export.format (bundle, huggingface, "
-    "google).",
+    "google, sentence-transformers: embedding.* where set).",
     config_checks.export,
     _export,
     one_machine=True,

@@ -326,11 +326,13 @@ def get_config() -> ml_collections.ConfigDict:
   # --mode=export: a pretrained model written out for others (bert_jax/handoff/export.py).
   config.export = ml_collections.ConfigDict()
   # What to export: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads (a
-  # checkpoint step directory, a bundle, a Hugging Face or Google BERT directory), local or gs://.
+  # checkpoint step directory, a bundle, a Hugging Face, Google BERT or sentence-transformers directory), local or
+  # gs://.
   config.export.source = ""
   # The directory to write, local or gs://.
   config.export.dir = ""
-  # "bundle" (bert_jax: params, bert_config.json, tokenizer file, manifest), "huggingface" or "google".
+  # "bundle" (bert_jax: params, bert_config.json, tokenizer file, manifest), "huggingface", "google" or
+  # "sentence-transformers" (the Hugging Face files as a SentenceTransformer model that embeds by config.embedding).
   config.export.format = "bundle"
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False

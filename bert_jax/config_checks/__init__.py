@@ -11,7 +11,8 @@ data/manifest.py.
 
 The package imports no TensorFlow and nothing that reads files: only the owners of the names it checks (the
 objectives' registry, the optimizers, the guard's policies, the tokenizer, masking and instance names, the sweep's
-members, the TPU topologies, the export formats, `BertConfig` and its checks).
+members, the TPU topologies, the export formats, the sentence-embedding poolings, `BertConfig` and its
+checks).
 """
 
 import dataclasses
@@ -84,5 +85,5 @@ def bertology(config, mode: str) -> Findings:
 
 
 def export(config, mode: str) -> Findings:
-  check_export(config.export)
+  check_export(config.export, config.embedding)
   return Findings(mode)

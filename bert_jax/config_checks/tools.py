@@ -6,6 +6,7 @@ from bert_jax.config_checks.ranges import AT_LEAST_ONE, POSITIVE, Range, check_r
 from bert_jax.dry_run import tpu_topology
 from bert_jax.handoff.export_formats import FORMATS as EXPORT_FORMATS
 from bert_jax.model.bert_config import REMAT_POLICIES
+from bert_jax.model.sentence_embedding import POOLINGS
 
 FEATURES = (
   ("features.max_seq_length", Range(3), "([CLS] x [SEP])"),
@@ -109,12 +110,14 @@ def check_dry_run(config) -> None:
 # The bucket name the shipped configs and their docstrings' commands write where the user's own goes (gs://BUCKET/...).
 
 
-def check_export(settings) -> None:
-  """`config.export`, for --mode=export."""
+def check_export(settings, embedding) -> None:
+  """`config.export`, for --mode=export, and `config.embedding` for a sentence-transformers export."""
   if settings.format not in EXPORT_FORMATS:
     raise ValueError(f"export.format={settings.format!r}; expected one of {EXPORT_FORMATS}.")
   if not settings.dir:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
+  if settings.format == "sentence-transformers" and embedding.pooling not in (None, *POOLINGS):
+    raise ValueError(f"embedding.pooling={embedding.pooling!r}; expected one of {POOLINGS} (None: the source's).")
 
 
 PLACEHOLDER_BUCKET = "BUCKET"
