@@ -74,6 +74,12 @@ def _features(config, workdir: str, checked):
   return extract_features.extract(config, workdir)
 
 
+def _embed(config, workdir: str, checked):
+  from bert_jax.retrieval import embed_files
+
+  return embed_files.embed(config, workdir)
+
+
 def _bertology(config, workdir: str, checked):
   from bert_jax.bertology import attention, feature_based, heads, probe
 
@@ -121,6 +127,13 @@ JOBS = {
     "per-token vectors of features.input_pattern's lines into features.output_dir (.npz).",
     config_checks.features,
     _features,
+    one_machine=True,
+  ),
+  "embed": Job(
+    "sentence embeddings of embed.input_pattern's texts (text lines or JSONL) with their ids into embed.output_dir "
+    "(embeddings.npy, ids.json, manifest.json).",
+    config_checks.embed,
+    _embed,
     one_machine=True,
   ),
   "attention": Job(

@@ -349,6 +349,28 @@ def get_config() -> ml_collections.ConfigDict:
   config.embedding.query_prompt = ml_collections.config_dict.placeholder(str)
   config.embedding.document_prompt = ml_collections.config_dict.placeholder(str)
 
+  # --mode=embed: sentence embeddings of text or JSONL files, with their ids (bert_jax/retrieval/embed_files.py); the
+  # embedding's pooling, normalisation and prompts: config.embedding.
+  config.embed = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.embed.source = ""
+  # Files by glob (local or gs://): text files (one text per line, id "file:line") or .jsonl (below).
+  config.embed.input_pattern = ""
+  # A .jsonl line's text and id fields (a "title" field, where present, goes before the text: BEIR's corpus.jsonl).
+  config.embed.text_field = "text"
+  config.embed.id_field = "_id"
+  # Where embeddings.npy, ids.json and manifest.json go, local or gs://.
+  config.embed.output_dir = ""
+  # Replace an earlier output in embed.output_dir (otherwise refused).
+  config.embed.overwrite = False
+  # Tokens per text, special tokens included (longer texts are truncated); 0: the source's recorded length (a
+  # sentence-transformers directory's), else the model's longest.
+  config.embed.max_seq_length = 0
+  # Rows of max_seq_length tokens per batch (over all devices of the mesh); shorter texts share rows.
+  config.embed.batch_size = 32
+  # "document" or "query": which of config.embedding's prompts goes before each text.
+  config.embed.kind = "document"
+
   # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.

@@ -1,7 +1,7 @@
 """Every check of a config that needs no I/O: value ranges, allowed names and the keys that must agree with each
 other, for every mode, by subject: `ranges.py` (the ranges and their check), `training.py` (every training run,
 pretraining, its objectives, vocabulary training), `finetuning.py` (tasks, sweeps, a teacher), `tools.py` (features,
-the BERTology analyses, the dry run and plan, export, the placeholder bucket).
+embed, the BERTology analyses, the dry run and plan, export, the placeholder bucket).
 
 The front door (`bert_jax/jobs.py`) is the only importer: its table names each mode's check below, which it runs
 once, before anything is imported, read or written; what checking found (`Findings`: the model config, a sweep's
@@ -22,6 +22,7 @@ from bert_jax.config_checks.ranges import Range, check_ranges
 from bert_jax.config_checks.tools import (
   check_bertology,
   check_dry_run,
+  check_embed,
   check_export,
   check_features,
   check_placeholders,
@@ -70,6 +71,11 @@ def ahead_of_time(config, mode: str) -> Findings:
 
 def features(config, mode: str) -> Findings:
   check_features(config.features)
+  return Findings(mode)
+
+
+def embed(config, mode: str) -> Findings:
+  check_embed(config.embed)
   return Findings(mode)
 
 
