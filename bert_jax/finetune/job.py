@@ -461,7 +461,7 @@ def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
   if task.head == "embedding":  # How it embeds: config.embedding's keys, else the source's recorded settings.
     task = task.with_settings(
-      embeddings.run_settings(config.finetune, config.embedding, getattr(source, "embedding", None))
+      embeddings.run_settings(config.finetune, config.embedding, None if source is None else source.embedding)
     )
   newest = start_order.newest_saved(config, workdir)
   if newest is not None and "tokenizer" in newest[2]:  # A resume tokenizes as its checkpoint did.
