@@ -169,8 +169,8 @@ def test_a_tiny_model_fine_tunes_end_to_end(tmp_path, fixture_tokenizers):
   workdir = tmp_path / "workdir"
   summary = jobs.run(config, str(workdir), "finetune")
   assert summary["main_metric"] == "ndcg@10" and len(summary["evaluations"]) == 2
-  finals = [member["ndcg@10"] for member in summary["evaluations"][-1]["results"]["dev"]]
-  assert len(finals) == 2 and all(0 < value <= 1 for value in finals)
+  firsts, finals = ([m["ndcg@10"] for m in e["results"]["dev"]] for e in summary["evaluations"])
+  assert len(finals) == 2 and all(first < final <= 1 for first, final in zip(firsts, finals, strict=True))  # Learnt.
   assert summary["embedding"] == dict(
     pooling="cls", normalized=True, query_prompt="", document_prompt="", max_seq_length=8
   )
