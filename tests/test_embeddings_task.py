@@ -165,24 +165,24 @@ def test_a_tiny_model_fine_tunes_end_to_end(tmp_path, fixture_tokenizers):
   tokenizer = fixture_tokenizers["wordpiece"]
   config = config_for(write_set(tmp_path / "set"), tokenizer, hard_negatives=1)
   config.sweep.seeds = 2
-  config.embedding.pooling = "cls"
+  config.embedding.pooling = "mean"
   workdir = tmp_path / "workdir"
   summary = jobs.run(config, str(workdir), "finetune")
   assert summary["main_metric"] == "ndcg@10" and len(summary["evaluations"]) == 2
   firsts, finals = ([m["ndcg@10"] for m in e["results"]["dev"]] for e in summary["evaluations"])
   assert len(finals) == 2 and all(first < final <= 1 for first, final in zip(firsts, finals, strict=True))  # Learnt.
   assert summary["embedding"] == dict(
-    pooling="cls", normalized=True, query_prompt="", document_prompt="", max_seq_length=8
+    pooling="mean", normalized=True, query_prompt="", document_prompt="", max_seq_length=8
   )
   assert (workdir / "best").exists() and (workdir / "predictions" / "dev.tsv").exists()
   loaded = pretrained.load(str(workdir / "best"))
   assert loaded.task.head == "embedding" and set(loaded.params) == {"bert"}
-  assert loaded.embedding == Settings("cls", True, "", "", 8)  # How it embeds, for a later load or export.
+  assert loaded.embedding == Settings("mean", True, "", "", 8)  # How it embeds, for a later load or export.
   # The best member's weights embed the dev set to the nDCG@10 recorded for it.
   task = tasks.make_task(config.finetune, config.contrastive, config.embedding)
   dev = task.encode(task.read("dev"), tokenizer, 8)
   rows = {name: dev.features[name] for name in ("input_ids", "input_mask", "segment_ids")}
-  vectors = sentence_embedding.sentence_embeddings(BertModel(loaded.config), loaded.params["bert"], rows, "cls", True)
+  vectors = sentence_embedding.sentence_embeddings(BertModel(loaded.config), loaded.params["bert"], rows, "mean", True)
   best = summary["best"]
   np.testing.assert_allclose(task.metrics(dev, np.asarray(vectors))["ndcg@10"], best["value"], atol=1e-5)
 
