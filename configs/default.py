@@ -371,6 +371,23 @@ def get_config() -> ml_collections.ConfigDict:
   # "document" or "query": which of config.embedding's prompts goes before each text.
   config.embed.kind = "document"
 
+  # Pretraining's retrieval probe (bert_jax/train/retrieval_probe.py; docs/embeddings.md): at each evaluation, nDCG@10,
+  # MRR@10 and recall@100 of the encoder's sentence embeddings (config.embedding: mean-pooled and normalised by
+  # default) on a BEIR-layout set, by exact search, beside the MLM loss (console and TensorBoard).
+  config.retrieval_probe = ml_collections.ConfigDict()
+  # The set: corpus.jsonl, queries.jsonl and qrels/<split>.tsv, local or gs://; empty: no probe.
+  config.retrieval_probe.data_dir = ""
+  # The split whose judgements (qrels/<split>.tsv) score the probe.
+  config.retrieval_probe.split = "test"
+  # Tokens per text, special tokens included (longer texts are truncated); 0: data.max_seq_length.
+  config.retrieval_probe.max_seq_length = 0
+  # Rows of max_seq_length tokens per batch (over all devices); 0: batch_size / num_microbatches, the rows a train
+  # step processes at once.
+  config.retrieval_probe.batch_size = 0
+  # The first this many judged queries (in queries.jsonl's order) against the whole corpus, to bound the probe's
+  # cost; 0: every judged query.
+  config.retrieval_probe.max_queries = 0
+
   # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.

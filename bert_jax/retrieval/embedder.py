@@ -127,10 +127,10 @@ def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: in
 
 class Embedder:
   """Embeds texts with one encoder: `model_config` (a `BertConfig`), its encoder `params` (a tree's `bert`, placed
-  on `mesh` when there is one), `tokenizer`, the embedding `settings` (pooling, normalisation, prompts), rows of at
-  most `max_seq_length` tokens, `batch_size` rows of `max_seq_length` (or as many token positions in narrower rows)
-  per batch, sharded over the `mesh`'s data axes (with its logical axis `rules`); without a mesh, on the default
-  device."""
+  on `mesh` when there is one; or ShapeDtypeStructs in their shardings, `embed` then given the parameters each
+  time), `tokenizer`, the embedding `settings` (pooling, normalisation, prompts), rows of at most `max_seq_length`
+  tokens, `batch_size` rows of `max_seq_length` (or as many token positions in narrower rows) per batch, sharded over
+  the `mesh`'s data axes (with its logical axis `rules`); without a mesh, on the default device."""
 
   def __init__(
     self,
@@ -166,12 +166,17 @@ class Embedder:
     if mesh is None:
       self._embed = jax.jit(embed)
     else:
-      batch_sharding = sharding.batch_sharding(mesh)
       self._embed = jax.jit(
         with_activation_rules(embed, mesh, rules or ()),
-        in_shardings=(jax.tree.map(lambda x: x.sharding, params), batch_sharding),
-        out_shardings=batch_sharding,
+        in_shardings=(jax.tree.map(lambda x: x.sharding, params), sharding.batch_sharding(mesh)),
+        out_shardings=sharding.replicated(mesh),  # Every host reads every embedding back.
       )
+
+  def _global(self, arrays: dict) -> dict:
+    """A batch every host holds whole -> global arrays, rows split over the mesh's batch axes (each host keeps its
+    devices' rows)."""
+    rows = sharding.batch_sharding(self.mesh)
+    return {name: jax.make_array_from_process_local_data(rows, value, value.shape) for name, value in arrays.items()}
 
   @classmethod
   def from_source(cls, path: str, config) -> "Embedder":
@@ -209,9 +214,17 @@ class Embedder:
       for end, count in zip(ends, counts, strict=True)
     ]
 
-  def embed(self, texts: Sequence[str], kind: str = "document", progress_label: str | None = None) -> np.ndarray:
+  def embed(
+    self, texts: Sequence[str], kind: str = "document", progress_label: str | None = None, params: dict | None = None
+  ) -> np.ndarray:
     """The embeddings of `texts` as `kind` ("query" or "document"): [len(texts), dim] float32, in input order. With
-    `progress_label`, a progress line (texts, tokens/s, ETA) every `PROGRESS_SECONDS` and at the end."""
+    `progress_label`, a progress line (texts, tokens/s, ETA) every `PROGRESS_SECONDS` and at the end. `params`: other
+    encoder parameters of the same tree and shardings (a training run's, at each evaluation), run by the programs
+    already compiled; default: the embedder's own.
+
+    Every host embeds every text: on several hosts each builds the same batches from the same `texts`, so all run
+    the same programs on global arrays, and each gets every embedding back."""
+    params = self.params if params is None else params
     self.last_stats = dict(texts=len(texts), tokens=0, seconds=0.0)
     out = np.zeros((len(texts), self.dim), np.float32)
     if not len(texts):
@@ -220,8 +233,8 @@ class Embedder:
     batches = pack(self.rows(texts, kind), self.max_seq_length, self.batch_size, self.tokenizer.pad_id)
     done = tokens = 0
     for batch in batches:
-      arrays = batch.arrays if self.mesh is None else sharding.global_batch(batch.arrays, self.mesh)
-      embeddings = np.asarray(jax.device_get(self._embed(self.params, arrays)))  # [rows, instances, dim]
+      arrays = batch.arrays if self.mesh is None else self._global(batch.arrays)
+      embeddings = np.asarray(jax.device_get(self._embed(params, arrays)))  # [rows, instances, dim]
       out[batch.texts] = embeddings[batch.rows, batch.slots]
       done, tokens = done + len(batch.texts), tokens + batch.tokens
       if progress_label and time.perf_counter() - last_log > PROGRESS_SECONDS:
