@@ -8,7 +8,11 @@ import glob
 import json
 import logging
 import os
+import socket
+import subprocess
+import sys
 
+import helpers
 import jax
 import numpy as np
 import pytest
@@ -24,6 +28,36 @@ from bert_jax.retrieval.embedder import Embedder
 from bert_jax.train.retrieval_probe import RetrievalProbe
 
 NAMES = ("ndcg@10", "mrr@10", "recall@100")  # What the probe reports, as retrieval_<name>.
+
+# One host of a probe over 8 devices in all: argv coordinator, process id, process count, vocabulary, BEIR set.
+_HOST = """
+import json, sys
+import flax.linen as nn
+import jax
+import numpy as np
+address, index, hosts, vocab, beir_dir = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+if hosts > 1:
+  jax.distributed.initialize(address, num_processes=hosts, process_id=index)
+from bert_jax import sharding
+from bert_jax.data.tokenizer import load_tokenizer
+from bert_jax.model import sentence_embedding
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.encoder import BertModel
+from bert_jax.retrieval.beir import read
+from bert_jax.retrieval.embedder import Embedder
+from bert_jax.train.retrieval_probe import RetrievalProbe
+
+model_cfg = BertConfig(
+  vocab_size=104, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=48, max_position_embeddings=40
+)
+ids = np.zeros((1, 8), np.int32)
+params = jax.device_get(nn.unbox(BertModel(model_cfg).init(jax.random.key(0), ids, ids + 1, ids, True)["params"]))
+mesh = sharding.make_mesh({"data": -1})
+encoder = jax.device_put(params, sharding.replicated(mesh))
+tokenizer = load_tokenizer("wordpiece", vocab, True)
+embedder = Embedder(model_cfg, encoder, tokenizer, sentence_embedding.Settings(), 32, 8, mesh)
+print("MEASURED", json.dumps(RetrievalProbe(read(beir_dir), embedder, mesh).measure({"bert": encoder})), flush=True)
+"""
 
 
 def _write_beir(directory, qrels_rows=None) -> str:
@@ -193,3 +227,36 @@ def test_a_probe_the_run_cannot_make_is_refused_before_anything_is_written(probe
   with pytest.raises(ValueError, match=message):
     jobs.run(config, str(workdir), "pretrain")
   assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_two_hosts_measure_what_one_host_of_as_many_devices_measures(tmp_path):
+  """Every host reads the same set and builds the same batches: 2 processes of 4 devices run the same programs on
+  global arrays, and each gets the figures 1 process of 8 devices gets."""
+  words = [f"w{i}" for i in range(95)]
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]) + "\n")
+  beir_dir = _write_beir(tmp_path / "beir")
+  with socket.socket() as free:
+    free.bind(("localhost", 0))
+    address = f"localhost:{free.getsockname()[1]}"
+
+  def start(index: int, hosts: int) -> subprocess.Popen:
+    devices = 8 // hosts
+    flags = f"--xla_force_host_platform_device_count={devices} {helpers.FAST_COMPILES}"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
+    arguments = ["-c", _HOST, address, str(index), str(hosts), str(vocab), beir_dir]
+    return subprocess.Popen(
+      [sys.executable, *arguments], cwd=helpers.ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+  def measured(process: subprocess.Popen) -> dict:
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr[-3000:]
+    (line,) = [line for line in stdout.splitlines() if line.startswith("MEASURED ")]
+    return json.loads(line.removeprefix("MEASURED "))
+
+  one = measured(start(0, 1))
+  two = [measured(process) for process in [start(index, 2) for index in range(2)]]
+  assert 0 < one["retrieval_ndcg@10"] <= 1
+  assert two[0] == pytest.approx(one, abs=1e-6) and two[1] == pytest.approx(one, abs=1e-6)

@@ -36,8 +36,7 @@ class RetrievalProbe:
       kept = dict(list(beir_set.queries.items())[:max_queries])
       beir_set = dataclasses.replace(beir_set, queries=kept, qrels={qid: beir_set.qrels[qid] for qid in kept})
     self.beir_set, self.embedder, self.mesh = beir_set, embedder, mesh
-    self.doc_ids = list(beir_set.corpus)
-    self.documents = [beir_set.document_text(doc_id) for doc_id in self.doc_ids]
+    self.documents = [beir_set.document_text(doc_id) for doc_id in beir_set.corpus]  # The corpus's order.
     self.queries = list(beir_set.queries.values())
 
   @classmethod
