@@ -72,6 +72,12 @@ def _features(config, workdir: str, checked):
   return extract_features.extract(config, workdir)
 
 
+def _retrieve(config, workdir: str, checked):
+  from bert_jax.retrieval import evaluation
+
+  return evaluation.evaluate(config, workdir)
+
+
 def _bertology(config, workdir: str, checked):
   from bert_jax.bertology import attention, feature_based, heads, probe
 
@@ -119,6 +125,14 @@ JOBS = {
     "per-token vectors of features.input_pattern's lines into features.output_dir (.npz).",
     config_checks.features,
     _features,
+    one_machine=True,
+  ),
+  "retrieve": Job(
+    "retrieval metrics (nDCG@10, MRR@10, recall@10 and @100, MAP@100, as BEIR computes them) of retrieval.source on "
+    "the BEIR-layout set in retrieval.data_dir (its retrieval.split), exact search over the mesh, into "
+    "retrieval.output_dir/metrics.json.",
+    config_checks.retrieval,
+    _retrieve,
     one_machine=True,
   ),
   "attention": Job(

@@ -347,6 +347,26 @@ def get_config() -> ml_collections.ConfigDict:
   config.embedding.query_prompt = ml_collections.config_dict.placeholder(str)
   config.embedding.document_prompt = ml_collections.config_dict.placeholder(str)
 
+  # --mode=retrieve (bert_jax/retrieval/evaluation.py): a source's retrieval metrics on a BEIR-layout set (nDCG@10,
+  # MRR@10, recall@10 and @100, MAP@100, as BEIR computes them), its queries and corpus embedded as config.embedding
+  # says and searched exactly over the mesh.
+  config.retrieval = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.retrieval.source = ""
+  # The set, local or gs://: corpus.jsonl, queries.jsonl and qrels/<split>.tsv (BEIR's layout).
+  config.retrieval.data_dir = ""
+  # The judgements evaluated: qrels/<split>.tsv.
+  config.retrieval.split = "test"
+  # Documents retrieved a query (at least 100: recall@100 and MAP@100 count them).
+  config.retrieval.top_k = 100
+  # Texts embedded a batch (over all devices of the mesh).
+  config.retrieval.batch_size = 64
+  # Tokens a text, [CLS] and [SEP] included; longer texts are cut. 0: the source's recorded length, else the model's
+  # longest.
+  config.retrieval.max_seq_length = 0
+  # Where metrics.json goes, local or gs:// (empty or absent: nothing is overwritten).
+  config.retrieval.output_dir = ""
+
   # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
