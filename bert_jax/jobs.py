@@ -78,6 +78,12 @@ def _retrieve(config, workdir: str, checked):
   return evaluation.evaluate(config, workdir)
 
 
+def _mine(config, workdir: str, checked):
+  from bert_jax.finetune import hard_negatives
+
+  return hard_negatives.mine(config, workdir)
+
+
 def _bertology(config, workdir: str, checked):
   from bert_jax.bertology import attention, feature_based, heads, probe
 
@@ -133,6 +139,13 @@ JOBS = {
     "retrieval.output_dir/metrics.json.",
     config_checks.retrieval,
     _retrieve,
+    one_machine=True,
+  ),
+  "mine": Job(
+    "hard negatives for mine.pairs_file's (anchor, positive) pairs from mine.corpus_file's documents (and the "
+    "positives), as sentence-transformers' mine_hard_negatives picks them, into mine.output_dir/negatives.jsonl.",
+    config_checks.mine,
+    _mine,
     one_machine=True,
   ),
   "attention": Job(

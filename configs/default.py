@@ -367,6 +367,39 @@ def get_config() -> ml_collections.ConfigDict:
   # Where metrics.json goes, local or gs:// (empty or absent: nothing is overwritten).
   config.retrieval.output_dir = ""
 
+  # --mode=mine (bert_jax/finetune/hard_negatives.py): hard negatives for a pairs file's (anchor, positive) pairs, as
+  # sentence-transformers' mine_hard_negatives picks them ("top" sampling), written as the contrastive task's pairs
+  # file (anchor, positive, negative_1 ... negative_n), embedded as config.embedding says.
+  config.mine = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.mine.source = ""
+  # The pairs: a .jsonl, .tsv or .csv file with `anchor` and `positive` columns (the embeddings task's pairs files).
+  config.mine.pairs_file = ""
+  # The documents negatives come from: a BEIR corpus.jsonl (title and text), and the pairs' positives; empty: the
+  # positives only.
+  config.mine.corpus_file = ""
+  # Where negatives.jsonl and mining.json go, local or gs:// (empty or absent: nothing is overwritten).
+  config.mine.output_dir = ""
+  # Negatives a pair (a pair whose anchor has fewer left after the filters gets no row).
+  config.mine.num_negatives = 3
+  # Candidates skipped, best first, after the filters below (their ranks counted among the candidates left) ...
+  config.mine.range_min = 0
+  # ... and the deepest rank a negative may take; 0: sentence-transformers' default (range_min + num_negatives +
+  # the most positives an anchor has; 10 x num_negatives with a margin or max_score).
+  config.mine.range_max = 0
+  # Drop candidates scoring above the anchor's lowest positive score less this (0: never above the positive) ...
+  config.mine.absolute_margin = ml_collections.config_dict.placeholder(float)
+  # ... or less this share of its magnitude (NV-Retriever's 0.05) ...
+  config.mine.relative_margin = ml_collections.config_dict.placeholder(float)
+  # ... or above this cosine similarity, or below this one. Unset: no such filter.
+  config.mine.max_score = ml_collections.config_dict.placeholder(float)
+  config.mine.min_score = ml_collections.config_dict.placeholder(float)
+  # Texts embedded a batch (over all devices of the mesh).
+  config.mine.batch_size = 64
+  # Tokens a text, [CLS] and [SEP] included; longer texts are cut. 0: the source's recorded length, else the model's
+  # longest.
+  config.mine.max_seq_length = 0
+
   # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.

@@ -1,5 +1,7 @@
-"""`--mode=retrieve`: its config refused before anything runs; a bad set refused before the model is read; and, end to
-end on a small pretrained source, metrics.json equal to pytrec_eval's measures of each text embedded alone."""
+"""`--mode=retrieve` and `--mode=mine`: their configs refused before anything runs; a bad set refused before the model
+is read; and, end to end on a small pretrained source, retrieve's metrics.json equal to pytrec_eval's measures of each
+text embedded alone, mine's negatives those of `retrieval/mining.py` on those embeddings, read back as the
+embeddings task reads pairs."""
 
 import json
 
@@ -13,6 +15,7 @@ from bert_jax import jobs
 from bert_jax.handoff import pretrained
 from bert_jax.model import sentence_embedding
 from bert_jax.model.encoder import BertModel
+from bert_jax.retrieval import mining
 
 
 def retrieval_config(config, **settings):
@@ -121,3 +124,65 @@ def test_retrieve_writes_pytrec_evals_metrics_of_the_embedded_set(small_config, 
   assert written["metrics"]["recall@100"] == 1.0  # every document retrieved
   with pytest.raises(FileExistsError, match=r"retrieval.output_dir=.* is not empty"):
     jobs.run(config, str(tmp_path / "workdir"), "retrieve")
+
+
+@pytest.mark.parametrize(
+  ("overrides", "message"),
+  [
+    (dict(pairs_file=""), r"--mode=mine needs mine.pairs_file \(anchor and positive columns"),
+    (dict(output_dir=""), r"--mode=mine needs mine.pairs_file .* and mine.output_dir"),
+    (dict(num_negatives=0), r"mine.num_negatives=0 must be at least 1"),
+    (dict(range_min=-1), r"mine.range_min=-1 must be non-negative"),
+    (dict(range_min=4, range_max=6), r"mine.num_negatives=3 exceeds the 2 ranks from mine.range_min=4 to"),
+    (dict(batch_size=0), r"mine.batch_size=0 must be at least 1"),
+  ],
+)
+def test_the_mine_config_is_refused_before_anything_runs(small_config, overrides, message):
+  small_config.mine.update(dict(pairs_file="/data/train.jsonl", output_dir="/out") | overrides)
+  with pytest.raises(ValueError, match=message):
+    jobs.check(small_config, "mine")
+
+
+@pytest.mark.slow
+def test_mine_writes_the_negatives_of_each_text_embedded_alone(small_config, exports, tmp_path):
+  pytest.importorskip("bert_jax.retrieval.embedder")
+  pairs = pytest.importorskip("bert_jax.finetune.pairs")
+  rng = np.random.default_rng(2)
+  text = lambda n: " ".join(rng.choice(WORDS, n))  # noqa: E731
+  anchors = [text(3) for _ in range(12)]
+  anchors[4] = anchors[1]  # an anchor with two positives
+  positives = [text(int(rng.integers(4, 12))) for _ in range(12)]
+  (tmp_path / "train.jsonl").write_text(
+    "".join(json.dumps(dict(anchor=a, positive=p)) + "\n" for a, p in zip(anchors, positives, strict=True))
+  )
+  documents = [dict(_id=f"d{i}", title=text(1), text=text(int(rng.integers(4, 12)))) for i in range(20)]
+  (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in documents))
+  small_config.mine.update(
+    source=exports["bundle"],
+    pairs_file=str(tmp_path / "train.jsonl"),
+    corpus_file=str(tmp_path / "corpus.jsonl"),
+    output_dir=str(tmp_path / "out"),
+    num_negatives=2,
+    range_min=1,
+    batch_size=8,
+    max_seq_length=24,
+  )
+  report = jobs.run(small_config, str(tmp_path / "workdir"), "mine")
+  assert json.loads((tmp_path / "out" / "mining.json").read_text()) == json.loads(json.dumps(report))
+
+  found = mining.texts(anchors, positives, [f"{d['title']} {d['text']}" for d in documents])
+  loaded = pretrained.load(exports["bundle"])
+  expected = mining.mine(
+    anchors,
+    positives,
+    found,
+    alone(loaded, found.anchors, 24),
+    alone(loaded, found.corpus, 24),
+    mining.MiningSettings(num_negatives=2, range_min=1),
+  )
+  written = [json.loads(line) for line in (tmp_path / "out" / "negatives.jsonl").read_text().splitlines()]
+  assert written == expected and len(written) == 12 == report["rows"]
+  read_back = pairs.read_pairs(tmp_path / "out" / "negatives.jsonl", 2)
+  assert [(p.anchor, p.positive, p.negatives) for p in read_back] == [
+    (row["anchor"], row["positive"], (row["negative_1"], row["negative_2"])) for row in written
+  ]

@@ -23,6 +23,7 @@ from bert_jax.config_checks.tools import (
   check_dry_run,
   check_export,
   check_features,
+  check_mine,
   check_placeholders,
   check_retrieval,
 )
@@ -80,6 +81,11 @@ def bertology(config, mode: str) -> Findings:
 
 def retrieval(config, mode: str) -> Findings:
   check_retrieval(config)
+  return Findings(mode)
+
+
+def mine(config, mode: str) -> Findings:
+  check_mine(config)
   return Findings(mode)
 
 

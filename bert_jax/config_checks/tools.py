@@ -2,7 +2,7 @@
 export, and the placeholder bucket a shipped config writes where the user's own path goes."""
 
 from bert_jax.config_checks.finetuning import TASKS
-from bert_jax.config_checks.ranges import AT_LEAST_ONE, POSITIVE, Range, check_ranges
+from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
 from bert_jax.dry_run import tpu_topology
 from bert_jax.handoff.export_formats import FORMATS as EXPORT_FORMATS
 from bert_jax.model.bert_config import REMAT_POLICIES
@@ -69,6 +69,32 @@ def check_retrieval(config) -> None:
     raise ValueError(
       f"retrieval.max_seq_length={settings.max_seq_length} must be 0 (the source's) or at least 3 ([CLS] x [SEP])."
     )
+  check_embedding(config.embedding)
+
+
+MINE = (
+  ("mine.batch_size", AT_LEAST_ONE),
+  ("mine.num_negatives", AT_LEAST_ONE),
+  ("mine.range_min", NON_NEGATIVE),
+  ("mine.range_max", NON_NEGATIVE),
+)
+
+
+def check_mine(config) -> None:
+  """`config.mine` and `config.embedding`, for --mode=mine."""
+  settings = config.mine
+  if not settings.pairs_file or not settings.output_dir:
+    raise ValueError(
+      "--mode=mine needs mine.pairs_file (anchor and positive columns: .jsonl, .tsv or .csv) and mine.output_dir."
+    )
+  check_ranges({"mine": settings}, MINE)
+  if settings.range_max and settings.range_max - settings.range_min < settings.num_negatives:
+    raise ValueError(
+      f"mine.num_negatives={settings.num_negatives} exceeds the {max(settings.range_max - settings.range_min, 0)} "
+      f"ranks from mine.range_min={settings.range_min} to mine.range_max={settings.range_max}."
+    )
+  if settings.max_seq_length != 0 and settings.max_seq_length < 3:
+    raise ValueError(f"mine.max_seq_length={settings.max_seq_length} must be 0 (the source's) or at least 3.")
   check_embedding(config.embedding)
 
 

@@ -25,12 +25,31 @@ SHOWN = ("ndcg@10", "mrr@10", "recall@10", "recall@100", "map@100")
 METRICS_FILE = "metrics.json"
 
 
-def max_seq_length(configured: int, settings: sentence_embedding.Settings, model_longest: int) -> int:
-  """The tokens a text: `configured` (checked against the model), else the source's recorded length, else the
-  model's longest."""
+def max_seq_length(configured: int, settings: sentence_embedding.Settings, model_longest: int, key: str) -> int:
+  """The tokens a text: `configured` (config key `key`, checked against the model), else the source's recorded
+  length, else the model's longest."""
   if configured > model_longest:
-    raise ValueError(f"retrieval.max_seq_length={configured} exceeds the model's {model_longest} positions.")
+    raise ValueError(f"{key}={configured} exceeds the model's {model_longest} positions.")
   return configured or min(settings.max_seq_length or model_longest, model_longest)
+
+
+def source_embedder(config, section: str, job: source_jobs.SourceJob) -> Embedder:
+  """The embedder of `job`'s source on its mesh: `config.embedding` over the source's recorded settings,
+  `config[section]`'s max_seq_length (0: the source's, else the model's longest) and batch_size."""
+  model_cfg = dataclasses.replace(job.loaded.config, dtype=config.model.dtype)
+  embedding = sentence_embedding.settings(config.embedding, getattr(job.loaded, "embedding", None))
+  configured = config[section].max_seq_length
+  seq = max_seq_length(configured, embedding, model_cfg.max_sequence_length, f"{section}.max_seq_length")
+  return Embedder(
+    model_cfg,
+    job.loaded.params["bert"],
+    job.loaded.tokenizer,
+    embedding,
+    seq,
+    config[section].batch_size,
+    job.mesh,
+    config.logical_axis_rules,
+  )
 
 
 def evaluate(config, workdir: str) -> dict:
@@ -46,24 +65,8 @@ def evaluate(config, workdir: str) -> dict:
     len(data.queries),
     sum(len(judged) for judged in data.qrels.values()),
   )
-  if settings.top_k > len(data.corpus):
-    logging.info(
-      "retrieval.top_k=%d: the corpus has %d documents, every one retrieved.", settings.top_k, len(data.corpus)
-    )
   job = source_jobs.start(config, "retrieval", workdir, lines=False)
-  model_cfg = dataclasses.replace(job.loaded.config, dtype=config.model.dtype)
-  embedding = sentence_embedding.settings(config.embedding, getattr(job.loaded, "embedding", None))
-  seq = max_seq_length(settings.max_seq_length, embedding, model_cfg.max_sequence_length)
-  embedder = Embedder(
-    model_cfg,
-    job.loaded.params["bert"],
-    job.loaded.tokenizer,
-    embedding,
-    seq,
-    settings.batch_size,
-    job.mesh,
-    config.logical_axis_rules,
-  )
+  embedder = source_embedder(config, "retrieval", job)
   start = time.perf_counter()
   query_embeddings = embedder.embed(list(data.queries.values()), kind="query", progress_label="queries")
   corpus_embeddings = embedder.embed(
@@ -81,8 +84,8 @@ def evaluate(config, workdir: str) -> dict:
     documents=len(data.corpus),
     queries=len(data.queries),
     top_k=settings.top_k,
-    max_seq_length=seq,
-    embedding=dataclasses.asdict(embedding),
+    max_seq_length=embedder.max_seq_length,
+    embedding=dataclasses.asdict(embedder.settings),
     embedding_seconds=round(embedded - start, 3),
     search_seconds=round(searched - embedded, 3),
     metrics=results,
