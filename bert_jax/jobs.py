@@ -63,13 +63,21 @@ def _export(config, workdir: str, checked):
   from bert_jax.handoff import export
 
   settings = config.export
-  return export.export(settings.source or workdir, settings.dir, settings.format, settings.overwrite)
+  return export.export(
+    settings.source or workdir, settings.dir, settings.format, settings.overwrite, embedding=config.embedding
+  )
 
 
 def _features(config, workdir: str, checked):
   from bert_jax.handoff import extract_features
 
   return extract_features.extract(config, workdir)
+
+
+def _embed(config, workdir: str, checked):
+  from bert_jax.retrieval import embed_files
+
+  return embed_files.embed(config, workdir)
 
 
 def _retrieve(config, workdir: str, checked):
@@ -122,7 +130,7 @@ JOBS = {
   ),
   "export": Job(
     "write the workdir's newest checkpoint (or export.source) to export.dir as export.format (bundle, huggingface, "
-    "google).",
+    "google, sentence-transformers: embedding.* where set).",
     config_checks.export,
     _export,
     one_machine=True,
@@ -131,6 +139,13 @@ JOBS = {
     "per-token vectors of features.input_pattern's lines into features.output_dir (.npz).",
     config_checks.features,
     _features,
+    one_machine=True,
+  ),
+  "embed": Job(
+    "sentence embeddings of embed.input_pattern's texts (text lines or JSONL) with their ids into embed.output_dir "
+    "(embeddings.npy, ids.json, manifest.json).",
+    config_checks.embed,
+    _embed,
     one_machine=True,
   ),
   "retrieve": Job(

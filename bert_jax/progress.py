@@ -118,11 +118,12 @@ def duration(seconds: float) -> str:
   return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def lines_row(job: str, lines: int, total_lines: int, tokens: int, seconds: float) -> str:
-  """A progress line of a job over text lines: "features: 320/1,000 lines | 5,120 tokens/s | ETA 0:00:12"."""
+def lines_row(job: str, lines: int, total_lines: int, tokens: int, seconds: float, unit: str = "lines") -> str:
+  """A progress line of a job over text lines (or other `unit`s: texts): "features: 320/1,000 lines | 5,120
+  tokens/s | ETA 0:00:12"."""
   rate = lines / max(seconds, 1e-9)
   eta = (total_lines - lines) / rate if rate else 0
-  return f"{job}: {lines:,}/{total_lines:,} lines | {tokens / max(seconds, 1e-9):,.0f} tokens/s | ETA {duration(eta)}"
+  return f"{job}: {lines:,}/{total_lines:,} {unit} | {tokens / max(seconds, 1e-9):,.0f} tokens/s | ETA {duration(eta)}"
 
 
 class Progress:

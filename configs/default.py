@@ -326,11 +326,13 @@ def get_config() -> ml_collections.ConfigDict:
   # --mode=export: a pretrained model written out for others (bert_jax/handoff/export.py).
   config.export = ml_collections.ConfigDict()
   # What to export: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads (a
-  # checkpoint step directory, a bundle, a Hugging Face or Google BERT directory), local or gs://.
+  # checkpoint step directory, a bundle, a Hugging Face, Google BERT or sentence-transformers directory), local or
+  # gs://.
   config.export.source = ""
   # The directory to write, local or gs://.
   config.export.dir = ""
-  # "bundle" (bert_jax: params, bert_config.json, tokenizer file, manifest), "huggingface" or "google".
+  # "bundle" (bert_jax: params, bert_config.json, tokenizer file, manifest), "huggingface", "google" or
+  # "sentence-transformers" (the Hugging Face files as a SentenceTransformer model that embeds by config.embedding).
   config.export.format = "bundle"
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False
@@ -347,6 +349,28 @@ def get_config() -> ml_collections.ConfigDict:
   config.embedding.query_prompt = ml_collections.config_dict.placeholder(str)
   config.embedding.document_prompt = ml_collections.config_dict.placeholder(str)
 
+  # --mode=embed: sentence embeddings of text or JSONL files, with their ids (bert_jax/retrieval/embed_files.py); the
+  # embedding's pooling, normalisation and prompts: config.embedding.
+  config.embed = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.embed.source = ""
+  # Files by glob (local or gs://): text files (one text per line, id "file:line") or .jsonl (below).
+  config.embed.input_pattern = ""
+  # A .jsonl line's text and id fields (a "title" field, where present, goes before the text: BEIR's corpus.jsonl).
+  config.embed.text_field = "text"
+  config.embed.id_field = "_id"
+  # Where embeddings.npy, ids.json and manifest.json go, local or gs://.
+  config.embed.output_dir = ""
+  # Replace an earlier output in embed.output_dir (otherwise refused).
+  config.embed.overwrite = False
+  # Tokens per text, special tokens included (longer texts are truncated); 0: the source's recorded length (a
+  # sentence-transformers directory's), else the model's longest.
+  config.embed.max_seq_length = 0
+  # Rows of max_seq_length tokens per batch (over all devices of the mesh); shorter texts share rows.
+  config.embed.batch_size = 32
+  # "document" or "query": which of config.embedding's prompts goes before each text.
+  config.embed.kind = "document"
+
   # --mode=retrieve (bert_jax/retrieval/evaluation.py): a source's retrieval metrics on a BEIR-layout set (nDCG@10,
   # MRR@10, recall@10 and @100, MAP@100, as BEIR computes them), its queries and corpus embedded as config.embedding
   # says and searched exactly over the mesh.
@@ -359,8 +383,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.retrieval.split = "test"
   # Documents retrieved a query (at least 100: recall@100 and MAP@100 count them).
   config.retrieval.top_k = 100
-  # Texts embedded a batch (over all devices of the mesh).
-  config.retrieval.batch_size = 64
+  # Rows of max_seq_length tokens per batch (over all devices of the mesh); shorter texts share rows.
+  config.retrieval.batch_size = 32
   # Tokens a text, [CLS] and [SEP] included; longer texts are cut. 0: the source's recorded length, else the model's
   # longest.
   config.retrieval.max_seq_length = 0
@@ -394,8 +418,8 @@ def get_config() -> ml_collections.ConfigDict:
   # ... or above this cosine similarity, or below this one. Unset: no such filter.
   config.mine.max_score = ml_collections.config_dict.placeholder(float)
   config.mine.min_score = ml_collections.config_dict.placeholder(float)
-  # Texts embedded a batch (over all devices of the mesh).
-  config.mine.batch_size = 64
+  # Rows of max_seq_length tokens per batch (over all devices of the mesh); shorter texts share rows.
+  config.mine.batch_size = 32
   # Tokens a text, [CLS] and [SEP] included; longer texts are cut. 0: the source's recorded length, else the model's
   # longest.
   config.mine.max_seq_length = 0

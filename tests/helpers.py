@@ -329,3 +329,24 @@ def config_of_hf(hf_config, **overrides):
 
   read = hf_configs.config_from_hf(hf_config.to_dict(), "the test's config.json")
   return dataclasses.replace(read, **overrides)
+
+
+def hf_bert_directory(directory, words: list[str], seed: int = 0, **sizes) -> str:
+  """A Hugging Face BERT directory (transformers' `BertModel` with random weights, its WordPiece vocabulary of the
+  special tokens, "." and `words`, and the fast tokenizer's files) in `directory`, as sentence-transformers and
+  `pretrained.load` read it; `sizes` override the tiny default sizes. Returns its path."""
+  import torch
+  import transformers
+
+  directory = pathlib.Path(directory)
+  directory.mkdir(parents=True, exist_ok=True)
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]
+  (directory / "vocab.txt").write_text("\n".join(vocab) + "\n")
+  values = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+  values.update(sizes)
+  values.setdefault("max_position_embeddings", 64)
+  config = transformers.BertConfig(vocab_size=len(vocab) + (-len(vocab)) % 8, **values)
+  torch.manual_seed(seed)
+  transformers.BertModel(config).save_pretrained(directory)
+  transformers.BertTokenizerFast(str(directory / "vocab.txt")).save_pretrained(directory)
+  return str(directory)

@@ -37,6 +37,7 @@ def test_an_overwrite_replaces_only_what_an_export_wrote_and_follows_symlinks(ex
     "google",
     "huggingface",
     "link",
+    "sentence-transformers",
   ]
   assert pretrained.load(str(tmp_path / "link")).source.format == "huggingface"
   source = tmp_path / "bundle"

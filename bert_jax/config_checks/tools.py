@@ -1,5 +1,5 @@
-"""The checks of the modes that run no training: features, the BERTology analyses, retrieval, the dry run and plan,
-export, and the placeholder bucket a shipped config writes where the user's own path goes."""
+"""The checks of the modes that run no training: features, embed, the BERTology analyses, retrieval, the dry run
+and plan, export, and the placeholder bucket a shipped config writes where the user's own path goes."""
 
 from bert_jax.config_checks.finetuning import TASKS
 from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
@@ -13,6 +13,12 @@ FEATURES = (
   ("features.batch_size", AT_LEAST_ONE),
   ("features.lines_per_shard", AT_LEAST_ONE),
 )
+
+EMBED = (
+  ("embed.max_seq_length", Range(0), "(0: the source's)"),
+  ("embed.batch_size", AT_LEAST_ONE),
+)
+EMBED_KINDS = ("document", "query")
 
 BERTOLOGY = (
   ("bertology.max_seq_length", Range(3), "([CLS] x [SEP])"),
@@ -39,6 +45,22 @@ def check_features(settings) -> None:
     )
   if not settings.layers:
     raise ValueError("features.layers is empty: name at least one layer (-1: the last).")
+
+
+def check_embed(settings) -> None:
+  """`config.embed`, for --mode=embed (`config.embedding`'s values: `sentence_embedding.Settings`, before the source
+  is read)."""
+  if not settings.input_pattern or not settings.output_dir:
+    raise ValueError("--mode=embed needs embed.input_pattern and embed.output_dir.")
+  check_ranges({"embed": settings}, EMBED)
+  if settings.max_seq_length in (1, 2):
+    raise ValueError(
+      f"embed.max_seq_length={settings.max_seq_length}: a row needs its special tokens and a token more."
+    )
+  if settings.kind not in EMBED_KINDS:
+    raise ValueError(f"embed.kind={settings.kind!r}; expected one of {EMBED_KINDS}.")
+  if not settings.text_field or not settings.id_field:
+    raise ValueError("embed.text_field and embed.id_field name a .jsonl line's fields: neither may be empty.")
 
 
 RETRIEVAL = (
@@ -145,12 +167,14 @@ def check_dry_run(config) -> None:
 # The bucket name the shipped configs and their docstrings' commands write where the user's own goes (gs://BUCKET/...).
 
 
-def check_export(settings) -> None:
-  """`config.export`, for --mode=export."""
+def check_export(settings, embedding) -> None:
+  """`config.export`, for --mode=export, and `config.embedding` for a sentence-transformers export."""
   if settings.format not in EXPORT_FORMATS:
     raise ValueError(f"export.format={settings.format!r}; expected one of {EXPORT_FORMATS}.")
   if not settings.dir:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
+  if settings.format == "sentence-transformers" and embedding.pooling not in (None, *POOLINGS):
+    raise ValueError(f"embedding.pooling={embedding.pooling!r}; expected one of {POOLINGS} (None: the source's).")
 
 
 PLACEHOLDER_BUCKET = "BUCKET"

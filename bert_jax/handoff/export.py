@@ -18,6 +18,11 @@ workdir) and writes one of:
   generator} publish them), which `pretrained.load` reads back with the discriminator.
 * `google`: `bert_model.ckpt.{index,data-00000-of-00001}` with the original TF1 variable names,
   `bert_config.json` and `vocab.txt`, as google-research/bert publishes.
+* `sentence-transformers`: the `huggingface` files, with the sentence-transformers modules around them
+  (sentence_transformers.py: `modules.json` written last, the Pooling and Normalize modules, the prompts, the longest
+  input), which `SentenceTransformer(directory)` loads and whose embeddings are bert_jax's. How it embeds is
+  `config.embedding` (`embedding`) where set, else what the source records (`Pretrained.embedding`), else the defaults
+  (model/sentence_embedding.py); its longest input the source's, else the model's positions.
 
 A fine-tuned model (a fine-tuning workdir exports its `best/` member) keeps its head: the bundle's manifest
 records its `task`, and the Hugging Face directory is transformers' task model (`architectures`, `id2label`,
@@ -50,6 +55,7 @@ An export that cannot finish leaves nothing behind and says so in one line:
 import contextlib
 import datetime
 import errno
+import functools
 import importlib.metadata
 import json
 import os
@@ -67,15 +73,30 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
-from bert_jax.handoff import export_formats, formats, google_format, hf_configs, hf_format, hf_tokenizer, pretrained
+from bert_jax.handoff import (
+  export_formats,
+  formats,
+  google_format,
+  hf_configs,
+  hf_format,
+  hf_tokenizer,
+  pretrained,
+  sentence_transformers,
+)
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
+from bert_jax.model.sentence_embedding import Settings, settings
 from bert_jax.workdir import checkpoints, lease, reading
 
 FORMATS = export_formats.FORMATS
 # The file whose presence makes a directory a model of each format (written last).
-_COMMIT_FILE = {"bundle": formats.BUNDLE_MANIFEST, "huggingface": "config.json", "google": google_format.CONFIG}
+_COMMIT_FILE = {
+  "bundle": formats.BUNDLE_MANIFEST,
+  "huggingface": "config.json",
+  "google": google_format.CONFIG,
+  "sentence-transformers": sentence_transformers.MODULES,
+}
 _TOKENIZER_FILENAME = {"wordpiece": "vocab.txt", "sentencepiece": "tokenizer.model", "bpe": bpe.TOKENIZER_JSON}
 # A byte-level BPE in a Google directory: RoBERTa's two files, which RobertaTokenizer reads.
 _BPE_FILES = (bpe.VOCAB, bpe.MERGES)
@@ -91,6 +112,7 @@ _WRITTEN = {
     *_BPE_FILES,
   },
 }
+_WRITTEN["sentence-transformers"] = {*_WRITTEN["huggingface"], *sentence_transformers.WRITTEN}
 # How long a partial directory's writer may stay silent before another export to its target takes it for dead.
 PARTIAL_TIMEOUT_SECONDS = 300.0
 _STAGED = "export"  # The folder of a partial directory that becomes the target.
@@ -288,6 +310,24 @@ def _write_google(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   _write(directory / google_format.CONFIG, json.dumps(to_bert_json(loaded.config), indent=2))
 
 
+def _write_sentence_transformers(loaded: pretrained.Pretrained, directory: epath.Path, embedding: Settings) -> None:
+  """The Hugging Face export in `directory`, made a sentence-transformers model that embeds by `embedding`
+  (modules.json last)."""
+  _write_huggingface(loaded, directory)
+  config, tokenizer = loaded.config, loaded.tokenizer
+  files = sentence_transformers.files(
+    embedding,
+    config.hidden_size,
+    embedding.max_seq_length or config.max_sequence_length,
+    do_lower_case=tokenizer.kind == "wordpiece" and tokenizer.lower_case,
+  )
+  (directory / sentence_transformers.POOLING_DIR).mkdir()
+  if embedding.normalized:
+    (directory / sentence_transformers.NORMALIZE_DIR).mkdir()  # As sentence-transformers saves it: empty.
+  for name, content in files.items():  # modules.json last.
+    _write(directory / name, content)
+
+
 _WRITERS = {"bundle": _write_bundle, "huggingface": _write_huggingface, "google": _write_google}
 
 
@@ -320,8 +360,11 @@ def _check_target(source: str, resolved: str, target: epath.Path, overwrite: boo
   return existing.format
 
 
-def export(source: str, directory: str, format: str = "bundle", overwrite: bool = False) -> str:
+def export(source: str, directory: str, format: str = "bundle", overwrite: bool = False, embedding=None) -> str:
   """Writes `source` (any `pretrained.load` source) to `directory` in `format`; returns the directory.
+
+  `embedding` (`config.embedding`: pooling, normalize, prompts, each None for the source's) is how a
+  sentence-transformers export embeds; None: the source's settings, else the defaults.
 
   An existing export in `directory` is replaced only with `overwrite`; anything else there (a workdir, other
   files), or a `directory` that is, contains or lies inside the source, is refused before anything is written. A
@@ -340,10 +383,14 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
       loaded = pretrained.load(source)  # Checks the source before anything is written.
       _check_target(source, loaded.source.path, target, overwrite)
       _check_format(source, loaded, format)
+      write = _WRITERS.get(format)
+      if format == "sentence-transformers":  # Settings checked before anything is written.
+        chosen = settings(embedding, loaded.embedding) if embedding is not None else loaded.embedding or Settings()
+        write = functools.partial(_write_sentence_transformers, embedding=chosen)
       if paths.is_local(target):
-        _export_locally(loaded, target, format, sigterm)
+        _export_locally(loaded, target, write, sigterm)
       else:
-        _export_to_gcs(loaded, target, format, replaced_format)
+        _export_to_gcs(loaded, target, write, replaced_format)
     except _Sigterm:  # Before writing began (while writing, the writers name what they leave).
       raise ExportStopped(f"Export to {target} stopped by SIGTERM before it began writing.") from None
     if sigterm.received:
@@ -366,7 +413,7 @@ def _check_format(source: str, loaded: pretrained.Pretrained, format: str) -> No
     )
 
 
-def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, format: str, sigterm: _StopOnSigterm) -> None:
+def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, write, sigterm: _StopOnSigterm) -> None:
   """Writes into a partial directory beside `target`, then renames it into place: all or nothing."""
   _remove_dead_partials(target)
   partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
@@ -376,7 +423,7 @@ def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, format: s
   try:
     held.acquire()
     (partial / _STAGED).mkdir()
-    _WRITERS[format](loaded, partial / _STAGED)
+    write(loaded, partial / _STAGED)
     sigterm.hold()  # The rename into place, once begun, finishes.
     if target.exists():
       replaced = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
@@ -400,7 +447,7 @@ def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, format: s
       partial.rmtree()
 
 
-def _export_to_gcs(loaded: pretrained.Pretrained, target: epath.Path, format: str, replaced_format: str | None) -> None:
+def _export_to_gcs(loaded: pretrained.Pretrained, target: epath.Path, write, replaced_format: str | None) -> None:
   """No rename on GCS: the commit file goes first when replacing and last when writing."""
   try:
     if replaced_format is not None:
@@ -410,7 +457,7 @@ def _export_to_gcs(loaded: pretrained.Pretrained, target: epath.Path, format: st
     if target.exists():
       target.rmtree()
     target.mkdir(parents=True, exist_ok=True)
-    _WRITERS[format](loaded, target)
+    write(loaded, target)
   except (_Sigterm, OSError) as error:
     raise _one_line(error, target, f"it holds no export ({_removed(target)})") from None
 

@@ -8,7 +8,9 @@
 * a Hugging Face BERT, RoBERTa, ALBERT, ELECTRA or ModernBERT directory (hf_configs.py, hf_names.py): `config.json`
   + `model.safetensors` (or `pytorch_model.bin` with torch) + `vocab.txt` (or a SentencePiece `tokenizer.model` or
   `spiece.model`, or a byte-level BPE's `vocab.json` + `merges.txt`, or its `tokenizer.json` alone, as ModernBERT's);
-* an original Google BERT directory: `bert_config.json` + `bert_model.ckpt.{index,data-*}` + `vocab.txt`.
+* an original Google BERT directory: `bert_config.json` + `bert_model.ckpt.{index,data-*}` + `vocab.txt`;
+* a sentence-transformers directory (`modules.json`): the Hugging Face model of its Transformer module, with the
+  `Settings` of its pooling, normalisation, prompts and longest input (`Source.embedding`; sentence_transformers.py).
 
 Everything that can be checked from metadata is checked here, before any parameter is read: that the path exists
 and is a committed, complete source, its architecture, that it fits a config (`check_fits`) and was trained with a
@@ -19,12 +21,13 @@ import dataclasses
 import json
 
 import numpy as np
+from absl import logging
 from etils import epath
 from jax.experimental import multihost_utils
 
 from bert_jax import paths
 from bert_jax.data.tokenizer import bpe, file_sha256, tokenizer_sha256
-from bert_jax.handoff import google_format, hf_configs, hf_format, hf_tokenizer
+from bert_jax.handoff import google_format, hf_configs, hf_format, hf_tokenizer, sentence_transformers
 from bert_jax.model.bert_config import (
   ARCHITECTURE_FIELDS,
   SIZE_FIELDS,
@@ -34,9 +37,10 @@ from bert_jax.model.bert_config import (
   from_fields,
 )
 from bert_jax.model.heads import HEADS, HF_ARCHITECTURES, TaskHead
+from bert_jax.model.sentence_embedding import Settings
 from bert_jax.workdir import checkpoints, checksums, reading
 
-FORMATS = ("workdir", "bundle", "huggingface", "google")
+FORMATS = ("workdir", "bundle", "huggingface", "google", "sentence-transformers")
 # The folder of a Hugging Face ELECTRA directory that holds its generator (an ElectraForMaskedLM directory).
 GENERATOR = "generator"
 BUNDLE_MANIFEST = "manifest.json"
@@ -65,6 +69,9 @@ class Source:
   # ALBERT's text preprocessing flags for a SentencePiece tokenizer that asks for them (data/tokenizer/albert.py), as
   # the source records them (bert_jax sources) or its tokenizer_config.json sets them (hf_tokenizer.py).
   albert_preprocessing: dict | None = None
+  # How the model embeds a sentence, as the source records it: a sentence-transformers directory's modules (the hook
+  # for any source that records its settings); None when it records none.
+  embedding: Settings | None = None
 
 
 def _committed_step(path: epath.Path) -> tuple[epath.Path, int] | None:
@@ -294,6 +301,35 @@ def _foreign_source(path: epath.Path, fmt: str, lower_case: bool | None) -> Sour
   )
 
 
+def _sentence_transformers_source(path: epath.Path, lower_case: bool | None) -> Source:
+  """The Hugging Face model of a sentence-transformers directory's Transformer module, with the directory's
+  embedding settings; refuses a module bert_jax does not compute, and a model other than a Hugging Face one."""
+  transformer_dir, settings, do_lower_case = sentence_transformers.read_settings(path)
+  weights = (hf_format.SAFETENSORS, hf_format.SAFETENSORS_INDEX, hf_format.PYTORCH_BIN)
+  if not ((transformer_dir / "config.json").exists() and any((transformer_dir / name).exists() for name in weights)):
+    raise FileNotFoundError(
+      f"{path}: its Transformer module's folder {transformer_dir} holds no Hugging Face model (config.json and "
+      f"{' or '.join(weights)}); it holds {_describe_contents(transformer_dir)}."
+    )
+  source = _foreign_source(transformer_dir, "huggingface", lower_case)
+  if do_lower_case and not (source.tokenizer_kind == "wordpiece" and source.lower_case):
+    raise ValueError(
+      f"{transformer_dir / sentence_transformers.TRANSFORMER_CONFIG}: do_lower_case=true lower-cases the text before "
+      f"its {source.tokenizer_kind} tokenizer ({source.tokenizer_file}), which does not; bert_jax lower-cases only "
+      "with an uncased WordPiece vocabulary."
+    )
+  if settings.max_seq_length > source.config.max_sequence_length:
+    logging.info(
+      "%s: max_seq_length %d is beyond the model's positions; %d (%s) is the longest input.",
+      path,
+      settings.max_seq_length,
+      source.config.max_sequence_length,
+      source.config.max_sequence_text,
+    )
+    settings = dataclasses.replace(settings, max_seq_length=source.config.max_sequence_length)
+  return dataclasses.replace(source, format="sentence-transformers", embedding=settings, info=dict(directory=str(path)))
+
+
 def _hf_task(config: dict) -> TaskHead | None:
   """The head of a Hugging Face BERT or ModernBERT task model's config.json (`architectures`, `id2label`,
   `problem_type`)."""
@@ -327,6 +363,8 @@ def read_source(path, lower_case: bool | None = None) -> Source:
     raise ValueError(f"{path} is a file; expected a workdir, checkpoint step, bundle, or model directory.")
   if (path / BUNDLE_MANIFEST).exists():
     return _bundle_source(path)
+  if sentence_transformers.is_directory(path):
+    return _sentence_transformers_source(path, lower_case)
   weights = (hf_format.SAFETENSORS, hf_format.SAFETENSORS_INDEX, hf_format.PYTORCH_BIN)
   if (path / "config.json").exists() and any((path / name).exists() for name in weights):
     return _foreign_source(path, "huggingface", lower_case)

@@ -1,8 +1,9 @@
 """Pretrained weights from any source, in one call: `load(path)` -> model config, params, tokenizer.
 
 Sources (local paths or `gs://`): every format `formats.read_source` tells apart (a pretraining or fine-tuning
-workdir, an export bundle, a Hugging Face or an original Google BERT directory); of a workdir only the `params` item
-is read, never the optimizer state.
+workdir, an export bundle, a Hugging Face or an original Google BERT directory, a sentence-transformers directory); of
+a workdir only the `params` item is read, never the optimizer state. A sentence-transformers directory loads its
+Transformer module's model, and how it embeds a sentence (`Pretrained.embedding`).
 
 A fine-tuned model (a fine-tuning workdir, its bundle, a Hugging Face `BertFor{SequenceClassification,
 QuestionAnswering,TokenClassification,MultipleChoice}` or `ModernBertFor...` directory) loads with its head:
@@ -39,6 +40,7 @@ from bert_jax.model.electra import ElectraForPretraining, with_generator
 from bert_jax.model.encoder import abstract_params
 from bert_jax.model.heads import TaskHead
 from bert_jax.model.poolers import make_pooler
+from bert_jax.model.sentence_embedding import Settings
 from bert_jax.workdir import checkpoints, reading
 
 
@@ -57,6 +59,12 @@ class Pretrained:
   @property
   def task(self) -> TaskHead | None:
     return self.source.task
+
+  @property
+  def embedding(self) -> Settings | None:
+    """How the source embeds a sentence, as it records it (a sentence-transformers directory's modules); None when
+    it records nothing: `sentence_embedding.settings(config.embedding, loaded.embedding)` then gives the defaults."""
+    return self.source.embedding
 
 
 def _load_tokenizer(source: formats.Source) -> Tokenizer:
@@ -163,7 +171,7 @@ def _read_params(source: formats.Source, mesh, rules) -> dict:
     check_finite(params, source.path)
     return params
   directory = epath.Path(source.path)
-  if source.format == "huggingface":
+  if source.format in ("huggingface", "sentence-transformers"):  # The latter: its Transformer module's folder.
     tensors = hf_format.load_hf_directory(directory)  # Checks each file's tensors are finite.
   else:
     try:
