@@ -70,7 +70,6 @@ def write_beir_set(directory, rng):
 
 
 def test_a_bad_set_is_refused_before_the_model_is_read(small_config, tmp_path):
-  pytest.importorskip("bert_jax.retrieval.embedder")
   write_beir_set(tmp_path / "set", np.random.default_rng(0))
   with (tmp_path / "set" / "qrels" / "test.tsv").open("a") as f:
     f.write("q1\tdoc99\t1\n")
@@ -96,7 +95,6 @@ def alone(loaded, texts, seq):
 
 @pytest.mark.slow
 def test_retrieve_writes_pytrec_evals_metrics_of_the_embedded_set(small_config, exports, tmp_path):
-  pytest.importorskip("bert_jax.retrieval.embedder")
   docs, queries, qrels = write_beir_set(tmp_path / "set", np.random.default_rng(1))
   config = retrieval_config(
     small_config,
@@ -145,7 +143,6 @@ def test_the_mine_config_is_refused_before_anything_runs(small_config, overrides
 
 @pytest.mark.slow
 def test_mine_writes_the_negatives_of_each_text_embedded_alone(small_config, exports, tmp_path):
-  pytest.importorskip("bert_jax.retrieval.embedder")
   pairs = pytest.importorskip("bert_jax.finetune.pairs")
   rng = np.random.default_rng(2)
   text = lambda n: " ".join(rng.choice(WORDS, n))  # noqa: E731
