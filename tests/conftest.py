@@ -14,7 +14,8 @@ os.environ["XLA_FLAGS"] = (
   + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# transformers beside TensorFlow and Keras 3: sentence-transformers imports its TensorFlow integration unless told not to.
+# transformers beside TensorFlow and Keras 3: sentence-transformers imports its TensorFlow integration unless told not
+# to.
 os.environ.setdefault("USE_TF", "0")
 # glibc's malloc asks the kernel for transparent huge pages (given on request where THP is `madvise`, as here). XLA's
 # CPU runtime maps each execution's temporaries afresh (one ~70 MB block per step of BERT-Tiny at 32 x 64), and in

@@ -1,11 +1,14 @@
 """sentence-transformers directories both ways (handoff/sentence_transformers.py): the export that
 `SentenceTransformer(path)` loads and whose embeddings of a padded batch are bert_jax's (BERT and ModernBERT, CLS and
-mean pooling, normalised or not), read back as a source with the settings it was written with; the modules, poolings
-and similarities bert_jax does not compute, refused by name before any parameter is read."""
+mean pooling, normalised or not), read back as a source with the settings it was written with, in either layout, from
+gs://, and as a features source; the modules, poolings and similarities bert_jax does not compute, refused by name
+before any parameter is read."""
 
+import dataclasses
 import json
 import shutil
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -206,3 +209,49 @@ def test_a_bad_pooling_is_refused_when_the_export_is_checked(tmp_path):
   with pytest.raises(ValueError, match=r"embedding.pooling='max'; expected one of \('cls', 'mean'\)"):
     jobs.run(config, str(tmp_path / "workdir"), "export")
   assert not (tmp_path / "st").exists()
+
+
+def test_a_transformer_module_in_its_own_folder_loads_as_in_the_directory_itself(st_dir, tmp_path):
+  """The older layout: the Hugging Face model in `0_Transformer/`, which modules.json names."""
+
+  def move(directory):
+    (directory / "0_Transformer").mkdir()
+    for path in list(directory.iterdir()):
+      if path.is_file() and path.name not in ("modules.json", "config_sentence_transformers.json"):
+        path.rename(directory / "0_Transformer" / path.name)
+    _edit_json(directory / "modules.json", lambda m: [dict(m[0], path="0_Transformer"), *m[1:]])
+
+  moved = pretrained.load(_broken(st_dir, tmp_path, move))
+  root = pretrained.load(st_dir)
+  assert moved.source.path == str(tmp_path / "broken" / "0_Transformer") and moved.embedding == root.embedding
+  assert moved.config == root.config
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(moved.params), jax.device_get(root.params))
+  model = sentence_transformers.SentenceTransformer(str(tmp_path / "broken"), device="cpu")
+  np.testing.assert_allclose(model.encode(BERT_TEXTS), _ours(moved, BERT_TEXTS, "mean", True)[0], atol=1e-5, rtol=0)
+
+
+def test_a_sentence_transformers_directory_is_a_features_source(st_dir, small_config, tmp_path):
+  (tmp_path / "lines.txt").write_text("w1 w2 w3\nw4\n")
+  small_config.features.update(
+    source=st_dir,
+    input_pattern=str(tmp_path / "lines.txt"),
+    output_dir=str(tmp_path / "features"),
+    layers=(-1,),
+    max_seq_length=16,
+    doc_stride=8,
+    batch_size=8,
+  )
+  manifest = jobs.run(small_config, str(tmp_path / "unused"), "features")
+  shard = np.load(tmp_path / "features" / manifest["shards"][0])
+  loaded = pretrained.load(st_dir)
+  ids = [*loaded.tokenizer.encode("w1 w2 w3"), *loaded.tokenizer.encode("w4")]
+  np.testing.assert_array_equal(shard["token_ids"], ids)
+  assert shard["token_vectors"].shape == (4, 1, loaded.config.hidden_size)
+
+
+def test_an_export_to_gcs_loads_back_with_its_settings(st_dir, gcs_bucket):
+  on_gcs = export.export(st_dir, f"{gcs_bucket}/st", "sentence-transformers", embedding=_embedding(pooling="cls"))
+  loaded, local = pretrained.load(on_gcs), pretrained.load(st_dir)
+  assert loaded.source.format == "sentence-transformers"
+  assert loaded.embedding == dataclasses.replace(local.embedding, pooling="cls")
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(loaded.params), jax.device_get(local.params))
