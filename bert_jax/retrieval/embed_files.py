@@ -3,7 +3,7 @@
 Inputs (`embed.input_pattern`, files by glob, local or gs://, in sorted order):
 
 * a text file: one text per line (empty lines included), its id "<file>:<line>" (lines counted from 1);
-* a `.jsonl` file: one JSON object per line, its text `embed.text_field` and its id `embed.id_field`; a "title"
+* a `.jsonl` file: one JSON object per line (blank lines skipped), its text `embed.text_field` and its id `embed.id_field`; a "title"
   field, where an object has one, goes before the text joined by a space, as BEIR's sentence-transformers model
   joins them (a BEIR `corpus.jsonl` and `queries.jsonl` work as they are).
 

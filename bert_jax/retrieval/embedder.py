@@ -9,7 +9,8 @@ tokens. The rows are then packed so that padding costs little:
 * texts are sorted by length, longest first; a batch takes the next text's row width from a few fixed widths
   (`row_widths`: 16, 32, 64, ... up to max_seq_length), so jit compiles a few programs, not one per batch;
 * a batch holds `batch_size x max_seq_length` token positions whatever its width (`batch_size x max_seq_length //
-  width` rows): narrow rows cost less attention, and every batch is as large;
+  width` rows): narrow rows cost less attention, and every batch is as large, but the last, which takes half, a
+  quarter, ... of the rows where the texts left fill no more;
 * the longest texts left go first-fit into the batch's rows, then the shortest fill the gaps they leave (texts
   sorted, two ends of one list); several texts to a row (at most `instances_per_row(width)`), each
   with its own positions from 0, its instance number in `input_mask` (the encoder attends within an instance only;
@@ -106,22 +107,35 @@ class _Filling:
     return Batch(self.arrays, np.array(self.texts), np.array(self.rows), np.array(self.slots), int(self.used.sum()))
 
 
-def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: int) -> list[Batch]:
+def _num_rows(full: int, min_rows: int, tokens_left: int, width: int) -> int:
+  """A batch's rows: `full`, or the last batch's fewer (`full` halved while a multiple of `min_rows` that holds the
+  `tokens_left` with room to spare), so that the end of the texts does not run a batch of padding."""
+  rows = full
+  while rows % 2 == 0 and (rows // 2) % min_rows == 0 and (rows // 2) * width >= 1.25 * tokens_left:
+    rows //= 2
+  return rows
+
+
+def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: int, min_rows: int = 1) -> list[Batch]:
   """`rows` (each text's token ids, special tokens included, at most `max_seq_length`) packed into batches (see the
-  module docstring); every text is in exactly one batch."""
+  module docstring) of a multiple of `min_rows` rows (the mesh's data-parallel devices); every text is in exactly one
+  batch."""
   lengths = np.array([len(row) for row in rows])
   order = np.argsort(-lengths, kind="stable")
   widths = row_widths(max_seq_length)
+  tokens_left = int(lengths.sum())
   batches, head, tail = [], 0, len(order) - 1  # The longest and the shortest text not yet placed.
   while head <= tail:
     width = next(w for w in widths if w >= lengths[order[head]])
-    filling = _Filling(batch_size * max(1, max_seq_length // width), width, instances_per_row(width), pad_id)
+    num_rows = _num_rows(batch_size * max(1, max_seq_length // width), min_rows, tokens_left, width)
+    filling = _Filling(num_rows, width, instances_per_row(width), pad_id)
     # The longest texts first, then the gaps they leave filled with the shortest.
     while head <= tail and filling.place(order[head], rows[order[head]]):
       head += 1
     while head <= tail and filling.place(order[tail], rows[order[tail]]):
       tail -= 1
     batches.append(filling.batch())
+    tokens_left -= batches[-1].tokens
   return batches
 
 
@@ -230,7 +244,8 @@ class Embedder:
     if not len(texts):
       return out
     start = last_log = time.perf_counter()
-    batches = pack(self.rows(texts, kind), self.max_seq_length, self.batch_size, self.tokenizer.pad_id)
+    min_rows = 1 if self.mesh is None else sharding.data_parallel_size(self.mesh)
+    batches = pack(self.rows(texts, kind), self.max_seq_length, self.batch_size, self.tokenizer.pad_id, min_rows)
     done = tokens = 0
     for batch in batches:
       arrays = batch.arrays if self.mesh is None else self._global(batch.arrays)
