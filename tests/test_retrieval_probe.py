@@ -183,6 +183,8 @@ def test_the_probe_reports_the_ndcg_of_the_trained_encoders_own_embeddings(probe
   lines = [record.getMessage() for record in caplog.records]
   (eval_line,) = [line for line in lines if line.startswith("eval at step 2")]
   assert eval_line.endswith(f" | ndcg@10 {expected['ndcg@10']:.4f}") and "mlm_loss" in eval_line
+  (summary,) = [line for line in lines if line.startswith("Training finished at step 2")]
+  assert f"ndcg@10 {expected['ndcg@10']:.4f}" in summary  # The summary's eval row.
   (header,) = [line for line in lines if "retrieval probe" in line]
   assert f"{config.retrieval_probe.data_dir} (test): 10 queries, 30 documents" in header
 
