@@ -120,7 +120,10 @@ def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: in
   """`rows` (each text's token ids, special tokens included, at most `max_seq_length`) packed into batches (see the
   module docstring) of a multiple of `min_rows` rows (the mesh's data-parallel devices); every text is in exactly one
   batch."""
-  lengths = np.array([len(row) for row in rows])
+  lengths = np.array([len(row) for row in rows], np.int64)
+  if len(lengths) and lengths.max() > max_seq_length:
+    text = int(np.argmax(lengths))
+    raise ValueError(f"Row {text} has {lengths[text]} tokens; max_seq_length={max_seq_length} (truncate rows first).")
   order = np.argsort(-lengths, kind="stable")
   widths = row_widths(max_seq_length)
   tokens_left = int(lengths.sum())
@@ -144,7 +147,7 @@ class Embedder:
   on `mesh` when there is one), `tokenizer`, the embedding `settings` (pooling, normalisation, prompts), rows of at
   most `max_seq_length` tokens, `batch_size` rows of `max_seq_length` (or as many token positions in narrower rows)
   per batch, sharded over the `mesh`'s data axes (with its logical axis `rules`); without a mesh, on the default
-  device."""
+  device. On several hosts, each calls `embed` with the same texts and gets all the embeddings."""
 
   def __init__(
     self,
@@ -180,11 +183,11 @@ class Embedder:
     if mesh is None:
       self._embed = jax.jit(embed)
     else:
-      batch_sharding = sharding.batch_sharding(mesh)
+      self._batch_sharding = sharding.batch_sharding(mesh)
       self._embed = jax.jit(
         with_activation_rules(embed, mesh, rules or ()),
-        in_shardings=(jax.tree.map(lambda x: x.sharding, params), batch_sharding),
-        out_shardings=batch_sharding,
+        in_shardings=(jax.tree.map(lambda x: x.sharding, params), self._batch_sharding),
+        out_shardings=sharding.replicated(mesh),  # Small; every host reads all of it.
       )
 
   @classmethod
@@ -223,6 +226,14 @@ class Embedder:
       for end, count in zip(ends, counts, strict=True)
     ]
 
+  def _on_mesh(self, arrays: dict) -> dict:
+    """A batch every host packed alike (the same texts give the same batches) as global arrays: each device gets its
+    rows from its host's copy, on one host or many."""
+    return {
+      name: jax.make_array_from_callback(value.shape, self._batch_sharding, lambda index, value=value: value[index])
+      for name, value in arrays.items()
+    }
+
   def embed(self, texts: Sequence[str], kind: str = "document", progress_label: str | None = None) -> np.ndarray:
     """The embeddings of `texts` as `kind` ("query" or "document"): [len(texts), dim] float32, in input order. With
     `progress_label`, a progress line (texts, tokens/s, ETA) every `PROGRESS_SECONDS` and at the end."""
@@ -235,7 +246,7 @@ class Embedder:
     batches = pack(self.rows(texts, kind), self.max_seq_length, self.batch_size, self.tokenizer.pad_id, min_rows)
     done = tokens = 0
     for batch in batches:
-      arrays = batch.arrays if self.mesh is None else sharding.global_batch(batch.arrays, self.mesh)
+      arrays = batch.arrays if self.mesh is None else self._on_mesh(batch.arrays)
       embeddings = np.asarray(jax.device_get(self._embed(self.params, arrays)))  # [rows, instances, dim]
       out[batch.texts] = embeddings[batch.rows, batch.slots]
       done, tokens = done + len(batch.texts), tokens + batch.tokens
