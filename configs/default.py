@@ -489,8 +489,9 @@ def get_config() -> ml_collections.ConfigDict:
   # Fine-tuning (configs/glue.py, squad.py, ner.py, swag.py): a task head on `init_from`'s encoder, whose model
   # sizes and tokenizer come from that source; learning_rate, batch_size, seed, mesh and checkpoints as above.
   config.finetune = ml_collections.ConfigDict()
-  # The task: a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), squad_v1, squad_v2, conll2003 or
-  # swag. Empty: pretraining.
+  # The task: a GLUE task (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), squad_v1, squad_v2, conll2003,
+  # swag, or embeddings (contrastive fine-tuning of sentence embeddings: contrastive.*, embedding.*;
+  # docs/embeddings.md). Empty: pretraining.
   config.finetune.task = ""
   # The task's files (GLUE TSVs, SQuAD JSON, CoNLL columns, SWAG CSVs), local or gs:// ...
   config.finetune.data_dir = ""
@@ -518,6 +519,20 @@ def get_config() -> ml_collections.ConfigDict:
   config.finetune.tag_column = -1
   # Rows per evaluation batch (over all devices).
   config.finetune.eval_batch_size = 64
+
+  # finetune.task="embeddings" (bert_jax/finetune/contrastive_loss.py, embeddings.py): sentence-transformers'
+  # MultipleNegativesRankingLoss over the whole global batch (every device's documents are every query's negatives).
+  config.contrastive = ml_collections.ConfigDict()
+  # Cosine similarities are multiplied by this before the softmax (1 / temperature; sentence-transformers' 20).
+  config.contrastive.scale = 20.0
+  # Also each positive against every query (MultipleNegativesSymmetricRankingLoss), the two directions averaged.
+  config.contrastive.symmetric = False
+  # Comma-separated Matryoshka dimensions (e.g. "768,512,256,128,64"): the loss summed over the embeddings
+  # truncated to each and renormalised (MatryoshkaLoss, equal weights); empty: the full embedding alone.
+  config.contrastive.matryoshka_dims = ""
+  # Hard negatives per pair: the first this many negative* columns of the pairs file, extra candidates for every
+  # query (0: in-batch negatives only).
+  config.contrastive.hard_negatives = 0
 
   # Sweeps: every (learning rate, seed) pair trained at once in one jitted program, sharing the input stream.
   config.sweep = ml_collections.ConfigDict()

@@ -37,6 +37,7 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.data.masking_names",
   "bert_jax.data.tokenizer_names",
   "bert_jax.dry_run.tpu_topology",
+  "bert_jax.finetune.contrastive",
   "bert_jax.finetune.members",
   "bert_jax.handoff.export_formats",
   "bert_jax.model.bert_config",

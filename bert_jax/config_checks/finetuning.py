@@ -2,10 +2,12 @@
 
 from bert_jax.config_checks.ranges import AT_LEAST_ONE, POSITIVE, Range, check_ranges
 from bert_jax.config_checks.training import DISTILLATION, check_training
+from bert_jax.finetune.contrastive import Contrastive, check_matryoshka_dims, matryoshka_dims
 from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.model.bert_config import BertConfig, check_fine_tunable
 
-# finetune.task: GLUE's nine, SQuAD, CoNLL-2003 and SWAG (finetune/tasks.py builds them; a test keeps the two equal).
+# finetune.task: GLUE's nine, SQuAD, CoNLL-2003, SWAG and the embeddings task (finetune/tasks.py builds them; a test
+# keeps the two equal).
 TASKS = (
   "cola",
   "mnli",
@@ -20,6 +22,7 @@ TASKS = (
   "squad_v2",
   "conll2003",
   "swag",
+  "embeddings",
 )
 
 
@@ -61,10 +64,28 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
       f"finetune.tags={config.finetune.tags!r}, tag_column={config.finetune.tag_column} describe CoNLL files; "
       f"finetune.task={name!r} reads none."
     )
+  if name == "embeddings":
+    check_embeddings(config)
   if config.distill.teacher:
     check_ranges(config, DISTILLATION)
   if not config.init_from:  # A baseline fine-tunes config.model; init_from's encoder is checked where it is described.
     check_fine_tunable(model)
+    if name == "embeddings":
+      check_matryoshka_dims(matryoshka_dims(config.contrastive.matryoshka_dims), model.hidden_size)
     if config.finetune.max_seq_length > model.max_sequence_length:
       raise ValueError(f"finetune.max_seq_length={config.finetune.max_seq_length} exceeds {model.max_sequence_text}.")
   return model, sweep_members(config)
+
+
+def check_embeddings(config) -> None:
+  """The embeddings task's keys: its files, the contrastive loss's, and what its global negatives rule out."""
+  if not config.finetune.data_dir:
+    raise ValueError("finetune.task='embeddings' reads a BEIR-layout set and pairs: set finetune.data_dir.")
+  Contrastive.from_config(config.contrastive)
+  if config.num_microbatches != 1:
+    raise ValueError(
+      f"num_microbatches={config.num_microbatches}: the embeddings task's negatives are the whole batch's documents, "
+      "so its loss does not split into microbatches (no gradient caching); set num_microbatches=1."
+    )
+  if config.distill.teacher:
+    raise ValueError(f"distill.teacher={config.distill.teacher!r}: the embeddings task has no task distillation.")

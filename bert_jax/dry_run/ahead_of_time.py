@@ -113,7 +113,9 @@ def job_spec(config, devices, layers: int | None = None, found: Found = UNCHECKE
   source = formats.read_source(config.init_from) if config.init_from else None  # Metadata only.
   plan = plan_lib.make_plan(config, members, source)
   plan = dataclasses.replace(plan, model=_probe(plan.model, layers))
-  return plan_lib.job_spec(config, plan, tasks.make_task(config.finetune), devices)
+  return plan_lib.job_spec(
+    config, plan, tasks.make_task(config.finetune, config.contrastive, config.embedding), devices
+  )
 
 
 def make_job(config, devices, layers: int | None = None, found: Found = UNCHECKED) -> Job:

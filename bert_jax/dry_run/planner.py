@@ -34,6 +34,7 @@ from absl import logging
 
 from bert_jax import console, sharding
 from bert_jax.dry_run import ahead_of_time
+from bert_jax.finetune import embeddings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +84,11 @@ def candidates(config, per_chip: int, row_tokens: int) -> list[tuple[str, int]]:
   sequential slices of the batch), so each policy is tried at the config's microbatches and at twice as many, ...,
   before the next policy, while a microbatch keeps at least `dry_run.plan_min_microbatch_tokens` tokens a chip (below
   that its matmuls read the weights for too few tokens, and the next policy's recomputation costs less). Then, for
-  a batch that nothing fits so, the smaller microbatches, every policy at each, down to a row per chip."""
+  a batch that nothing fits so, the smaller microbatches, every policy at each, down to a row per chip. The embeddings
+  task's batch stays whole: its loss's negatives are every document of the batch (no gradient caching)."""
   counts = [config.num_microbatches]
-  while per_chip % (2 * counts[-1]) == 0:
+  whole = config.finetune.task == embeddings.NAME
+  while not whole and per_chip % (2 * counts[-1]) == 0:
     counts.append(2 * counts[-1])
   minimum = config.dry_run.plan_min_microbatch_tokens
   roomy = [m for m in counts if per_chip // m * row_tokens >= minimum] or counts[:1]

@@ -11,6 +11,11 @@ Logits per head, for all rows of a split in row order (what `metrics` and `write
   span            [rows, seq, 2]           float32 (start, end logits per token)
   token           [rows, seq, num_labels]  float32
   choice          [rows, num_choices]      float32
+  embedding       [rows, hidden]           float32 (sentence embeddings: the embeddings task, `embeddings.py`)
+
+A task whose training differs from a head's loss on rows of `Encoded.features` (the embeddings task: pairs,
+contrastive) says so through the hooks `model`, `loss`, `train_batch_shapes`, `sequences_per_row`, `batches` and
+`record`; every other task keeps their defaults.
 """
 
 import abc
@@ -24,7 +29,10 @@ import numpy as np
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.model.heads import HEADS, TaskHead, num_outputs  # noqa: F401 (HEADS: the heads a task may name)
+from bert_jax.finetune import losses
+from bert_jax.model.bert_config import BertConfig
+from bert_jax.model.heads import HEADS, TaskHead, num_outputs, task_model  # noqa: F401 (HEADS: the heads a task may name)
+from bert_jax.train.step import Loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +97,34 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def write_predictions(self, encoded: Encoded, logits: np.ndarray, path: str) -> None:
     """The prediction file the task's official evaluation or leaderboard reads (written atomically)."""
+
+  def model(self, config: BertConfig):
+    """The model trained on the encoder `config`: the encoder and the task's head."""
+    return task_model(config, self.head, self.num_labels)
+
+  def loss(self) -> Loss:
+    """What a training step minimises: the head's loss."""
+    return losses.make_loss(self.head)
+
+  def train_batch_shapes(self, batch_size: int, seq: int) -> dict:
+    """Feature name -> (shape, dtype) of a training batch (what `encode` gives of the train split, and `weight`)."""
+    return losses.batch_shapes(self.head, batch_size, seq, self.num_choices)
+
+  @property
+  def sequences_per_row(self) -> int:
+    """The encoder's sequences in one training row (the FLOPs' count): a choice head's choices, else 1."""
+    return max(self.num_choices, 1)
+
+  def batches(self, train: Encoded, batch_size: int):
+    """The task's own training stream: an object whose `step(step, seed)` is (rows [batch_size], weight
+    [batch_size]) of step `step` (from 1) in the stream of `seed`; None: the job's (`rows.training_rows`)."""
+    del train, batch_size
+    return None
+
+  def record(self) -> dict:
+    """What a fine-tuned checkpoint records of its task (every checkpoint's history; `TaskHead.from_json` reads
+    it)."""
+    return self.task_head.to_json()
 
   def prediction_file(self, split: str) -> str:
     """The name of `split`'s prediction file in a run's `predictions/`, with its official format's extension."""

@@ -40,7 +40,7 @@ from jax.experimental import multihost_utils
 
 from bert_jax import paths, progress, sharding
 from bert_jax.data.tokenizer import load_tokenizer
-from bert_jax.finetune import tasks
+from bert_jax.finetune import contrastive, embeddings, tasks
 from bert_jax.finetune.contract import Encoded, Task
 from bert_jax.finetune.members import Member
 from bert_jax.finetune.plan import Plan, job_spec, make_plan, with_model
@@ -81,6 +81,16 @@ RUN_KEYS = (
   "model.classifier_pooling",
   "model.classifier_activation",
   "model.classifier_bias",
+  # The embeddings task: its loss and how it embeds (as the config says; unset embedding.* keys: the source's, which
+  # `init_from`'s content fixes).
+  "contrastive.scale",
+  "contrastive.symmetric",
+  "contrastive.matryoshka_dims",
+  "contrastive.hard_negatives",
+  "embedding.pooling",
+  "embedding.normalize",
+  "embedding.query_prompt",
+  "embedding.document_prompt",
 )
 # What a checkpoint written before a run key existed ran with (lr_schedule: Google's, the only one there was; wsd's
 # keys: their defaults, which no schedule then read; no teacher; BERT's heads, which read no classifier_* key).
@@ -95,6 +105,14 @@ RUN_KEYS_ABSENT = {
   "model.classifier_pooling": "cls",
   "model.classifier_activation": "gelu",
   "model.classifier_bias": False,
+  "contrastive.scale": 20.0,
+  "contrastive.symmetric": False,
+  "contrastive.matryoshka_dims": "",
+  "contrastive.hard_negatives": 0,
+  "embedding.pooling": None,
+  "embedding.normalize": None,
+  "embedding.query_prompt": None,
+  "embedding.document_prompt": None,
 }
 
 
@@ -296,11 +314,16 @@ class FinetuningJob(loop.Job):
 
   def open_data(self, begun: start_order.Start) -> None:
     self.ones = np.ones((len(self.members), self.config.batch_size), np.float32)  # The streams: functions of step.
+    self.stream = self.task.batches(self.splits.train, self.config.batch_size)  # None: `training_rows`'.
 
   def batch(self, step: int) -> dict:
     """[members, batch, ...]: each member's rows of step `step` in its own seed's stream."""
-    rows = np.stack([training_rows(step, self.num_rows, self.config.batch_size, m.seed) for m in self.members])
-    host = host_batch(self.splits.train.features, rows, self.ones)
+    if self.stream is None:
+      rows = np.stack([training_rows(step, self.num_rows, self.config.batch_size, m.seed) for m in self.members])
+      weight = self.ones
+    else:  # The task's own stream (the embeddings task's batches without a text twice), padded with weight 0.
+      rows, weight = (np.stack(x) for x in zip(*(self.stream.step(step, m.seed) for m in self.members), strict=True))
+    host = host_batch(self.splits.train.features, rows, weight)
     return sharding.global_batch(host, self.run.mesh, members=True)
 
   def dropout_key(self) -> jax.Array:
@@ -344,7 +367,7 @@ class FinetuningJob(loop.Job):
         self._position(step),
         self.recorded_config,
         self.tokenizer_item,
-        dict(self.record["best"], **task.task_head.to_json()),
+        dict(self.record["best"], **task.record()),
       )
 
   def _position(self, step: int) -> dict:
@@ -395,6 +418,7 @@ class FinetuningJob(loop.Job):
       predictions_from_member=chosen,
       calibration=calibration,
     )
+    self.summary.update({key: value for key, value in task.record().items() if key not in self.summary})
     self.held.check()
     if jax.process_index() == 0:
       paths.write_text(epath.Path(workdir) / METRICS_FILE, json.dumps(self.summary, indent=1))
@@ -417,12 +441,14 @@ def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
   check found: `jobs.run` calls this); returns what `metrics.json` holds (None when a preemption stopped the run: the
   same command resumes)."""
   started_at = time.perf_counter()
-  task = tasks.make_task(config.finetune)
+  task = tasks.make_task(config.finetune, config.contrastive, config.embedding)
   inputs = run_inputs(config, task)
   # The encoder from init_from's metadata, so that one the task heads cannot go on is refused before its weights
   # are read; the steps once the rows are read.
   plan = make_plan(config, members, init_from.read_source(config.init_from, "init_from") if config.init_from else None)
   model_cfg = plan.model
+  if task.head == "embedding":  # Before anything is read: dimensions the encoder's embedding has.
+    contrastive.check_matryoshka_dims(task.contrastive.matryoshka_dims, model_cfg.hidden_size)
   # The run keys as they run: the model's `classifier_*`, which the config may leave to the source, resolved.
   start_order.check_same_run(with_model(config, model_cfg), workdir, RUN_KEYS, RUN_KEYS_ABSENT, inputs)
   source = None
@@ -433,6 +459,10 @@ def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
     tokenizer = source.tokenizer
   else:
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+  if task.head == "embedding":  # How it embeds: config.embedding's keys, else the source's recorded settings.
+    task = task.with_settings(
+      embeddings.run_settings(config.finetune, config.embedding, None if source is None else source.embedding)
+    )
   newest = start_order.newest_saved(config, workdir)
   if newest is not None and "tokenizer" in newest[2]:  # A resume tokenizes as its checkpoint did.
     start_order.check_tokenizer(newest[2], tokenizer.identity())

@@ -127,6 +127,8 @@ def batch_shapes(head: str, batch_size: int, seq: int, num_choices: int = 0) -> 
   rows = (batch_size, num_choices, seq) if head == "choice" else (batch_size, seq)
   shapes = {name: (rows, np.int32) for name in MODEL_INPUTS}
   shapes["weight"] = ((batch_size,), np.float32)
+  if head == "embedding":  # Rows to embed (the embeddings task's training batch: `embeddings.train_batch_shapes`).
+    return shapes
   if head == "span":
     shapes.update(start_positions=((batch_size,), np.int32), end_positions=((batch_size,), np.int32))
   elif head == "token":

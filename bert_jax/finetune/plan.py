@@ -15,7 +15,6 @@ from bert_jax.finetune.rows import make_predict
 from bert_jax.handoff import formats, pretrained
 from bert_jax.model import bert_config
 from bert_jax.model.bert_config import PREDICTION_HEAD_FIELDS, BertConfig, check_fine_tunable
-from bert_jax.model.heads import task_model
 from bert_jax.train import run
 from bert_jax.train.job_spec import JobSpec
 from bert_jax.train.objectives import distillation
@@ -91,9 +90,9 @@ def make_run(
   """The sweep's run: `task`'s model on the plan's encoder, one member per (learning rate, seed), the optimizer on
   the plan's step counts; with `distill.teacher`, the teacher described (checked against `tokenizer_identity` when
   given) as the run's frozen input and its soft labels in the loss."""
-  model = task_model(plan.model, task.head, task.num_labels)
+  model = task.model(plan.model)
   tx = make_sweep_optimizer(config, plan.steps)
-  frozen, loss = None, losses.make_loss(task.head)
+  frozen, loss = None, task.loss()
   if config.distill.teacher:
     frozen = distillation.task_teacher(config, plan.model, task.task_head, tokenizer_identity)
     loss = losses.distilled(task.head, frozen.model, config.distill.temperature, config.distill.alpha_hard)
@@ -105,9 +104,9 @@ def job_spec(config, plan: Plan, task: Task, devices=None, tokenizer_identity: d
   one made from `config.mesh` over `devices`), every member's batch, the prediction step, the FLOPs."""
   sweep_run = make_run(config, plan, task, devices, tokenizer_identity, mesh)
   members, seq, choices = len(plan.members), config.finetune.max_seq_length, task.num_choices
-  train_batch = losses.batch_shapes(task.head, config.batch_size, seq, choices)
+  train_batch = task.train_batch_shapes(config.batch_size, seq)
   train_batch = {name: ((members, *shape), dtype) for name, (shape, dtype) in train_batch.items()}  # Per member.
-  rows, eval_rows = (size * max(choices, 1) for size in (config.batch_size, config.finetune.eval_batch_size))
+  rows, eval_rows = config.batch_size * task.sequences_per_row, config.finetune.eval_batch_size * max(choices, 1)
   # Per member; the task heads are negligible beside the encoder (no MLM head here).
   train_flops = flops.train_flops_per_step(plan.model, rows, seq, 0)
   eval_flops = flops.forward_flops(flops.train_flops_per_step(plan.model, eval_rows, seq, 0))
@@ -124,5 +123,7 @@ def job_spec(config, plan: Plan, task: Task, devices=None, tokenizer_identity: d
     tokens_per_step=members * rows * seq,
     train_flops=members * train_flops,
     eval_flops=members * eval_flops,
-    batch_row=f"{config.batch_size} rows x {seq} tokens" + (f" ({choices} choices each)" if choices else ""),
+    batch_row=f"{config.batch_size} rows x {seq} tokens"
+    + (f" ({choices} choices each)" if choices else "")
+    + (f" ({task.sequences_per_row} texts each)" if task.sequences_per_row > 1 and not choices else ""),
   )

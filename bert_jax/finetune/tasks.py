@@ -1,7 +1,7 @@
 """Every fine-tuning task by name, built from `config.finetune`: GLUE's nine, SQuAD v1.1 and v2.0, CoNLL-2003
-NER and SWAG."""
+NER, SWAG and the embeddings task (contrastive, with `config.contrastive` and `config.embedding`)."""
 
-from bert_jax.finetune import glue, ner, squad, swag
+from bert_jax.finetune import embeddings, glue, ner, squad, swag
 from bert_jax.finetune.contract import Task
 
 NAMES = (
@@ -10,11 +10,13 @@ NAMES = (
   "squad_v2",
   "conll2003",
   "swag",
+  embeddings.NAME,
 )  # config_checks/finetuning.TASKS, kept equal by a test
 
 
-def make_task(finetune) -> Task:
-  """The task `finetune.task` names (config.finetune of configs/default.py), reading its files or TFDS."""
+def make_task(finetune, contrastive=None, embedding=None) -> Task:
+  """The task `finetune.task` names (config.finetune of configs/default.py), reading its files or TFDS; the
+  embeddings task also reads `contrastive` and `embedding` (config.contrastive, config.embedding)."""
   name = finetune.task.lower()
   if name in glue.TASKS or name.replace("-", "") in glue.TASKS:
     return glue.make_task(name, finetune.data_dir, finetune.tfds_name, finetune.tfds_data_dir)
@@ -38,6 +40,11 @@ def make_task(finetune) -> Task:
       raise ValueError(f"finetune.tags={finetune.tags!r}, tag_scheme={finetune.tag_scheme!r}: {error}") from None
   if name == "swag":
     return swag.Swag(finetune.data_dir)
+  if name == embeddings.NAME:
+    if contrastive is None or embedding is None:
+      raise ValueError(f"finetune.task={name!r} is made with config.contrastive and config.embedding.")
+    settings = embeddings.run_settings(finetune, embedding)
+    return embeddings.Embeddings(finetune.data_dir, embeddings.Contrastive.from_config(contrastive), settings)
   raise ValueError(f"Unknown finetune.task={finetune.task!r}; expected one of {NAMES}.")
 
 

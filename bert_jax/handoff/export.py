@@ -297,7 +297,7 @@ def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, dire
     hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
   config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg), loaded.tokenizer)
-  if task is not None:
+  if task is not None and task.head != "embedding":  # An embedding model is the bare encoder (its own model class).
     config.update(_hf_task_config(task, model_cfg.model_type))
   _write(directory / "config.json", json.dumps(dict(config, torch_dtype="float32"), indent=2))
 

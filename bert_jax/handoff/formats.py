@@ -3,7 +3,8 @@
 
 * a pretraining workdir (its newest committed checkpoint step), its `checkpoints/` directory, or one step
   directory `<workdir>/checkpoints/<step>`;
-* a fine-tuning workdir: its `best/` checkpoint (the best sweep member), or `best/<step>`;
+* a fine-tuning workdir: its `best/` checkpoint (the best sweep member), or `best/<step>` (an embeddings run's with
+  the `Settings` it embedded by, `Source.embedding`);
 * an export bundle (`manifest.json`, written last by `bert_jax.handoff.export`);
 * a Hugging Face BERT, RoBERTa, ALBERT, ELECTRA or ModernBERT directory (hf_configs.py, hf_names.py): `config.json`
   + `model.safetensors` (or `pytorch_model.bin` with torch) + `vocab.txt` (or a SentencePiece `tokenizer.model` or
@@ -123,6 +124,8 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
       )
     task = _named(step_dir, lambda: TaskHead.from_json(history))
   config = _named(step_dir, lambda: from_fields(saved["model"]))
+  # How a contrastive run's model embeds, as its best/ records it (finetune/embeddings.py's `record`).
+  embedding = _named(step_dir, lambda: Settings(**history["embedding"])) if "embedding" in history else None
   generator = None
   if config.model_type == "electra" and task is None:
     generator = _named(step_dir, lambda: electra_generator(saved, config))
@@ -140,6 +143,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
       task=task,
       generator=generator,
       history=history,
+      embedding=embedding,
     )
   if tokenizer is None:  # Written before checkpoints held the tokenizer file: the recorded path, if still there.
     tokenizer = dict(recorded, file=recorded["path"])
@@ -157,6 +161,7 @@ def _checkpoint_source(path: epath.Path, directory: epath.Path, step: int) -> So
     generator=generator,
     history=history,
     albert_preprocessing=recorded.get("albert_preprocessing"),
+    embedding=embedding,
   )
 
 

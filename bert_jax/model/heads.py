@@ -14,11 +14,11 @@ import dataclasses
 import flax.linen as nn
 import jax.numpy as jnp
 
-from bert_jax.model import parts
+from bert_jax.model import parts, sentence_embedding
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import Array, BertModel
 
-HEADS = ("classification", "regression", "span", "token", "choice")
+HEADS = ("classification", "regression", "span", "token", "choice", "embedding")
 # The task-head part's head (model/task_heads.py's `TaskHeads`) of each kind of head.
 _SLOTS = {"classification": "sequence", "regression": "sequence", "span": "span", "token": "token", "choice": "choice"}
 # transformers' class of each head, by the families whose task models it names as bert_jax does: the `architectures`
@@ -42,11 +42,12 @@ HF_ARCHITECTURES = {
 
 
 # The output width of the heads that have one whatever the task's labels.
-_FIXED_WIDTHS = {"regression": 1, "span": 2, "choice": 1}
+_FIXED_WIDTHS = {"regression": 1, "span": 2, "choice": 1, "embedding": 0}
 
 
 def num_outputs(head: str, labels: tuple[str, ...]) -> int:
-  """The head's output width: one per label (classification, token), 1 (regression, choice), 2 (span)."""
+  """The head's output width: one per label (classification, token), 1 (regression, choice), 2 (span); 0 for the
+  embedding head, which has no output layer (its width is the encoder's)."""
   return _FIXED_WIDTHS.get(head, len(labels))
 
 
@@ -135,6 +136,30 @@ class MultipleChoiceModel(nn.Module):
     return _ids(1, 1, 1), _ids(1, 1, 1), _ids(1, 1, 1)
 
 
+class EmbeddingModel(nn.Module):
+  """The encoder alone, its sequence output pooled into sentence embeddings (`sentence_embedding.pool`, normalised
+  when `settings.normalized`): the embeddings task's model (`logits`: [batch, hidden] float32 embeddings). Its
+  parameters are the encoder's (`bert`), so any source's encoder loads into it."""
+
+  config: BertConfig
+  settings: sentence_embedding.Settings = sentence_embedding.Settings()
+
+  @nn.compact
+  def __call__(
+    self, input_ids: Array, input_mask: Array, segment_ids: Array, deterministic: bool = True, head_mask=None
+  ) -> dict:
+    sequence_output, _ = BertModel(self.config, name="bert")(
+      input_ids, input_mask, segment_ids, deterministic, head_mask=head_mask
+    )
+    embeddings = sentence_embedding.pool(sequence_output, input_mask, self.settings.pooling)
+    if self.settings.normalized:
+      embeddings = sentence_embedding.normalize(embeddings)
+    return dict(logits=embeddings, sequence_output=sequence_output, pooled_output=embeddings)
+
+  def dummy_inputs(self) -> tuple[Array, ...]:
+    return _ids(1, 1), _ids(1, 1), _ids(1, 1)
+
+
 def task_model(config: BertConfig, head: str, num_labels: int = 0) -> nn.Module:
   """The model for `head` (one of HEADS) with the task head of `config`'s composition; `num_labels` classes or tags
   (classification, token). Raises ValueError for an unknown head, or a composition whose parts no table holds."""
@@ -143,4 +168,6 @@ def task_model(config: BertConfig, head: str, num_labels: int = 0) -> nn.Module:
   parts.resolve(config)  # Refused here, naming the part, rather than where the model is first applied.
   if head == "choice":
     return MultipleChoiceModel(config)
+  if head == "embedding":  # Its settings' pooling and normalisation (the task's: `finetune/embeddings.py`).
+    return EmbeddingModel(config)
   return TaskModel(config, head, _FIXED_WIDTHS.get(head, num_labels))
