@@ -137,5 +137,7 @@ def test_the_packer_places_every_text_once_in_a_few_shapes():
       assert arrays["input_ids"][row, at].tolist() == rows[text]
       assert arrays["position_ids"][row, at].tolist() == list(range(len(rows[text])))
       assert arrays["cls_positions"][row, slot] == at[0]
+  with pytest.raises(ValueError, match=r"Row 1 has 129 tokens; max_seq_length=128"):
+    embedder.pack([[2, 3], list(range(129))], 128, 4, 0)
   real = sum(int((batch.arrays["input_mask"] > 0).sum()) for batch in batches)
   assert real == sum(map(len, rows)) and real / sum(batch.arrays["input_ids"].size for batch in batches) > 0.9

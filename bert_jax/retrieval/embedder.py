@@ -120,7 +120,10 @@ def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: in
   """`rows` (each text's token ids, special tokens included, at most `max_seq_length`) packed into batches (see the
   module docstring) of a multiple of `min_rows` rows (the mesh's data-parallel devices); every text is in exactly one
   batch."""
-  lengths = np.array([len(row) for row in rows])
+  lengths = np.array([len(row) for row in rows], np.int64)
+  if len(lengths) and lengths.max() > max_seq_length:
+    text = int(np.argmax(lengths))
+    raise ValueError(f"Row {text} has {lengths[text]} tokens; max_seq_length={max_seq_length} (truncate rows first).")
   order = np.argsort(-lengths, kind="stable")
   widths = row_widths(max_seq_length)
   tokens_left = int(lengths.sum())
