@@ -80,6 +80,18 @@ def _embed(config, workdir: str, checked):
   return embed_files.embed(config, workdir)
 
 
+def _retrieve(config, workdir: str, checked):
+  from bert_jax.retrieval import evaluation
+
+  return evaluation.evaluate(config, workdir)
+
+
+def _mine(config, workdir: str, checked):
+  from bert_jax.finetune import hard_negatives
+
+  return hard_negatives.mine(config, workdir)
+
+
 def _bertology(config, workdir: str, checked):
   from bert_jax.bertology import attention, feature_based, heads, probe
 
@@ -134,6 +146,21 @@ JOBS = {
     "(embeddings.npy, ids.json, manifest.json).",
     config_checks.embed,
     _embed,
+    one_machine=True,
+  ),
+  "retrieve": Job(
+    "retrieval metrics (nDCG@10, MRR@10, recall@10 and @100, MAP@100, as BEIR computes them) of retrieval.source on "
+    "the BEIR-layout set in retrieval.data_dir (its retrieval.split), exact search over the mesh, into "
+    "retrieval.output_dir/metrics.json.",
+    config_checks.retrieval,
+    _retrieve,
+    one_machine=True,
+  ),
+  "mine": Job(
+    "hard negatives for mine.pairs_file's (anchor, positive) pairs from mine.corpus_file's documents (and the "
+    "positives), as sentence-transformers' mine_hard_negatives picks them, into mine.output_dir/negatives.jsonl.",
+    config_checks.mine,
+    _mine,
     one_machine=True,
   ),
   "attention": Job(

@@ -371,6 +371,76 @@ def get_config() -> ml_collections.ConfigDict:
   # "document" or "query": which of config.embedding's prompts goes before each text.
   config.embed.kind = "document"
 
+  # --mode=retrieve (bert_jax/retrieval/evaluation.py): a source's retrieval metrics on a BEIR-layout set (nDCG@10,
+  # MRR@10, recall@10 and @100, MAP@100, as BEIR computes them), its queries and corpus embedded as config.embedding
+  # says and searched exactly over the mesh.
+  config.retrieval = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.retrieval.source = ""
+  # The set, local or gs://: corpus.jsonl, queries.jsonl and qrels/<split>.tsv (BEIR's layout).
+  config.retrieval.data_dir = ""
+  # The judgements evaluated: qrels/<split>.tsv.
+  config.retrieval.split = "test"
+  # Documents retrieved a query (at least 100: recall@100 and MAP@100 count them).
+  config.retrieval.top_k = 100
+  # Rows of max_seq_length tokens per batch (over all devices of the mesh); shorter texts share rows.
+  config.retrieval.batch_size = 32
+  # Tokens a text, [CLS] and [SEP] included; longer texts are cut. 0: the source's recorded length, else the model's
+  # longest.
+  config.retrieval.max_seq_length = 0
+  # Where metrics.json goes, local or gs:// (empty or absent: nothing is overwritten).
+  config.retrieval.output_dir = ""
+
+  # --mode=mine (bert_jax/finetune/hard_negatives.py): hard negatives for a pairs file's (anchor, positive) pairs, as
+  # sentence-transformers' mine_hard_negatives picks them ("top" sampling), written as the contrastive task's pairs
+  # file (anchor, positive, negative_1 ... negative_n), embedded as config.embedding says.
+  config.mine = ml_collections.ConfigDict()
+  # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.
+  config.mine.source = ""
+  # The pairs: a .jsonl, .tsv or .csv file with `anchor` and `positive` columns (the embeddings task's pairs files).
+  config.mine.pairs_file = ""
+  # The documents negatives come from: a BEIR corpus.jsonl (title and text), and the pairs' positives; empty: the
+  # positives only.
+  config.mine.corpus_file = ""
+  # Where negatives.jsonl and mining.json go, local or gs:// (empty or absent: nothing is overwritten).
+  config.mine.output_dir = ""
+  # Negatives a pair (a pair whose anchor has fewer left after the filters gets no row).
+  config.mine.num_negatives = 3
+  # Candidates skipped, best first, after the filters below (their ranks counted among the candidates left) ...
+  config.mine.range_min = 0
+  # ... and the deepest rank a negative may take; 0: sentence-transformers' default (range_min + num_negatives +
+  # the most positives an anchor has; 10 x num_negatives with a margin or max_score).
+  config.mine.range_max = 0
+  # Drop candidates scoring above the anchor's lowest positive score less this (0: never above the positive) ...
+  config.mine.absolute_margin = ml_collections.config_dict.placeholder(float)
+  # ... or less this share of its magnitude (NV-Retriever's 0.05) ...
+  config.mine.relative_margin = ml_collections.config_dict.placeholder(float)
+  # ... or above this cosine similarity, or below this one. Unset: no such filter.
+  config.mine.max_score = ml_collections.config_dict.placeholder(float)
+  config.mine.min_score = ml_collections.config_dict.placeholder(float)
+  # Rows of max_seq_length tokens per batch (over all devices of the mesh); shorter texts share rows.
+  config.mine.batch_size = 32
+  # Tokens a text, [CLS] and [SEP] included; longer texts are cut. 0: the source's recorded length, else the model's
+  # longest.
+  config.mine.max_seq_length = 0
+
+  # Pretraining's retrieval probe (bert_jax/train/retrieval_probe.py; docs/embeddings.md): at each evaluation, nDCG@10,
+  # MRR@10 and recall@100 of the encoder's sentence embeddings (config.embedding: mean-pooled and normalised by
+  # default) on a BEIR-layout set, by exact search, beside the MLM loss (console and TensorBoard).
+  config.retrieval_probe = ml_collections.ConfigDict()
+  # The set: corpus.jsonl, queries.jsonl and qrels/<split>.tsv, local or gs://; empty: no probe.
+  config.retrieval_probe.data_dir = ""
+  # The split whose judgements (qrels/<split>.tsv) score the probe.
+  config.retrieval_probe.split = "test"
+  # Tokens per text, special tokens included (longer texts are truncated); 0: data.max_seq_length.
+  config.retrieval_probe.max_seq_length = 0
+  # Rows of max_seq_length tokens per batch (over all devices); 0: batch_size / num_microbatches, the rows a train
+  # step processes at once.
+  config.retrieval_probe.batch_size = 0
+  # The first this many judged queries (in queries.jsonl's order) against the whole corpus, to bound the probe's
+  # cost; 0: every judged query.
+  config.retrieval_probe.max_queries = 0
+
   # --mode=features: per-token vectors of text lines from a pretrained encoder (bert_jax/handoff/extract_features.py).
   config.features = ml_collections.ConfigDict()
   # The encoder: empty for the workdir's newest checkpoint; else any source bert_jax.handoff.pretrained.load reads.

@@ -65,6 +65,7 @@ FILE_SECONDS = {  # file: (fast tier, slow tier)
   "test_finetune.py": (1, 120),  # ~ The sweep.
   "test_finetune_parity.py": (0, 110),  # ~ Six task configs against the PyTorch loop.
   "test_multihost.py": (0, 103),
+  "test_retrieval_probe.py": (6, 85),  # Two hosts against one. wordpiece_run, when it asks first, counts elsewhere.
   "test_albert.py": (6, 70),
   "test_modernbert_heads.py": (47, 67),
   "test_modernbert.py": (16, 60),

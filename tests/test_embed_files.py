@@ -2,11 +2,15 @@
 model; bad input refused, naming the file, line or id, before the model is read."""
 
 import json
+import re
+import types
 
 import numpy as np
 import pytest
 
 from bert_jax import jobs
+from bert_jax.handoff import export
+from bert_jax.retrieval import embedder
 from configs import default
 from tests.helpers import hf_bert_directory
 
@@ -33,15 +37,22 @@ def _config(source: str, input_pattern: str, output_dir: str, **embed):
   return config
 
 
-def test_text_and_jsonl_files_embed_as_sentence_transformers_encodes_them(model_dir, tmp_path):
+def test_text_and_jsonl_files_embed_from_a_bundle_as_sentence_transformers_encodes_them(
+  model_dir, tmp_path, monkeypatch
+):
   from sentence_transformers import SentenceTransformer, models
 
   lines = _texts(25, 0)
   (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
   documents = [dict(_id=f"d{i}", title=f"w{i}" if i % 2 else "", text=text) for i, text in enumerate(_texts(12, 1))]
   (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(document) + "\n" for document in documents))
-  config = _config(model_dir, str(tmp_path / "*.*"), str(tmp_path / "out"))
+  bundle = export.export(model_dir, str(tmp_path / "bundle"))  # The same weights as a bert_jax bundle.
+  config = _config(bundle, str(tmp_path / "*.*"), str(tmp_path / "out"))
+  logged = []  # What the embedder logs (absl's records evade caplog).
+  log = lambda message, *args: logged.append(str(message) % args)  # noqa: E731
+  monkeypatch.setattr(embedder, "logging", types.SimpleNamespace(info=log))
   manifest = jobs.run(config, str(tmp_path / "unused"), "embed")
+  assert re.fullmatch(r"embed: 37/37 texts \| [\d,]+ tokens/s \| ETA 0:00:00", logged[-1])  # The progress line.
   out = tmp_path / "out"
   assert sorted(path.name for path in out.iterdir()) == ["embeddings.npy", "ids.json", "manifest.json"]
   ids, embeddings = json.loads((out / "ids.json").read_text()), np.load(out / "embeddings.npy")

@@ -121,19 +121,23 @@ def test_batches_are_sharded_over_the_mesh_and_prompts_go_before_their_kind(toke
 def test_the_packer_places_every_text_once_in_a_few_shapes():
   rng = np.random.default_rng(0)
   rows = [list(range(2, 2 + n)) for n in rng.integers(2, 129, 500)]
-  batches = embedder.pack(rows, 128, 4, 0)
+  batches = embedder.pack(rows, 128, 4, 0, min_rows=2)
   placed = np.concatenate([batch.texts for batch in batches])
   assert sorted(placed.tolist()) == list(range(500))
-  shapes = {batch.arrays["input_ids"].shape for batch in batches}
-  assert shapes <= {(4 * 128 // width, width) for width in embedder.row_widths(128)}
   assert embedder.row_widths(128) == (16, 32, 64, 128) and embedder.row_widths(100) == (16, 32, 64, 100)
+  # Every batch the same number of token positions but the last, which takes as many rows (a multiple of min_rows)
+  # as the texts left need.
+  assert [batch.arrays["input_ids"].size for batch in batches[:-1]] == [4 * 128] * (len(batches) - 1)
+  last_rows, last_width = batches[-1].arrays["input_ids"].shape
+  assert last_rows % 2 == 0 and (last_rows == 2 or last_rows // 2 * last_width < 1.25 * batches[-1].tokens)
   for batch in batches:
     arrays = batch.arrays
-    assert arrays["input_ids"].size == 4 * 128  # Every batch the same number of token positions.
     for text, row, slot in zip(batch.texts, batch.rows, batch.slots, strict=True):
       at = np.flatnonzero(arrays["input_mask"][row] == slot + 1)
       assert arrays["input_ids"][row, at].tolist() == rows[text]
       assert arrays["position_ids"][row, at].tolist() == list(range(len(rows[text])))
       assert arrays["cls_positions"][row, slot] == at[0]
+  with pytest.raises(ValueError, match=r"Row 1 has 129 tokens; max_seq_length=128"):
+    embedder.pack([[2, 3], list(range(129))], 128, 4, 0)
   real = sum(int((batch.arrays["input_mask"] > 0).sum()) for batch in batches)
   assert real == sum(map(len, rows)) and real / sum(batch.arrays["input_ids"].size for batch in batches) > 0.9

@@ -93,3 +93,13 @@ def test_retrieval_metrics_equal_pytrec_eval_on_every_result():
     search.retrieval_metrics(queries, corpus, data, k=50)
   with pytest.raises(ValueError, match=r"corpus_embeddings has 149 rows; generated has 150"):
     search.retrieval_metrics(queries, corpus[:149], data)
+
+
+def test_a_large_corpus_scores_fewer_queries_at_a_time(monkeypatch):
+  monkeypatch.setattr(search, "SCORES_PER_DEVICE", 24)  # 8 rows a device: 3 queries a batch
+  rng = np.random.default_rng(5)
+  queries, corpus = integer_embeddings(rng, 10), integer_embeddings(rng, 64)
+  scores, rows = search.top_k(queries, corpus, 5)
+  expected_scores, expected_rows = numpy_top_k(queries, corpus, 5)
+  np.testing.assert_array_equal(scores, expected_scores)
+  np.testing.assert_array_equal(rows, expected_rows)

@@ -1,7 +1,7 @@
 """Every check of a config that needs no I/O: value ranges, allowed names and the keys that must agree with each
 other, for every mode, by subject: `ranges.py` (the ranges and their check), `training.py` (every training run,
 pretraining, its objectives, vocabulary training), `finetuning.py` (tasks, sweeps, a teacher), `tools.py` (features,
-embed, the BERTology analyses, the dry run and plan, export, the placeholder bucket).
+embed, the BERTology analyses, retrieval, the dry run and plan, export, the placeholder bucket).
 
 The front door (`bert_jax/jobs.py`) is the only importer: its table names each mode's check below, which it runs
 once, before anything is imported, read or written; what checking found (`Findings`: the model config, a sweep's
@@ -25,7 +25,9 @@ from bert_jax.config_checks.tools import (
   check_embed,
   check_export,
   check_features,
+  check_mine,
   check_placeholders,
+  check_retrieval,
 )
 from bert_jax.config_checks.training import check_pretraining, check_vocabulary_training
 from bert_jax.finetune.members import Member
@@ -81,6 +83,16 @@ def embed(config, mode: str) -> Findings:
 
 def bertology(config, mode: str) -> Findings:
   check_bertology(config, mode)
+  return Findings(mode)
+
+
+def retrieval(config, mode: str) -> Findings:
+  check_retrieval(config)
+  return Findings(mode)
+
+
+def mine(config, mode: str) -> Findings:
+  check_mine(config)
   return Findings(mode)
 
 

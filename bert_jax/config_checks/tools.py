@@ -1,8 +1,8 @@
-"""The checks of the modes that run no training: features, embed, the BERTology analyses, the dry run and plan, export,
-and the placeholder bucket a shipped config writes where the user's own path goes."""
+"""The checks of the modes that run no training: features, embed, the BERTology analyses, retrieval, the dry run
+and plan, export, and the placeholder bucket a shipped config writes where the user's own path goes."""
 
 from bert_jax.config_checks.finetuning import TASKS
-from bert_jax.config_checks.ranges import AT_LEAST_ONE, POSITIVE, Range, check_ranges
+from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
 from bert_jax.dry_run import tpu_topology
 from bert_jax.handoff.export_formats import FORMATS as EXPORT_FORMATS
 from bert_jax.model.bert_config import REMAT_POLICIES
@@ -61,6 +61,63 @@ def check_embed(settings) -> None:
     raise ValueError(f"embed.kind={settings.kind!r}; expected one of {EMBED_KINDS}.")
   if not settings.text_field or not settings.id_field:
     raise ValueError("embed.text_field and embed.id_field name a .jsonl line's fields: neither may be empty.")
+
+
+RETRIEVAL = (
+  ("retrieval.batch_size", AT_LEAST_ONE),
+  # Retrieval's metrics count the first 100 documents (recall@100, MAP@100).
+  ("retrieval.top_k", Range(100), "(recall@100 and MAP@100 count the first 100 documents)"),
+)
+
+
+def check_embedding(settings) -> None:
+  """`config.embedding`: a pooling sentence_embedding.py computes, where set."""
+  if settings.pooling is not None and settings.pooling not in POOLINGS:
+    raise ValueError(f"embedding.pooling={settings.pooling!r}; expected one of {POOLINGS} (or unset: the source's).")
+
+
+def check_retrieval(config) -> None:
+  """`config.retrieval` and `config.embedding`, for --mode=retrieve."""
+  settings = config.retrieval
+  if not settings.data_dir or not settings.output_dir:
+    raise ValueError(
+      "--mode=retrieve needs retrieval.data_dir (a BEIR-layout set: corpus.jsonl, queries.jsonl, qrels/<split>.tsv) "
+      "and retrieval.output_dir."
+    )
+  if not settings.split:
+    raise ValueError("retrieval.split is empty: name the judgements to evaluate (qrels/<split>.tsv; e.g. test).")
+  check_ranges({"retrieval": settings}, RETRIEVAL)
+  if settings.max_seq_length != 0 and settings.max_seq_length < 3:
+    raise ValueError(
+      f"retrieval.max_seq_length={settings.max_seq_length} must be 0 (the source's) or at least 3 ([CLS] x [SEP])."
+    )
+  check_embedding(config.embedding)
+
+
+MINE = (
+  ("mine.batch_size", AT_LEAST_ONE),
+  ("mine.num_negatives", AT_LEAST_ONE),
+  ("mine.range_min", NON_NEGATIVE),
+  ("mine.range_max", NON_NEGATIVE),
+)
+
+
+def check_mine(config) -> None:
+  """`config.mine` and `config.embedding`, for --mode=mine."""
+  settings = config.mine
+  if not settings.pairs_file or not settings.output_dir:
+    raise ValueError(
+      "--mode=mine needs mine.pairs_file (anchor and positive columns: .jsonl, .tsv or .csv) and mine.output_dir."
+    )
+  check_ranges({"mine": settings}, MINE)
+  if settings.range_max and settings.range_max - settings.range_min < settings.num_negatives:
+    raise ValueError(
+      f"mine.num_negatives={settings.num_negatives} exceeds the {max(settings.range_max - settings.range_min, 0)} "
+      f"ranks from mine.range_min={settings.range_min} to mine.range_max={settings.range_max}."
+    )
+  if settings.max_seq_length != 0 and settings.max_seq_length < 3:
+    raise ValueError(f"mine.max_seq_length={settings.max_seq_length} must be 0 (the source's) or at least 3.")
+  check_embedding(config.embedding)
 
 
 def check_bertology(config, mode: str) -> None:

@@ -11,6 +11,7 @@ from bert_jax.data.masking_names import check_masking, masking_scheme
 from bert_jax.data.tokenizer_names import BPE_FORMATS
 from bert_jax.data.tokenizer_names import KINDS as TOKENIZER_KINDS
 from bert_jax.model.bert_config import BertConfig, electra_generator, model_config
+from bert_jax.model.sentence_embedding import POOLINGS
 from bert_jax.train.guard import POLICIES
 from bert_jax.train.objectives.registry import NAMES as OBJECTIVES
 from bert_jax.train.optim import LR_SCHEDULES, OPTIMIZERS, WSD_DECAYS, wsd_decay_steps
@@ -64,6 +65,13 @@ PRETRAINING = (
   ("profile.num_steps", AT_LEAST_ONE),
   ("eval_steps", NON_NEGATIVE, "0 disables evaluation."),
   ("batch_warmup_tokens", NON_NEGATIVE, "0: no batch-size warmup."),
+)
+
+# The retrieval probe (retrieval_probe.data_dir set): train/retrieval_probe.py.
+RETRIEVAL_PROBE = (
+  ("retrieval_probe.max_seq_length", NON_NEGATIVE, "0: data.max_seq_length."),
+  ("retrieval_probe.batch_size", NON_NEGATIVE, "0: batch_size / num_microbatches."),
+  ("retrieval_probe.max_queries", NON_NEGATIVE, "0: every judged query."),
 )
 
 # ELECTRA (objective="electra"): the generator's size and the loss; checked in every pretraining config.
@@ -166,7 +174,39 @@ def check_pretraining(config) -> BertConfig:
     )
   _check_batch_warmup(config)
   check_objective(config, model)
+  check_retrieval_probe(config, model)
   return model
+
+
+def check_retrieval_probe(config, model: BertConfig) -> None:
+  """`config.retrieval_probe` (and the `config.embedding` it embeds by) when its data_dir is set; the set itself is
+  read and checked where the run is made (train/retrieval_probe.py), before anything is written."""
+  probe = config.retrieval_probe
+  if not probe.data_dir:
+    return
+  check_ranges(config, RETRIEVAL_PROBE)
+  if config.data.source != "pretraining":
+    raise ValueError(
+      f"retrieval_probe.data_dir={probe.data_dir!r} with data.source={config.data.source!r}: the probe tokenizes its "
+      "set with the run's tokenizer, and the synthetic source has none; set data.source='pretraining' or unset "
+      "retrieval_probe.data_dir."
+    )
+  if not config.eval_steps:
+    raise ValueError(
+      f"retrieval_probe.data_dir={probe.data_dir!r} with eval_steps=0: the probe runs at each evaluation, and "
+      "eval_steps=0 disables them; set eval_steps or unset retrieval_probe.data_dir."
+    )
+  if not probe.split:
+    raise ValueError("retrieval_probe.split is empty; expected the split whose qrels/<split>.tsv scores the probe.")
+  seq = probe.max_seq_length or config.data.max_seq_length
+  if not 2 < seq <= model.max_sequence_length:
+    raise ValueError(
+      f"retrieval_probe.max_seq_length={probe.max_seq_length} (0: data.max_seq_length) gives rows of {seq} tokens; "
+      f"expected more than a row's special tokens and at most {model.max_sequence_text}."
+    )
+  embedding = config.embedding
+  if embedding.pooling not in (None, *POOLINGS):
+    raise ValueError(f"embedding.pooling={embedding.pooling!r}; expected one of {POOLINGS} (None: mean).")
 
 
 def check_vocabulary_training(config) -> None:

@@ -34,10 +34,14 @@ class BeirSet:
   qrels: dict[str, dict[str, int]]
 
   def document_text(self, doc_id: str) -> str:
-    """The text a model embeds for document `doc_id`: its title and text joined by a space, stripped (BEIR's
-    sentence-transformers model)."""
-    document = self.corpus[doc_id]
-    return f"{document['title']} {document['text']}".strip()
+    """The text a model embeds for document `doc_id` (`document_text`)."""
+    return document_text(self.corpus[doc_id])
+
+
+def document_text(document: dict) -> str:
+  """The text a model embeds for a corpus document: its title and text joined by a space, stripped (BEIR's
+  sentence-transformers model)."""
+  return f"{document['title']} {document['text']}".strip()
 
 
 def _json_lines(path: epath.Path, required: tuple[str, ...], optional: tuple[str, ...] = ()):

@@ -3,9 +3,9 @@
 Inputs (`embed.input_pattern`, files by glob, local or gs://, in sorted order):
 
 * a text file: one text per line (empty lines included), its id "<file>:<line>" (lines counted from 1);
-* a `.jsonl` file: one JSON object per line, its text `embed.text_field` and its id `embed.id_field`; a "title"
-  field, where an object has one, goes before the text joined by a space, as BEIR's sentence-transformers model
-  joins them (a BEIR `corpus.jsonl` and `queries.jsonl` work as they are).
+* a `.jsonl` file: one JSON object per line (blank lines skipped), its text `embed.text_field` and its id
+  `embed.id_field`; a "title" field, where an object has one, goes before the text joined by a space, as BEIR's
+  sentence-transformers model joins them (a BEIR `corpus.jsonl` and `queries.jsonl` work as they are).
 
 Everything is read and checked before the model is: no file, an empty file, a line that is not a JSON object or
 lacks a field (named by file:line), and an id seen twice (both places named) are refused, and so is an output

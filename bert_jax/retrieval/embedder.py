@@ -9,7 +9,8 @@ tokens. The rows are then packed so that padding costs little:
 * texts are sorted by length, longest first; a batch takes the next text's row width from a few fixed widths
   (`row_widths`: 16, 32, 64, ... up to max_seq_length), so jit compiles a few programs, not one per batch;
 * a batch holds `batch_size x max_seq_length` token positions whatever its width (`batch_size x max_seq_length //
-  width` rows): narrow rows cost less attention, and every batch is as large;
+  width` rows): narrow rows cost less attention, and every batch is as large, but the last, which takes half, a
+  quarter, ... of the rows where the texts left fill no more;
 * the longest texts left go first-fit into the batch's rows, then the shortest fill the gaps they leave (texts
   sorted, two ends of one list); several texts to a row (at most `instances_per_row(width)`), each
   with its own positions from 0, its instance number in `input_mask` (the encoder attends within an instance only;
@@ -106,31 +107,47 @@ class _Filling:
     return Batch(self.arrays, np.array(self.texts), np.array(self.rows), np.array(self.slots), int(self.used.sum()))
 
 
-def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: int) -> list[Batch]:
+def _num_rows(full: int, min_rows: int, tokens_left: int, width: int) -> int:
+  """A batch's rows: `full`, or the last batch's fewer (`full` halved while a multiple of `min_rows` that holds the
+  `tokens_left` with room to spare), so that the end of the texts does not run a batch of padding."""
+  rows = full
+  while rows % 2 == 0 and (rows // 2) % min_rows == 0 and (rows // 2) * width >= 1.25 * tokens_left:
+    rows //= 2
+  return rows
+
+
+def pack(rows: list[list[int]], max_seq_length: int, batch_size: int, pad_id: int, min_rows: int = 1) -> list[Batch]:
   """`rows` (each text's token ids, special tokens included, at most `max_seq_length`) packed into batches (see the
-  module docstring); every text is in exactly one batch."""
-  lengths = np.array([len(row) for row in rows])
+  module docstring) of a multiple of `min_rows` rows (the mesh's data-parallel devices); every text is in exactly one
+  batch."""
+  lengths = np.array([len(row) for row in rows], np.int64)
+  if len(lengths) and lengths.max() > max_seq_length:
+    text = int(np.argmax(lengths))
+    raise ValueError(f"Row {text} has {lengths[text]} tokens; max_seq_length={max_seq_length} (truncate rows first).")
   order = np.argsort(-lengths, kind="stable")
   widths = row_widths(max_seq_length)
+  tokens_left = int(lengths.sum())
   batches, head, tail = [], 0, len(order) - 1  # The longest and the shortest text not yet placed.
   while head <= tail:
     width = next(w for w in widths if w >= lengths[order[head]])
-    filling = _Filling(batch_size * max(1, max_seq_length // width), width, instances_per_row(width), pad_id)
+    num_rows = _num_rows(batch_size * max(1, max_seq_length // width), min_rows, tokens_left, width)
+    filling = _Filling(num_rows, width, instances_per_row(width), pad_id)
     # The longest texts first, then the gaps they leave filled with the shortest.
     while head <= tail and filling.place(order[head], rows[order[head]]):
       head += 1
     while head <= tail and filling.place(order[tail], rows[order[tail]]):
       tail -= 1
     batches.append(filling.batch())
+    tokens_left -= batches[-1].tokens
   return batches
 
 
 class Embedder:
   """Embeds texts with one encoder: `model_config` (a `BertConfig`), its encoder `params` (a tree's `bert`, placed
-  on `mesh` when there is one), `tokenizer`, the embedding `settings` (pooling, normalisation, prompts), rows of at
-  most `max_seq_length` tokens, `batch_size` rows of `max_seq_length` (or as many token positions in narrower rows)
-  per batch, sharded over the `mesh`'s data axes (with its logical axis `rules`); without a mesh, on the default
-  device."""
+  on `mesh` when there is one; or ShapeDtypeStructs in their shardings, `embed` then given the parameters each
+  time), `tokenizer`, the embedding `settings` (pooling, normalisation, prompts), rows of at most `max_seq_length`
+  tokens, `batch_size` rows of `max_seq_length` (or as many token positions in narrower rows) per batch, sharded over
+  the `mesh`'s data axes (with its logical axis `rules`); without a mesh, on the default device."""
 
   def __init__(
     self,
@@ -166,12 +183,17 @@ class Embedder:
     if mesh is None:
       self._embed = jax.jit(embed)
     else:
-      batch_sharding = sharding.batch_sharding(mesh)
       self._embed = jax.jit(
         with_activation_rules(embed, mesh, rules or ()),
-        in_shardings=(jax.tree.map(lambda x: x.sharding, params), batch_sharding),
-        out_shardings=batch_sharding,
+        in_shardings=(jax.tree.map(lambda x: x.sharding, params), sharding.batch_sharding(mesh)),
+        out_shardings=sharding.replicated(mesh),  # Every host reads every embedding back.
       )
+
+  def _global(self, arrays: dict) -> dict:
+    """A batch every host holds whole -> global arrays, rows split over the mesh's batch axes (each host keeps its
+    devices' rows)."""
+    rows = sharding.batch_sharding(self.mesh)
+    return {name: jax.make_array_from_process_local_data(rows, value, value.shape) for name, value in arrays.items()}
 
   @classmethod
   def from_source(cls, path: str, config) -> "Embedder":
@@ -209,19 +231,28 @@ class Embedder:
       for end, count in zip(ends, counts, strict=True)
     ]
 
-  def embed(self, texts: Sequence[str], kind: str = "document", progress_label: str | None = None) -> np.ndarray:
+  def embed(
+    self, texts: Sequence[str], kind: str = "document", progress_label: str | None = None, params: dict | None = None
+  ) -> np.ndarray:
     """The embeddings of `texts` as `kind` ("query" or "document"): [len(texts), dim] float32, in input order. With
-    `progress_label`, a progress line (texts, tokens/s, ETA) every `PROGRESS_SECONDS` and at the end."""
+    `progress_label`, a progress line (texts, tokens/s, ETA) every `PROGRESS_SECONDS` and at the end. `params`: other
+    encoder parameters of the same tree and shardings (a training run's, at each evaluation), run by the programs
+    already compiled; default: the embedder's own.
+
+    Every host embeds every text: on several hosts each builds the same batches from the same `texts`, so all run
+    the same programs on global arrays, and each gets every embedding back."""
+    params = self.params if params is None else params
     self.last_stats = dict(texts=len(texts), tokens=0, seconds=0.0)
     out = np.zeros((len(texts), self.dim), np.float32)
     if not len(texts):
       return out
     start = last_log = time.perf_counter()
-    batches = pack(self.rows(texts, kind), self.max_seq_length, self.batch_size, self.tokenizer.pad_id)
+    min_rows = 1 if self.mesh is None else sharding.data_parallel_size(self.mesh)
+    batches = pack(self.rows(texts, kind), self.max_seq_length, self.batch_size, self.tokenizer.pad_id, min_rows)
     done = tokens = 0
     for batch in batches:
-      arrays = batch.arrays if self.mesh is None else sharding.global_batch(batch.arrays, self.mesh)
-      embeddings = np.asarray(jax.device_get(self._embed(self.params, arrays)))  # [rows, instances, dim]
+      arrays = batch.arrays if self.mesh is None else self._global(batch.arrays)
+      embeddings = np.asarray(jax.device_get(self._embed(params, arrays)))  # [rows, instances, dim]
       out[batch.texts] = embeddings[batch.rows, batch.slots]
       done, tokens = done + len(batch.texts), tokens + batch.tokens
       if progress_label and time.perf_counter() - last_log > PROGRESS_SECONDS:

@@ -19,8 +19,10 @@ from bert_jax import sharding
 from bert_jax.retrieval import metrics
 from bert_jax.retrieval.beir import BeirSet
 
-# Queries scored at a time: [QUERY_BATCH, corpus rows a device] float32 scores live on each device at once.
+# Queries scored at a time: [QUERY_BATCH, corpus rows a device] float32 scores live on each device at once ...
 QUERY_BATCH = 256
+# ... fewer where the corpus is large: at most this many scores a device (512 MiB of float32).
+SCORES_PER_DEVICE = 1 << 27
 
 
 def _check_embeddings(name: str, array: np.ndarray, dim: int | None = None) -> None:
@@ -67,7 +69,8 @@ def top_k(
 ) -> tuple[np.ndarray, np.ndarray]:
   """The `k` best corpus rows for each query by dot product: (scores [q, k] float32, corpus rows [q, k] int64),
   best first, equal scores by row, the lower first. `queries` [q, dim], `corpus` [n, dim]; the corpus is split
-  over every device of `mesh` (default: all devices), padded to a multiple of their count."""
+  over every device of `mesh` (default: all devices), padded to a multiple of their count; the queries are scored
+  `query_batch` at a time (fewer for a large corpus: `SCORES_PER_DEVICE`)."""
   queries, corpus = np.asarray(queries, np.float32), np.asarray(corpus, np.float32)
   _check_embeddings("the queries", queries)
   _check_embeddings("the corpus", corpus, queries.shape[1])
@@ -80,7 +83,7 @@ def top_k(
   padded[: len(corpus)] = corpus
   corpus_on_mesh = jax.device_put(padded, NamedSharding(mesh, PartitionSpec(tuple(mesh.axis_names), None)))
   search = _search_fn(mesh, k, min(k, rows_per_shard), rows_per_shard, len(corpus))
-  batch = min(query_batch, len(queries))
+  batch = max(1, min(query_batch, SCORES_PER_DEVICE // rows_per_shard, len(queries)))
   replicated = sharding.replicated(mesh)
   scores, rows = [], []
   for start in range(0, len(queries), batch):

@@ -24,6 +24,7 @@ from bert_jax.train import loop, pretraining_start, run, start_order
 from bert_jax.train.job_spec import JobSpec
 from bert_jax.train.objectives import registry
 from bert_jax.train.optim import Steps, make_optimizer, make_schedule
+from bert_jax.train.retrieval_probe import RetrievalProbe
 from bert_jax.workdir import checkpoints
 
 
@@ -102,6 +103,8 @@ class PretrainingJob(loop.Job):
     self.objective = registry.of(config.objective)
     self.last_step = config.num_train_steps
     self.data = Corpus(config, workdir, self.model_cfg, origin.tokenizer, num_readers=origin.num_readers)
+    # Its set read and checked here, before the loop writes anything.
+    self.probe = RetrievalProbe.of(config, self.run, self.model_cfg, self.data.tokenizer)
     self.tokenizer_item = checkpoints.tokenizer_item(self.data.tokenizer) if self.data.tokenizer else None
     self.schedule = make_schedule(config)
     self.batches = BatchSchedule.of(config)
@@ -135,6 +138,8 @@ class PretrainingJob(loop.Job):
         if warning:
           logging.warning("%s", warning)
         rows.append(("eval masking", line))
+    if self.probe:
+      rows.append(("retrieval probe", self.probe.describe()))
     rows.append(("workdir", self.workdir))
     if self.data.unigram:
       unigram = self.data.unigram
@@ -222,7 +227,8 @@ class PretrainingJob(loop.Job):
     return bool(config.eval_steps) and (step % config.eval_every_steps == 0 or step == self.last_step)
 
   def evaluate(self, state, step: int, writer: progress.MetricWriter) -> None:
-    """The same `eval_steps` batches every time (a fixed stream), summed then averaged."""
+    """The same `eval_steps` batches every time (a fixed stream), summed then averaged; and the retrieval probe's
+    metrics when the run has one."""
     source = self.data.source(0, evaluation=True)
     totals = None
     for _ in range(self.config.eval_steps):
@@ -231,10 +237,16 @@ class PretrainingJob(loop.Job):
       )
       totals = metrics if totals is None else jax.tree.map(np.add, totals, metrics)
     summary = progress.summarize(jax.device_get(totals), self.config.eval_steps)
-    shown = self.objective.shown(self.config, True)
-    logging.info("eval at step %d%s", step, progress.format_metrics(summary, shown, self.data.unigram))
+    if self.probe:
+      summary.update(self.probe.measure(state.params))
+    logging.info("eval at step %d%s", step, self._eval_metrics(summary))
     writer.write(step, summary)
     self.history["eval"] = dict(summary, step=step)
+
+  def _eval_metrics(self, summary: dict) -> str:
+    """An evaluation's metrics on the console: the objective's, then the retrieval probe's nDCG@10."""
+    shown = self.objective.shown(self.config, True)
+    return progress.format_metrics(summary, shown, self.data.unigram) + RetrievalProbe.shown(summary)
 
   def saves_at(self, step: int) -> bool:
     return step % self.config.checkpoint_every_steps == 0
@@ -269,8 +281,7 @@ class PretrainingJob(loop.Job):
       shown = ("loss", *self.objective.shown(self.config, False))
       rows.append(("train", f"step {train['step']}" + progress.format_metrics(train, shown)))
     if evaluation.get("step", -1) > self.first_step:
-      metrics = progress.format_metrics(evaluation, self.objective.shown(self.config, True), self.data.unigram)
-      rows.append(("eval", f"step {evaluation['step']}{metrics}"))
+      rows.append(("eval", f"step {evaluation['step']}{self._eval_metrics(evaluation)}"))
     return rows
 
 
