@@ -295,6 +295,22 @@ def test_a_fine_tuning_resume_refuses_a_tokenizer_changed_in_place(tmp_path):
   assert sorted(workdir.rglob("*")) == written
 
 
+def test_a_baseline_run_refuses_a_tokenizer_with_more_ids_than_the_models_table(tmp_path):
+  """Without init_from, the model is config.model and the tokenizer config.tokenizer's: ids past the embedding table
+  (which the lookup would clamp, silently) are refused before anything is written."""
+  data, vocab = tmp_path / "SST-2", tmp_path / "vocab.txt"
+  write_sst2(data)
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *(f"w{i}" for i in range(195))]) + "\n")
+  config = glue.get_config()
+  config.finetune.update(task="sst2", data_dir=str(data))
+  config.tokenizer.update(kind="wordpiece", path=str(vocab))
+  config.model.vocab_size = 101
+  workdir = tmp_path / "run"
+  with pytest.raises(ValueError, match=re.escape(f"tokenizer.path={vocab} has 200 ids but model.vocab_size=101")):
+    jobs.run(config, str(workdir), "finetune")
+  assert not workdir.exists()
+
+
 def test_a_missing_test_file_skips_its_predictions_but_a_missing_dev_file_fails(tmp_path, fixture_tokenizers):
   write_sst2(tmp_path / "SST-2")
   (tmp_path / "SST-2" / "test.tsv").unlink()

@@ -459,6 +459,11 @@ def finetune(config, workdir: str, members: tuple[Member, ...]) -> dict | None:
     tokenizer = source.tokenizer
   else:
     tokenizer = load_tokenizer(config.tokenizer.kind, config.tokenizer.path, config.tokenizer.lower_case)
+    if tokenizer.vocab_size > model_cfg.vocab_size:  # Ids past the table would be clamped, silently, by the lookup.
+      raise ValueError(
+        f"tokenizer.path={config.tokenizer.path} has {tokenizer.vocab_size} ids but model.vocab_size="
+        f"{model_cfg.vocab_size}: set model.vocab_size to at least {tokenizer.vocab_size}."
+      )
   if task.head == "embedding":  # How it embeds: config.embedding's keys, else the source's recorded settings.
     task = task.with_settings(
       embeddings.run_settings(config.finetune, config.embedding, None if source is None else source.embedding)
