@@ -113,7 +113,8 @@ def _bert_jax(name: str, config) -> dict:
   summary = jobs.run(config, str(workdir), "finetune")
   if summary is None:
     raise SystemExit(f"{name} stopped before its last step: the same command resumes it.")
-  summary = dict(summary, seconds=time.perf_counter() - start, losses=_train_losses(str(workdir)))
+  losses = {str(step): loss for step, loss in _train_losses(str(workdir)).items()}  # As JSON reads them back.
+  summary = dict(summary, seconds=time.perf_counter() - start, losses=losses)
   done.write_text(json.dumps(summary))
   return summary
 
