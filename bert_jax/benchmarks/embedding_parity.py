@@ -55,6 +55,13 @@ _EPOCHS = flags.DEFINE_float("epochs", 1.0, "Passes over the pairs.")
 _SEQ = flags.DEFINE_integer("max_seq_length", 128, "Tokens per text.")
 _DROPOUT = flags.DEFINE_float("dropout", 0.1, "Hidden and attention dropout of the runs with dropout.")
 _COMPARED = flags.DEFINE_integer("compared_steps", 20, "Steps whose losses are compared with dropout off.")
+_PAD_FULL = flags.DEFINE_bool(
+  "pad_full",
+  False,
+  "sentence-transformers' batches padded to --max_seq_length instead of cut to their longest row: the same "
+  "computation in exact arithmetic, so its losses against the cut run's measure float32's own drift "
+  "(its runs go to <workdir>/*_padded).",
+)
 _GOAL = 1e-5  # The issue's bound on |loss difference| with dropout off.
 
 
@@ -128,6 +135,7 @@ def _sentence_transformers(name: str, config, seed: int, dropout: float, steps: 
 
   from bert_jax.benchmarks import torch_reference
 
+  name += "_padded" if _PAD_FULL.value else ""
   done = epath.Path(_WORKDIR.value) / name / f"seed_{seed}.json"
   if done.exists():
     return json.loads(done.read_text())
@@ -152,7 +160,7 @@ def _sentence_transformers(name: str, config, seed: int, dropout: float, steps: 
 
   def inputs(column: str, rows: np.ndarray) -> dict:
     mask = features[f"{column}_input_mask"][rows]
-    width = int(mask.sum(axis=1).max())
+    width = mask.shape[1] if _PAD_FULL.value else int(mask.sum(axis=1).max())
     return dict(
       input_ids=torch.from_numpy(features[f"{column}_input_ids"][rows, :width]).long(),
       attention_mask=torch.from_numpy(mask[:, :width]).long(),
