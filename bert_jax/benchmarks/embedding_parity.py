@@ -1,8 +1,10 @@
 """Parity of the embeddings task (`finetune.task="embeddings"`) with sentence-transformers' training (issue 62,
 benchmark 2): the same start, pairs, batches, learning rate, schedule and steps on both sides.
 
-    python -m bert_jax.benchmarks.embedding_parity --init_from=/tmp/bert_tiny_parity_wp \
-        --data_dir=/tmp/squad_retrieval --workdir=/tmp/embedding_parity --seeds=5
+    python -m bert_jax.benchmarks.embedding_parity --init_from=/tmp/bert_tiny_parity_step100_st \
+        --data_dir=/tmp/squad_retrieval --workdir=/tmp/embedding_parity --seeds=5 --learning_rate=3e-4
+
+(docs/benchmarks.md "Embeddings: parity with sentence-transformers": how that start was made, and the figures.)
 
 * The start: `--init_from` (any `pretrained.load` source) exported once as a sentence-transformers directory
   (`<workdir>/start`), which bert_jax fine-tunes from (`init_from`) and `SentenceTransformer` loads.
