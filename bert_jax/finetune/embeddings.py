@@ -90,13 +90,15 @@ def embeddings_loss(
   scores = contrastive_loss.cosine_similarities(queries, documents)
   scores = jnp.where(jnp.tile(weight > 0, documents.shape[0] // weight.shape[0])[None, :], scores, -jnp.inf)
   correct = (jnp.argmax(scores, axis=1) == jnp.arange(weight.shape[0])).astype(jnp.float32)
-  (count,) = (jnp.sum(weight) + 1e-5,) if normalizers is None else normalizers
+  (count,) = _normalizers(dict(weight=weight)) if normalizers is None else normalizers
   metrics = dict(task_loss=jnp.sum(per_row), task_accuracy=jnp.sum(correct * weight), task_count=jnp.sum(weight))
   return jnp.sum(per_row) / count, metrics
 
 
 def _normalizers(batch: dict) -> tuple[jax.Array]:
-  return (jnp.sum(batch["weight"]) + 1e-5,)
+  """What the loss sum is divided by: the batch's real rows, at least 1e-5 (a batch of padding alone), as
+  `contrastive_loss` divides, so the mean equals sentence-transformers' (no +1e-5 bias)."""
+  return (jnp.maximum(jnp.sum(batch["weight"]), 1e-5),)
 
 
 @dataclasses.dataclass(frozen=True)
