@@ -8,6 +8,7 @@ write to a local directory whose files are then copied with epath (`copy_tree`, 
 
 import contextlib
 import hashlib
+import json
 import os
 import tempfile
 import uuid
@@ -148,3 +149,20 @@ def text_lines(files) -> Iterator[str]:
     with epath.Path(path).open("rb") as f:
       for line in f:
         yield line.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def json_objects(path) -> Iterator[tuple[int, dict]]:
+  """(line number from 1, object) of each non-blank line of the JSONL file `path` (local or gs://; bytes that are not
+  UTF-8 become U+FFFD); raises ValueError naming `path`:line for a line that is not one JSON object."""
+  with epath.Path(path).open("rb") as f:
+    for number, raw in enumerate(f, 1):
+      line = raw.decode("utf-8", errors="replace").strip()
+      if not line:
+        continue
+      try:
+        record = json.loads(line)
+      except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{number} is not JSON ({error.msg}); expected one JSON object a line.") from None
+      if not isinstance(record, dict):
+        raise ValueError(f"{path}:{number} holds a {type(record).__name__}; expected a JSON object a line.")
+      yield number, record

@@ -88,8 +88,8 @@ def test_text_and_jsonl_files_embed_from_a_bundle_as_sentence_transformers_encod
     ({}, r"embed.input_pattern=.*\*.jsonl' matches no file"),
     ({"a.jsonl": ""}, r"a.jsonl \(of embed.input_pattern=.*\) holds no text"),
     ({"a.jsonl": '{"_id": "1", "text": "w1"}\n{"_id": "2", "body": "w2"}\n'}, r"a.jsonl:2 has no 'text' \(embed.text_"),
-    ({"a.jsonl": '{"_id": "1", "text": "w1"}\n[1]\n'}, r"a.jsonl:2 is not a JSON object but list"),
-    ({"a.jsonl": '{"_id": "1", "text": "w1"}\n{"_id": \n'}, r"a.jsonl:2 is not a JSON object \(Expecting value\)"),
+    ({"a.jsonl": '{"_id": "1", "text": "w1"}\n[1]\n'}, r"a.jsonl:2 holds a list; expected a JSON object"),
+    ({"a.jsonl": '{"_id": "1", "text": "w1"}\n{"_id": \n'}, r"a.jsonl:2 is not JSON \(Expecting value\)"),
     (
       {"a.jsonl": '{"_id": "1", "text": "w1"}\n', "b.jsonl": '{"_id": "2", "text": "w1"}\n{"_id": "1", "text": "w"}\n'},
       r"The id '1' is at .*a.jsonl:1 and again at .*b.jsonl:2: ids must be unique",

@@ -51,7 +51,7 @@ def test_the_three_layouts_read_alike(tmp_path):
     ("p.tsv", "anchor\tpositive\nq\td\n \td2\n", 0, r"p.tsv:3: empty 'anchor'"),
     ("p.jsonl", '{"anchor": "q", "positive": ""}\n', 0, r"p.jsonl:1: empty 'positive'"),
     ("p.jsonl", '{"anchor": "q", "positive": 3}\n', 0, r"p.jsonl:1: 'positive' is 3; expected a string"),
-    ("p.jsonl", '{"anchor": "q", "positive": "d"\n', 0, r"p.jsonl:1: not JSON"),
+    ("p.jsonl", '{"anchor": "q", "positive": "d"\n', 0, r"p.jsonl:1 is not JSON"),
     ("p.tsv", "anchor\tpositive\nq\td\textra\n", 0, r"p.tsv:2: 3 fields; the header has 2"),
     ("p.tsv", "anchor\tpositive\tnegative\nq\td\t\n", 1, r"p.tsv:2: empty 'negative'"),
     ("p.tsv", "anchor\tpositive\nq\td\n", 1, r"p.tsv:2: 0 negative column\(s\) \[\]; contrastive.hard_negatives=1"),

@@ -24,11 +24,11 @@ a resume or another host count reads the same rows.
 import csv
 import dataclasses
 import functools
-import json
 
 import numpy as np
 from etils import epath
 
+from bert_jax import paths
 from bert_jax.finetune.glue_files import open_text
 
 PAIRS_FILES = ("train.jsonl", "train.tsv", "train.csv")  # The training pairs file of a data_dir, any one of them.
@@ -54,7 +54,7 @@ def read_pairs(path, hard_negatives: int) -> list[Pair]:
     raise FileNotFoundError(f"No pairs file {path}.")
   suffix = path.suffix.lower()
   if suffix == ".jsonl":
-    rows = _jsonl_rows(path)
+    rows = ((f"{path}:{number}", fields) for number, fields in paths.json_objects(path))
   elif suffix in (".tsv", ".csv"):
     rows = _table_rows(path, suffix)
   else:
@@ -82,20 +82,6 @@ def read_pairs(path, hard_negatives: int) -> list[Pair]:
   if not pairs:
     raise ValueError(f"{path}: no pairs (an empty file); expected a row per pair.")
   return pairs
-
-
-def _jsonl_rows(path: epath.Path):
-  with path.open() as lines:
-    for number, line in enumerate(lines, start=1):
-      if not line.strip():
-        continue
-      try:
-        fields = json.loads(line)
-      except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{number}: not JSON ({error}).") from None
-      if not isinstance(fields, dict):
-        raise ValueError(f"{path}:{number}: {type(fields).__name__}; expected a JSON object.")
-      yield f"{path}:{number}", fields
 
 
 def _table_rows(path: epath.Path, suffix: str):

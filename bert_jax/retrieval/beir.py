@@ -13,9 +13,10 @@ query or document, a score that is not an integer, an empty corpus, a split with
 
 import csv
 import dataclasses
-import json
 
 from etils import epath
+
+from bert_jax import paths
 
 LAYOUT = "BEIR's layout: corpus.jsonl, queries.jsonl and qrels/<split>.tsv"
 QRELS_HEADER = ("query-id", "corpus-id", "score")
@@ -47,23 +48,13 @@ def document_text(document: dict) -> str:
 def _json_lines(path: epath.Path, required: tuple[str, ...], optional: tuple[str, ...] = ()):
   """(line number, object) of each non-blank line of `path`, each a JSON object whose `required` keys are strings
   (and `optional` keys strings where present); raises ValueError naming path:line otherwise."""
-  with path.open("rb") as f:
-    for number, raw in enumerate(f, 1):
-      line = raw.decode("utf-8", errors="replace").strip()
-      if not line:
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{number} is not JSON ({error.msg}); expected one JSON object a line.") from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{path}:{number} holds a {type(record).__name__}; expected a JSON object a line.")
-      for key in required + tuple(key for key in optional if key in record):
-        if key not in record:
-          raise ValueError(f"{path}:{number} has no {key!r}; expected the keys {required}.")
-        if not isinstance(record[key], str):
-          raise ValueError(f"{path}:{number} has {key}={record[key]!r}; expected a string.")
-      yield number, record
+  for number, record in paths.json_objects(path):
+    for key in required + tuple(key for key in optional if key in record):
+      if key not in record:
+        raise ValueError(f"{path}:{number} has no {key!r}; expected the keys {required}.")
+      if not isinstance(record[key], str):
+        raise ValueError(f"{path}:{number} has {key}={record[key]!r}; expected a string.")
+    yield number, record
 
 
 def _unique(path: epath.Path, number: int, doc_id: str, seen: dict[str, int], what: str) -> None:

@@ -35,17 +35,9 @@ from bert_jax.retrieval.embedder import Embedder
 OUTPUT_FILES = ("embeddings.npy", "ids.json", "manifest.json")
 
 
-def _jsonl_texts(path: str, lines: list[str], text_field: str, id_field: str) -> list[tuple[str, str, str]]:
+def _jsonl_texts(path: str, text_field: str, id_field: str) -> list[tuple[str, str, str]]:
   records = []
-  for number, line in enumerate(lines, 1):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as error:
-      raise ValueError(f"{path}:{number} is not a JSON object ({error.msg}).") from error
-    if not isinstance(record, dict):
-      raise ValueError(f"{path}:{number} is not a JSON object but {type(record).__name__}.")
+  for number, record in paths.json_objects(path):
     for key, field in (("embed.text_field", text_field), ("embed.id_field", id_field)):
       if field not in record:
         raise ValueError(f"{path}:{number} has no {field!r} ({key}); it has {sorted(record)}.")
@@ -64,10 +56,10 @@ def read_inputs(settings) -> tuple[list[str], list[str], list[str]]:
     raise FileNotFoundError(f"embed.input_pattern={settings.input_pattern!r} matches no file.")
   ids, texts, places = [], [], {}
   for path in files:
-    lines = epath.Path(path).read_bytes().decode("utf-8", errors="replace").splitlines()
     if path.endswith(".jsonl"):
-      records = _jsonl_texts(path, lines, settings.text_field, settings.id_field)
+      records = _jsonl_texts(path, settings.text_field, settings.id_field)
     else:
+      lines = epath.Path(path).read_bytes().decode("utf-8", errors="replace").splitlines()
       records = [(f"{path}:{number}", line, f"{path}:{number}") for number, line in enumerate(lines, 1)]
     if not records:
       raise ValueError(f"{path} (of embed.input_pattern={settings.input_pattern!r}) holds no text.")
