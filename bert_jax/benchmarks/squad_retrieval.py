@@ -24,10 +24,16 @@ from etils import epath
 
 from bert_jax import paths
 
-_SQUAD = flags.DEFINE_string("squad", None, "SQuAD v1.1 JSON (dev-v1.1.json).")
-_OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where the set goes (local or gs://).")
-_SEED = flags.DEFINE_integer("seed", 0, "Shuffles the articles before they are split.")
-_DEV_ARTICLES = flags.DEFINE_integer("dev_articles", 4, "Articles of the training half kept for development.")
+
+def _define_flags() -> dict:
+  """The command's flags, defined when it runs (not on import: the tests import `build`, and other benchmarks define
+  flags of the same names)."""
+  return dict(
+    squad=flags.DEFINE_string("squad", None, "SQuAD v1.1 JSON (dev-v1.1.json)."),
+    output_dir=flags.DEFINE_string("output_dir", None, "Where the set goes (local or gs://)."),
+    seed=flags.DEFINE_integer("seed", 0, "Shuffles the articles before they are split."),
+    dev_articles=flags.DEFINE_integer("dev_articles", 4, "Articles of the training half kept for development."),
+  )
 
 
 def split_articles(articles: list[dict], seed: int, dev_articles: int) -> dict[str, list[int]]:
@@ -92,10 +98,11 @@ def write_files(squad: dict, output_dir: str, seed: int, dev_articles: int) -> d
   return json.loads(files["manifest.json"])
 
 
-def main(argv):
+def main(argv, flag=None):
   del argv
-  squad = json.loads(epath.Path(_SQUAD.value).read_text())
-  manifest = write_files(squad, _OUTPUT_DIR.value, _SEED.value, _DEV_ARTICLES.value)
+  squad = json.loads(epath.Path(flag["squad"].value).read_text())
+  output_dir = flag["output_dir"].value
+  manifest = write_files(squad, output_dir, flag["seed"].value, flag["dev_articles"].value)
   logging.info(
     "%d training pairs (%d articles); corpus %d paragraphs; dev %d queries (%d articles), test %d (%d articles) -> %s",
     manifest["train_pairs"],
@@ -105,10 +112,13 @@ def main(argv):
     len(manifest["articles"]["dev"]),
     manifest["test_queries"],
     len(manifest["articles"]["test"]),
-    _OUTPUT_DIR.value,
+    output_dir,
   )
 
 
 if __name__ == "__main__":
+  import functools
+
+  defined = _define_flags()
   flags.mark_flags_as_required(["squad", "output_dir"])
-  app.run(main)
+  app.run(functools.partial(main, flag=defined))
