@@ -15,6 +15,26 @@ mteb = pytest.importorskip("mteb")
 WORDS = [f"w{i}" for i in range(60)]
 
 
+@pytest.fixture(autouse=True)
+def _global_seeds_restored():
+  """mteb seeds Python's, numpy's, torch's and TensorFlow's global generators when it makes a task or an evaluator
+  (mteb/_set_seed.py): TensorFlow's global seed changes every op seed derived after it, and so the tf.data pipelines
+  of the tests that run after this one in the same worker. Each is put back as it was."""
+  import random
+  import sys
+
+  python, numpy = random.getstate(), np.random.get_state()
+  torch = sys.modules.get("torch")
+  torch_state = torch.random.get_rng_state() if torch else None
+  yield
+  random.setstate(python)
+  np.random.set_state(numpy)
+  if torch_state is not None:
+    torch.random.set_rng_state(torch_state)
+  if "tensorflow" in sys.modules:
+    sys.modules["tensorflow"].random.set_seed(None)  # No global seed: TensorFlow's default, as before mteb.
+
+
 def _retrieval_set() -> beir.BeirSet:
   """40 documents of random words (half with a title), 12 queries, each a few words of its one or two relevant
   documents: a random model's mean embeddings rank them well above chance, not perfectly."""
