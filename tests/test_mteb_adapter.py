@@ -18,8 +18,8 @@ WORDS = [f"w{i}" for i in range(60)]
 @pytest.fixture(autouse=True)
 def _global_seeds_restored():
   """mteb seeds Python's, numpy's, torch's and TensorFlow's global generators when it makes a task or an evaluator
-  (mteb/_set_seed.py): TensorFlow's global seed changes every op seed derived after it, and so the tf.data pipelines
-  of the tests that run after this one in the same worker. Each is put back as it was."""
+  (mteb/_set_seed.py); each is put back as it was, for the tests that run after this one in the same worker. (The
+  pretraining stream no longer depends on TensorFlow's: tests/test_pipeline.py.)"""
   import random
   import sys
 

@@ -194,6 +194,23 @@ def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(pipeline_corpus, 
   assert repeats > 500 and changed == repeats
 
 
+def test_the_stream_is_the_same_in_a_process_that_set_tensorflows_global_seed(
+  pipeline_corpus, data_config, pipeline_batches
+):
+  """A notebook's or a library's `tf.random.set_seed` (Keras, transformers and mteb call it) leaves the stream as it
+  is, and the caller's global seed as it was: a step's rows depend on the run's seed alone. (CI's golden runs once
+  differed in a test worker where mteb had seeded TensorFlow: the shuffle buffer's order had changed.)"""
+  from tensorflow.python.eager import context
+
+  tf.random.set_seed(1234)
+  try:
+    batches = next_batches(corpus_source(pipeline_corpus, data_config), 3)
+    assert context.global_seed() == 1234
+  finally:
+    tf.random.set_seed(None)
+  assert_same_batches(batches, pipeline_batches[:3])
+
+
 @pytest.mark.slow
 def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time(
   pipeline_corpus, data_config

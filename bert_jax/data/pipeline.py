@@ -21,6 +21,7 @@ their random-next partners) -> `_instances_function` (a document's instances; FU
 `data.pack_instances`) -> batch; `reader_dataset` composes them.
 """
 
+import contextlib
 import functools
 import os
 
@@ -33,6 +34,26 @@ from bert_jax.tensorflow_cpu import tf
 
 # Salts that keep the random streams of different decisions apart.
 _SHARD_ORDER, _PARTNER, _DOCUMENT = 1, 2, 3
+
+
+@contextlib.contextmanager
+def _global_seed_unset():
+  """TensorFlow's global seed (`tf.random.set_seed`) unset while the block builds its ops, and put back after.
+
+  A tf.data op's seed is combined with the global seed when one is set, so a process that seeded TensorFlow (a
+  notebook, Keras' `set_random_seed`, transformers' `set_seed`, mteb on import) would shuffle the instances in
+  another order: a step's rows would no longer be a function of the run's seed alone, and a resume would not equal
+  the run it continues. The block's ops get the seeds they get in a process that never set one."""
+  from tensorflow.python.eager import context
+  from tensorflow.python.framework import ops
+
+  eager, graph = context.context(), ops.get_default_graph()
+  saved = eager._seed, graph.seed  # noqa: SLF001 - tf.random.set_seed would also restart the caller's op seeds.
+  eager._seed = graph.seed = None  # noqa: SLF001
+  try:
+    yield
+  finally:
+    eager._seed, graph.seed = saved  # noqa: SLF001
 
 
 def _seed(*parts) -> tf.Tensor:
@@ -335,7 +356,8 @@ def reader_dataset(
     instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, kind, special)
     dataset = documents.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   dataset = dataset.unbatch()
-  dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+  with _global_seed_unset():
+    dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
   masked = _mask_function(tokenizer, Masking.of(data))
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if data.pack_instances:
