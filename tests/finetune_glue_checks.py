@@ -9,7 +9,7 @@ import pytest
 from absl import flags
 from absl.testing import flagsaver
 
-from bert_jax.benchmarks import finetune_glue
+from bert_jax.benchmarks import finetune_glue, random_start
 from bert_jax.finetune import plan
 from bert_jax.model.bert_config import BertConfig
 
@@ -50,7 +50,7 @@ def random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes(workdir:
   )
   flags.FLAGS.mark_as_parsed()  # Every other flag at its default.
   with flagsaver.as_parsed(workdir=workdir, glue_dir="/glue", vocab="vocab.txt", init_from="/pretrained"):
-    with mock.patch.object(finetune_glue.formats, "read_source", return_value=source):
+    with mock.patch.object(random_start.formats, "read_source", return_value=source):
       pretrained_run = finetune_glue._config("sst2", "pretrained", "transformers")
       random_run = finetune_glue._config("sst2", "random", "transformers")
   assert not random_run.init_from and random_run.tokenizer.path == "vocab.txt"

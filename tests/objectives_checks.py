@@ -58,7 +58,7 @@ def random_weights_are_fine_tuned_once_per_architecture_and_only_when_asked():
 
 
 def a_contestant_stopped_before_its_last_step_writes_no_result(workdir: str):
-  """pretraining.pretrain returns at the step a SIGTERM stopped it: the benchmark must not take that state for the
+  """The pretraining job returns at the step a SIGTERM stopped it: the benchmark must not take that state for the
   contestant's result (it is read back, and never pretrained again, by every later run)."""
   stopped = TrainState(step=jnp.asarray(3), params={}, opt_state=())
   with flagsaver.as_parsed(**DEFAULTS, workdir=workdir):
@@ -66,7 +66,7 @@ def a_contestant_stopped_before_its_last_step_writes_no_result(workdir: str):
     with mock.patch.object(objectives.pretraining, "pretrain", return_value=stopped) as pretrain:
       with pytest.raises(SystemExit, match="bert stopped at step 3 of 10; nothing written"):
         objectives.pretrain("bert", budget)
-  assert pretrain.call_args.args[0].num_train_steps == 10
+  assert pretrain.call_args.args[0].num_train_steps == 10 and pretrain.call_args.args[2] is not None  # Checked.
   assert not (pathlib.Path(workdir) / "bert" / "objective_result.json").exists()
 
 

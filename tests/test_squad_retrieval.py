@@ -42,3 +42,15 @@ def test_no_training_pair_comes_from_an_evaluated_article_and_every_qrel_names_a
       query, document, score = line.split("\t")
       assert query in queries and document in corpus and score == "1"
       assert corpus[document]["title"] in {title.replace("_", " ") for title in articles[split]}
+
+
+def test_the_benchmarks_runs_evaluate_on_the_held_out_articles_and_train_on_the_training_pairs(tmp_path):
+  """`held_out_as_dev` (embedding_parity's and retrieval_pretraining's data): the embeddings task reads the set's
+  training pairs, and its dev split is the set's test split, the held-out articles."""
+  from bert_jax.retrieval import beir
+
+  squad_retrieval.write_files(_squad(10), str(tmp_path / "set"), seed=3, dev_articles=2)
+  data_dir = squad_retrieval.held_out_as_dev(str(tmp_path / "set"), str(tmp_path / "runs" / "data"))
+  assert beir.read(data_dir, "dev").qrels == beir.read(str(tmp_path / "set"), "test").qrels
+  assert (tmp_path / "runs" / "data" / "train.jsonl").read_text() == (tmp_path / "set" / "train.jsonl").read_text()
+  assert squad_retrieval.held_out_as_dev(str(tmp_path / "set"), data_dir) == data_dir  # Again: the links stand.

@@ -39,7 +39,8 @@ from absl import app, flags, logging
 from etils import epath
 
 from bert_jax import jobs
-from bert_jax.finetune import pairs, plan
+from bert_jax.benchmarks import squad_retrieval
+from bert_jax.finetune import plan
 from bert_jax.finetune.contrastive import Contrastive
 from bert_jax.finetune.embeddings import Embeddings, run_settings
 from bert_jax.handoff import export, pretrained
@@ -75,21 +76,6 @@ def _config(data_dir: str, start: str, dropout: float, seeds: int):
   config.sweep.seeds = seeds
   config.update(batch_size=_BATCH.value, learning_rate=_LEARNING_RATE.value, seed=_SEED.value, log_every_steps=1)
   return config
-
-
-def _data_dir() -> str:
-  """`<workdir>/data`: links to --data_dir's files, its qrels/dev.tsv being --data_dir's qrels/test.tsv."""
-  source, target = epath.Path(_DATA_DIR.value).resolve(), epath.Path(_WORKDIR.value) / "data"
-  (target / "qrels").mkdir(parents=True, exist_ok=True)
-  links = {name: source / name for name in ("corpus.jsonl", "queries.jsonl")}
-  links[pairs.pairs_file(source).name] = pairs.pairs_file(source)
-  links["qrels/dev.tsv"] = source / "qrels" / "test.tsv"
-  for name, path in links.items():
-    if not path.exists():
-      raise FileNotFoundError(f"{path}: expected in --data_dir ({_DATA_DIR.value}).")
-    if not (target / name).exists():
-      os.symlink(path, target / name)
-  return str(target)
 
 
 def _start() -> str:
@@ -213,7 +199,7 @@ def main(argv):
     raise app.UsageError(f"--seeds={_SEEDS.value}: a paired t-test needs at least 2 seeds.")
   from scipy import stats
 
-  data_dir, start = _data_dir(), _start()
+  data_dir, start = squad_retrieval.held_out_as_dev(_DATA_DIR.value, str(epath.Path(_WORKDIR.value) / "data")), _start()
   seeds = list(range(_SEED.value, _SEED.value + _SEEDS.value))
 
   # Dropout off: one member each side, the first --compared_steps losses.

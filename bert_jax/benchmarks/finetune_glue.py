@@ -30,10 +30,11 @@ import numpy as np
 from absl import app, flags, logging
 from etils import epath
 
+from bert_jax.benchmarks import random_start
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, job, plan, rows
 from bert_jax.finetune.members import Member, sweep_members
-from bert_jax.handoff import export, formats, pretrained
+from bert_jax.handoff import export, pretrained
 from bert_jax.train.optim import LINEAR_SCHEDULES
 from configs import glue as glue_config
 
@@ -77,13 +78,8 @@ def _config(task: str, init: str, schedule: str):
   config.update(batch_size=_BATCH.value, log_every_steps=100, seed=_SEED.value)
   if init == "pretrained":
     config.init_from = _INIT_FROM.value
-  else:  # Random weights of the model the pretrained run fine-tunes (from the source's metadata: its sizes,
-    # architecture, RoPE bases, dropout and head), with --vocab's WordPiece tokenizer.
-    pretrained_run = config.copy_and_resolve_references()
-    pretrained_run.init_from = _INIT_FROM.value
-    model = plan.model_config(pretrained_run, formats.read_source(_INIT_FROM.value))
-    config.model.update({name: value for name, value in dataclasses.asdict(model).items() if name in config.model})
-    config.tokenizer.update(kind="wordpiece", path=_VOCAB.value, lower_case=_LOWER_CASE.value)
+  else:
+    random_start.random_start(config, _INIT_FROM.value, _VOCAB.value, _LOWER_CASE.value)
   return config
 
 

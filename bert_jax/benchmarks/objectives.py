@@ -260,7 +260,7 @@ def pretrain(name: str, budget: float) -> dict:
   steps = math.floor(budget / per_step)
   config = contestant_config(name, steps)
   logging.info("%s: %d steps of %.3g model FLOPs (budget %.3g).", name, steps, per_step, budget)
-  reached = pretraining.pretrain(config, str(workdir)).host_step()
+  reached = jobs.run(config, str(workdir), "pretrain").host_step()
   if reached < steps:  # Preempted (SIGTERM): a half-trained contestant's result would be read back as its last.
     raise SystemExit(f"{name} stopped at step {reached} of {steps}; nothing written: the same command resumes it.")
   evaluation = _read_events(workdir / "tensorboard" / "eval")

@@ -17,6 +17,7 @@ Every file is written whole and renamed into place; `manifest.json` (the counts 
 """
 
 import json
+import os
 import random
 
 from absl import app, flags, logging
@@ -96,6 +97,25 @@ def write_files(squad: dict, output_dir: str, seed: int, dev_articles: int) -> d
       target.parent.mkdir(parents=True, exist_ok=True)
     paths.write_text(target, files[name])
   return json.loads(files["manifest.json"])
+
+
+def held_out_as_dev(data_dir: str, target: str) -> str:
+  """`target`: links to the set's files in `data_dir`, its qrels/dev.tsv being the set's qrels/test.tsv, so that the
+  embeddings task's end-of-run evaluation of every member (its dev split) is the held-out articles' nDCG@10."""
+  from bert_jax.finetune import pairs
+
+  source, target = epath.Path(data_dir).resolve(), epath.Path(target)
+  (target / "qrels").mkdir(parents=True, exist_ok=True)
+  links = {name: source / name for name in ("corpus.jsonl", "queries.jsonl")}
+  train = pairs.pairs_file(source) or source / "train.jsonl"
+  links[train.name] = train
+  links["qrels/dev.tsv"] = source / "qrels" / "test.tsv"
+  for name, path in links.items():
+    if not path.exists():
+      raise FileNotFoundError(f"{path}: expected in {data_dir} (python -m bert_jax.benchmarks.squad_retrieval).")
+    if not (target / name).exists():
+      os.symlink(path, target / name)
+  return str(target)
 
 
 def main(argv, flag=None):
