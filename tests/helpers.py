@@ -237,14 +237,20 @@ def train_losses(workdir: str) -> dict[int, float]:
   return losses
 
 
-def logged_by_start_order(patch) -> list[str]:
-  """The lines start_order logs (info and warning) from now on, formatted (absl's records evade caplog)."""
-  from bert_jax.train import start_order
-
+def logged_by(module, patch) -> list[str]:
+  """The lines `module` logs through absl (info, warning, error) from now on, formatted (absl's records evade
+  caplog)."""
   lines = []
   log = lambda message, *args, **_: lines.append(str(message) % args)  # noqa: E731
-  patch.setattr(start_order, "logging", types.SimpleNamespace(info=log, warning=log))
+  patch.setattr(module, "logging", types.SimpleNamespace(info=log, warning=log, error=log))
   return lines
+
+
+def logged_by_start_order(patch) -> list[str]:
+  """The lines start_order logs from now on (`logged_by`)."""
+  from bert_jax.train import start_order
+
+  return logged_by(start_order, patch)
 
 
 def check_exports(workdir: str, expected, tmp_path) -> None:

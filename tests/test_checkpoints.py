@@ -19,7 +19,7 @@ from bert_jax import jobs, paths
 from bert_jax.train import pretraining
 from bert_jax.workdir import checkpoints, lease, reading
 from configs import default
-from tests.helpers import flip_a_bit_through_orbax, state_params
+from tests.helpers import flip_a_bit_through_orbax, logged_by, state_params
 
 
 def _truncate_files(step_dir) -> None:
@@ -347,3 +347,52 @@ def test_a_save_whose_run_was_taken_over_before_its_commit_is_never_committed(tm
   temporary = f"2{ocp.path.atomicity.TMP_DIR_SUFFIX}-{held.token}"
   assert sorted(os.listdir(workdir / "checkpoints")) == ["1", temporary]
   assert json.loads((workdir / lease.LEASE_NAME).read_text()) == taker  # Neither rewritten nor deleted.
+
+
+def test_a_write_still_in_flight_at_the_end_of_a_run_is_said_and_said_again_until_it_ends(monkeypatch):
+  """The end of a run waits for its last checkpoint (a large sweep's final state and best/ took minutes on a loaded
+  machine, with nothing on the console): the wait says which step it writes and where, again every
+  STILL_WRITING_EVERY_SECONDS (here every poll), and how long it took."""
+
+  class Manager:  # A save that is in flight for four polls.
+    directory = "/runs/a/checkpoints"
+
+    def __init__(self):
+      self.polls = 0
+
+    def is_saving_in_progress(self):
+      self.polls += 1
+      return self.polls <= 5
+
+    def latest_step(self):
+      return 7
+
+    def wait_until_finished(self):
+      pass
+
+    def close(self):
+      pass
+
+  monkeypatch.setattr(checkpoints, "STILL_WRITING_EVERY_SECONDS", 0.0)
+  monkeypatch.setattr(checkpoints.time, "sleep", lambda seconds: None)
+  said = logged_by(checkpoints, monkeypatch)
+  checkpoints.finish(Manager(), 7)
+  assert said[0] == "Writing checkpoint step 7 to /runs/a/checkpoints/7 ..."
+  assert sum(line.startswith("... still writing checkpoint step 7 (") for line in said) == 4
+  assert said[-1].startswith("Checkpoint step 7 written in ") and len(said) == 6
+  said.clear()
+  checkpoints.finish(_Idle(), 7)  # Nothing in flight: nothing said.
+  assert not said
+
+
+class _Idle:
+  directory = "/runs/a/checkpoints"
+
+  def is_saving_in_progress(self):
+    return False
+
+  def wait_until_finished(self):
+    pass
+
+  def close(self):
+    pass

@@ -394,6 +394,13 @@ class FinetuningJob(loop.Job):
     chosen = int(np.argmax(finals))
     to_predict = {**self.splits.evaluation, **self.splits.test}
     batch_size, mesh = config.finetune.eval_batch_size, self.run.mesh
+    predicting = time.perf_counter()
+    logging.info(
+      "Predicting %s (%s rows) for the prediction files, with member %d ...",
+      ", ".join(to_predict),
+      " + ".join(f"{encoded.num_rows:,}" for encoded in to_predict.values()),
+      chosen,
+    )
     logits = {
       split: predict(self.predict_fn, state.params, encoded, batch_size, mesh)[chosen]
       for split, encoded in to_predict.items()
@@ -418,6 +425,7 @@ class FinetuningJob(loop.Job):
       predictions_from_member=chosen,
       calibration=calibration,
     )
+    logging.info("Predictions written in %.1f s.", time.perf_counter() - predicting)
     self.summary.update({key: value for key, value in task.record().items() if key not in self.summary})
     self.held.check()
     if jax.process_index() == 0:

@@ -35,6 +35,7 @@ import copy
 import dataclasses
 import json
 import logging as std_logging
+import time
 import traceback
 
 import jax
@@ -305,6 +306,28 @@ def check_saves(
     raise _save_error(manager, step, error, held) from None
 
 
+# A write still in flight at the end of a run is announced, then said to go on every this many seconds: a final
+# checkpoint of a large sweep takes minutes on a slow disk, and the console must not fall silent meanwhile.
+STILL_WRITING_EVERY_SECONDS = 30.0
+
+
+def _say_while_writing(manager: ocp.CheckpointManager, poll_seconds: float = 0.5) -> None:
+  """Returns when `manager` has no save in flight; if one is, says so on the console (which step, where), again every
+  STILL_WRITING_EVERY_SECONDS, and how long it took."""
+  if not manager.is_saving_in_progress():
+    return
+  step, started = manager.latest_step(), time.monotonic()
+  where = epath.Path(manager.directory) / str(step) if step is not None else manager.directory
+  logging.info("Writing checkpoint step %s to %s ...", step, where)
+  said = started
+  while manager.is_saving_in_progress():
+    time.sleep(poll_seconds)
+    if time.monotonic() - said >= STILL_WRITING_EVERY_SECONDS:
+      said = time.monotonic()
+      logging.info("... still writing checkpoint step %s (%.0f s so far).", step, said - started)
+  logging.info("Checkpoint step %s written in %.1f s.", step, time.monotonic() - started)
+
+
 def finish(
   manager: ocp.CheckpointManager, step: int | None, held: lease.Holder | None = None, raise_errors: bool = True
 ) -> None:
@@ -314,6 +337,7 @@ def finish(
   check raised it, it is the error on its way out, which main shows once). Closing waits again, and a background
   error that surfaces only there is handled the same way: it never replaces the error on its way out."""
   failure = None
+  _say_while_writing(manager)
   for wait in (manager.wait_until_finished, manager.close):  # `close` even when the wait failed.
     try:
       wait()
