@@ -12,9 +12,9 @@ import pytest
 
 from bert_jax import jobs
 from bert_jax.data.tokenizer import file_sha256
-from bert_jax.handoff import export, formats, pretrained
+from bert_jax.handoff import export, pretrained
 from bert_jax.model.bert_config import model_config
-from bert_jax.train import init_from
+from bert_jax.train import pretraining, pretraining_start
 from bert_jax.train import step as step_lib
 from bert_jax.workdir import checkpoints, reading
 from tests.helpers import write_checkpoint
@@ -104,10 +104,14 @@ def test_the_last_checkpoints_weighted_mean_is_a_bundle_that_every_consumer_read
     ],
   }
   assert manifest["history"]["examples_seen"] > 0  # The newest checkpoint's history: init_from carries it on.
-  # What init_from checks of a source before it reads the same parameters: it fits the config, and its tokenizer.
-  source = init_from.read_source(str(output), "init_from")
-  formats.check_fits(source, model_config(config), "init_from")
-  assert init_from.source_tokenizer(config, source, "init_from") is not None
+  # A pretraining run from it (init_from): checked against the config and its tokenizer, and read onto its mesh.
+  phase2 = ml_collections.ConfigDict(config.to_dict())
+  phase2.init_from = str(output)
+  origin, _ = pretraining_start.find_origin(
+    phase2, str(tmp_path / "phase2"), model_config(phase2), pretraining.make_run(phase2)
+  )
+  assert origin.source.format == "bundle" and origin.tokenizer is not None
+  _assert_close(origin.params, jax.device_get(loaded.params))
 
 
 def test_named_steps_and_several_workdirs_average_equally_or_as_weighted(runs, tmp_path):
