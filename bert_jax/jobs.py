@@ -68,6 +68,12 @@ def _export(config, workdir: str, checked):
   )
 
 
+def _merge(config, workdir: str, checked):
+  from bert_jax.handoff import merge
+
+  return merge.merge(config.merge, workdir)
+
+
 def _features(config, workdir: str, checked):
   from bert_jax.handoff import extract_features
 
@@ -133,6 +139,14 @@ JOBS = {
     "google, sentence-transformers: embedding.* where set).",
     config_checks.export,
     _export,
+    one_machine=True,
+  ),
+  "merge": Job(
+    "the (weighted) mean of checkpoints of one model, written as a bundle to merge.output_dir: the workdir's last "
+    "merge.last checkpoints, its merge.steps, or merge.sources' (workdirs, steps, bundles); merge.ema: their moving "
+    "averages of the parameters (ema_decay).",
+    config_checks.merge,
+    _merge,
     one_machine=True,
   ),
   "features": Job(

@@ -260,6 +260,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.weight_decay = 0.01
   # Gradients are clipped to this global norm (float("inf"): no clipping).
   config.max_grad_norm = 1.0
+  # Pretraining: keep an exponential moving average of the parameters, ema = ema_decay x ema + (1 - ema_decay) x
+  # params after every applied step (e.g. 0.999), in every checkpoint beside them (a resume continues it exactly);
+  # it starts as the parameters of the step it is first kept at. --mode=merge with merge.ema writes it out as a
+  # bundle. 0: none (no memory, no item).
+  config.ema_decay = 0.0
 
   # A workdir (local or gs://) whose newest checkpoint starts this run when its own workdir has none: its
   # parameters, optimizer state and step (the data stream starts afresh). Phase 2 of two-phase pretraining
@@ -336,6 +341,25 @@ def get_config() -> ml_collections.ConfigDict:
   config.export.format = "bundle"
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False
+
+  # --mode=merge: checkpoint averaging (bert_jax/handoff/merge.py): the weighted mean of several checkpoints of one
+  # model, written as a bundle (docs/handoff.md, "Merging checkpoints").
+  config.merge = ml_collections.ConfigDict()
+  # The checkpoints, comma-separated: workdirs (their newest step; a fine-tuning workdir's best), checkpoint step
+  # directories (<workdir>/checkpoints/<step>) or bundles, local or gs://. Empty: the workdir.
+  config.merge.sources = ""
+  # With one workdir: the mean of its newest this many committed checkpoints (keep_checkpoints must have kept them) ...
+  config.merge.last = 0
+  # ... or of these steps of it, comma-separated (e.g. "8000,9000,10000"). Neither: each source's newest step.
+  config.merge.steps = ""
+  # Comma-separated weights, one per checkpoint, in the order above (merge.last and merge.steps: ascending steps),
+  # each a positive number; the mean divides by their sum. Empty: equal weights.
+  config.merge.weights = ""
+  # Average each checkpoint's moving average of the parameters (kept with ema_decay > 0) instead of its parameters;
+  # of one checkpoint: its moving average, as a bundle (--mode=export converts that to other formats).
+  config.merge.ema = False
+  # The bundle to write, local or gs://; it must not exist yet (an empty directory is taken).
+  config.merge.output_dir = ""
 
   # A sentence embedding (bert_jax/model/sentence_embedding.py), wherever one is computed: the contrastive task,
   # retrieval evaluation, --mode=embed, the sentence-transformers export. Unset (None): the source's (a

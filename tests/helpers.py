@@ -48,9 +48,10 @@ def state_params(state) -> dict:
   return jax.tree.map(np.asarray, jax.device_get(state.params))
 
 
-def final_params(workdir, step: int) -> dict:
-  """The parameters of checkpoint `step` of a pretraining workdir, as numpy."""
-  restored = ocp.StandardCheckpointer().restore(epath.Path(workdir) / "checkpoints" / str(step) / "params")
+def final_params(workdir, step: int, item: str = "params") -> dict:
+  """The parameters (`item`: or their moving average, "ema") of checkpoint `step` of a pretraining workdir, as
+  numpy."""
+  restored = ocp.StandardCheckpointer().restore(epath.Path(workdir) / "checkpoints" / str(step) / item)
   return jax.tree.map(np.asarray, restored)
 
 

@@ -16,7 +16,7 @@ import pytest
 from etils import epath
 
 from bert_jax import jobs, paths
-from bert_jax.train import pretraining
+from bert_jax.train import pretraining, start_order
 from bert_jax.workdir import checkpoints, lease, reading
 from configs import default
 from tests.helpers import flip_a_bit_through_orbax, logged_by, state_params
@@ -214,6 +214,44 @@ def test_a_checkpoint_in_todays_format_restores_bitwise():
   assert sorted(restored) == sorted(expected.files)
   for name in expected.files:
     np.testing.assert_array_equal(restored[name], expected[name], err_msg=name)
+
+
+def test_the_moving_average_is_an_item_restored_with_the_state_started_where_a_step_has_none_and_named_when_lost(
+  tmp_path, caplog
+):
+  """A run keeping the parameters' moving average (ema_decay) resumes the golden step, which has none: it starts at
+  the step's parameters. Saved, the step holds it as an item of its own with its checksums: restored bitwise, read
+  alone by `restore_params`, left unread by a run that keeps none, and named when it is lost."""
+  with checkpoints.read_only_manager(GOLDEN) as manager:
+    config = _todays_config(reading.read_config(manager, 2))
+    config.mesh.update(data=1, fsdp=1, tensor=1)
+    config.ema_decay = 0.5
+    run = pretraining.make_run(config, jax.devices()[:1])
+    caplog.set_level(logging.INFO, logger="absl")
+    state, position = start_order.restore_state(manager, 2, run.abstract, run.shardings)
+  assert "Checkpoint step 2 keeps no moving average of the parameters: it starts at its parameters." in caplog.text
+  jax.tree.map(np.testing.assert_array_equal, state_params(state), jax.device_get(state.ema))
+  state = state.replace(ema=jax.tree.map(lambda x: x + 1, state.ema))  # Not the parameters: what was saved is read.
+  workdir = tmp_path / "ema"
+  manager = checkpoints.make_manager(str(workdir), 2)
+  checkpoints.save(manager, 2, state, position, config)
+  checkpoints.finish(manager, 2)
+  assert "ema" in os.listdir(workdir / "checkpoints" / "2")
+  with checkpoints.read_only_manager(str(workdir)) as manager:
+    restored, _ = start_order.restore_state(manager, 2, run.abstract, run.shardings)
+    alone = reading.restore_params(manager, 2, run.abstract.params, run.shardings.params, "ema")
+    config.ema_decay = 0.0
+    without = pretraining.make_run(config, jax.devices()[:1])
+    assert reading.restore(manager, 2, without.abstract, without.shardings)[0].ema is None
+  for tree in (restored.ema, alone):
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(tree), jax.device_get(state.ema))
+  jax.tree.map(np.testing.assert_array_equal, state_params(restored), state_params(state))
+  shutil.rmtree(workdir / "checkpoints" / "2" / "ema")
+  with checkpoints.read_only_manager(str(workdir)) as manager:
+    with pytest.raises(
+      checkpoints.CorruptCheckpointError, match=r"Checkpoint step 2: item ema is missing \(.*/2/ema\)"
+    ):
+      reading.restore(manager, 2, run.abstract, run.shardings)
 
 
 def test_small_replicated_arrays_are_saved_whole_by_one_replica(tmp_path, caplog):

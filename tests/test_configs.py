@@ -78,6 +78,7 @@ FINETUNING_BAD_VALUES = [
   ("finetune.task", "mnli-x", "finetune.task='mnli-x'; expected one of"),
   ("finetune.task", "swag", "finetune.task='swag' reads files: set finetune.data_dir."),
   ("finetune.max_seq_length", 1024, "finetune.max_seq_length=1024 exceeds model.max_position_embeddings=512."),
+  ("ema_decay", 0.999, "ema_decay=0.999: the moving average of the parameters is pretraining's; fine-tuning keeps"),
 ]
 
 
@@ -177,6 +178,8 @@ BAD_VALUES = [
   ("electra.rtd_weight", -1.0, "electra.rtd_weight=-1.0 must be non-negative."),
   ("electra.sampling_temperature", 0.0, "electra.sampling_temperature=0.0 must be positive."),
   ("batch_warmup_tokens", -1, "batch_warmup_tokens=-1 must be non-negative. 0: no batch-size warmup."),
+  ("ema_decay", 1.0, "ema_decay=1.0 must be in [0, 1). 0: no moving average of the parameters."),
+  ("ema_decay", -0.5, "ema_decay=-0.5 must be in [0, 1)."),
 ]
 # Values at the edges of those ranges, and the sentinels, that must pass.
 GOOD_VALUES = [
@@ -194,6 +197,8 @@ GOOD_VALUES = [
   ("data.shuffle_buffer", 1),
   ("eval_steps", 0),
   ("model.vocab_size", 2**24),
+  ("ema_decay", 0.0),
+  ("ema_decay", 0.9999),
 ]
 
 

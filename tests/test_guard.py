@@ -18,18 +18,36 @@ def _host(tree):
   return jax.tree.map(np.asarray, jax.device_get(tree))
 
 
+def _moved(ema, params, decay: float):
+  """The moving average's update, in numpy."""
+  return jax.tree.map(lambda e, p: decay * e + (1 - decay) * p, ema, params)
+
+
+def _assert_close(actual, expected):
+  jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7), actual, expected)
+
+
 @pytest.mark.slow
 def test_a_non_finite_step_changes_neither_parameters_nor_optimizer_and_the_next_step_applies(small_config):
+  """... nor the parameters' moving average (ema_decay), which an applied step moves towards the new parameters."""
+  small_config.ema_decay = 0.9
   run, state = data_parallel_run(small_config, jax.devices()[:1])
+  initial = _host(state)
+  jax.tree.map(np.testing.assert_array_equal, initial.ema, initial.params)  # It starts at the parameters.
   good, other = synthetic_batches(small_config, 2)
   bad = dict(good, masked_lm_weights=good["masked_lm_weights"].copy())
   bad["masked_lm_weights"][0, 0] = np.nan  # The loss and every gradient become NaN.
   key = jax.random.key(7)
   state, metrics = run.train_step(state, sharding.global_batch(good, run.mesh), key)
   before = _host(state)
+  _assert_close(before.ema, _moved(initial.ema, before.params, 0.9))
   state, metrics = run.train_step(state, sharding.global_batch(bad, run.mesh), key)
   after = _host(state)
-  jax.tree.map(np.testing.assert_array_equal, (after.params, after.opt_state), (before.params, before.opt_state))
+  jax.tree.map(
+    np.testing.assert_array_equal,
+    (after.params, after.opt_state, after.ema),
+    (before.params, before.opt_state, before.ema),
+  )
   assert int(after.step) == 2  # The batch is consumed: data position and dropout stay an uninterrupted run's.
   assert float(metrics["skipped_count"]) == 1 and float(metrics["nonfinite_count"]) == 1
   assert np.isnan(float(metrics["skipped_loss"])) and float(metrics["loss"]) == 0  # Left out of the averages.
@@ -40,6 +58,7 @@ def test_a_non_finite_step_changes_neither_parameters_nor_optimizer_and_the_next
   changed = jax.tree.map(lambda a, b: not np.array_equal(a, b), _host(state.params), after.params)
   assert all(jax.tree.leaves(changed))
   assert int(state.opt_state[1][0].count) == 2  # Adam (and the schedule) counted the two applied steps only.
+  _assert_close(_host(state.ema), _moved(after.ema, _host(state.params), 0.9))
 
 
 @pytest.mark.slow

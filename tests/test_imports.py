@@ -40,6 +40,7 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.finetune.contrastive",
   "bert_jax.finetune.members",
   "bert_jax.handoff.export_formats",
+  "bert_jax.handoff.merge_settings",
   "bert_jax.model.bert_config",
   "bert_jax.model.sentence_embedding",
   "bert_jax.train.guard",

@@ -50,16 +50,23 @@ SCHEDULE_END = 9
 
 @pytest.mark.slow
 def test_a_crashed_run_resumes_to_bitwise_the_same_params(small_config, tmp_path, monkeypatch):
-  small_config.update(num_train_steps=7, checkpoint_every_steps=2, schedule_end_step=SCHEDULE_END)
-  uninterrupted = helpers.state_params(jobs.run(small_config, str(tmp_path / "a"), "pretrain"))
+  """... and the same moving average of the parameters (ema_decay), which its checkpoints keep."""
+  small_config.update(num_train_steps=7, checkpoint_every_steps=2, schedule_end_step=SCHEDULE_END, ema_decay=0.9)
+  straight = jobs.run(small_config, str(tmp_path / "a"), "pretrain")
+  uninterrupted, uninterrupted_ema = helpers.state_params(straight), jax.device_get(straight.ema)
 
   with monkeypatch.context() as patch:
     _crash_after(patch, 5)  # Checkpoints at 2 and 4; step 5 is lost with the crash at step 6.
     with pytest.raises(Crash):
       jobs.run(small_config, str(tmp_path / "b"), "pretrain")
   assert sorted(os.listdir(tmp_path / "b" / "checkpoints"))[-1] == "4"
-  resumed = helpers.state_params(jobs.run(small_config, str(tmp_path / "b"), "pretrain"))
-  jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)
+  state = jobs.run(small_config, str(tmp_path / "b"), "pretrain")
+  jax.tree.map(np.testing.assert_array_equal, helpers.state_params(state), uninterrupted)
+  jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.ema), uninterrupted_ema)
+  # An average, not the parameters: restarted at step 4's parameters it would differ.
+  assert not all(jax.tree.leaves(jax.tree.map(np.array_equal, uninterrupted_ema, uninterrupted)))
+  saved = helpers.final_params(tmp_path / "b", 7, item="ema")
+  jax.tree.map(np.testing.assert_array_equal, saved, uninterrupted_ema)
 
 
 @pytest.mark.slow

@@ -45,12 +45,15 @@ def test_state_is_created_directly_into_its_shardings(small_config):
     ("heads", None),
     ("kv", None),
   )
+  small_config.ema_decay = 0.999
   state = pretraining.make_run(small_config).init_state(0)
   kernel = state.params["bert"]["layer_0"]["intermediate"]["kernel"]  # [embed, mlp], embed -> fsdp
   assert kernel.sharding.spec == jax.sharding.PartitionSpec("fsdp", None)
   assert {shard.data.shape for shard in kernel.addressable_shards} == {(16, 48)}
   adam_mu = state.opt_state[1][0].mu["bert"]["layer_0"]["intermediate"]["kernel"]
   assert adam_mu.sharding == kernel.sharding  # Optimizer moments follow their parameter.
+  average = state.ema["bert"]["layer_0"]["intermediate"]["kernel"]  # The moving average of the parameters, too.
+  assert average.sharding == kernel.sharding and np.array_equal(average, kernel)
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Every check of a config that needs no I/O: value ranges, allowed names and the keys that must agree with each
 other, for every mode, by subject: `ranges.py` (the ranges and their check), `training.py` (every training run,
 pretraining, its objectives, vocabulary training), `finetuning.py` (tasks, sweeps, a teacher), `tools.py` (features,
-embed, the BERTology analyses, retrieval, the dry run and plan, export, the placeholder bucket).
+embed, the BERTology analyses, retrieval, the dry run and plan, export, merge, the placeholder bucket).
 
 The front door (`bert_jax/jobs.py`) is the only importer: its table names each mode's check below, which it runs
 once, before anything is imported, read or written; what checking found (`Findings`: the model config, a sweep's
@@ -11,8 +11,8 @@ data/manifest.py.
 
 The package imports no TensorFlow and nothing that reads files: only the owners of the names it checks (the
 objectives' registry, the optimizers, the guard's policies, the tokenizer, masking and instance names, the sweep's
-members, the TPU topologies, the export formats, the sentence-embedding poolings, `BertConfig` and its
-checks).
+members, the TPU topologies, the export formats, what a merge asks for, the sentence-embedding poolings, `BertConfig`
+and its checks).
 """
 
 import dataclasses
@@ -25,6 +25,7 @@ from bert_jax.config_checks.tools import (
   check_embed,
   check_export,
   check_features,
+  check_merge,
   check_mine,
   check_placeholders,
   check_retrieval,
@@ -98,4 +99,9 @@ def mine(config, mode: str) -> Findings:
 
 def export(config, mode: str) -> Findings:
   check_export(config.export, config.embedding)
+  return Findings(mode)
+
+
+def merge(config, mode: str) -> Findings:
+  check_merge(config.merge)
   return Findings(mode)

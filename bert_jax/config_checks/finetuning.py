@@ -54,6 +54,11 @@ def check_finetuning(config) -> tuple[BertConfig, tuple[Member, ...]]:
       f"lr_decay_fraction={config.lr_decay_fraction} and finetune.warmup_fraction={config.finetune.warmup_fraction} "
       "sum to more than 1: expected wsd's warmup and decay to fit in the steps (their sum at most 1)."
     )
+  if config.ema_decay:
+    raise ValueError(
+      f"ema_decay={config.ema_decay}: the moving average of the parameters is pretraining's; fine-tuning keeps none "
+      "(set it to 0)."
+    )
   name = config.finetune.task.lower()
   if name not in TASKS and name.replace("-", "") not in TASKS:
     raise ValueError(f"finetune.task={config.finetune.task!r}; expected one of {TASKS}.")

@@ -1,9 +1,10 @@
 """The checks of the modes that run no training: features, embed, the BERTology analyses, retrieval, the dry run
-and plan, export, and the placeholder bucket a shipped config writes where the user's own path goes."""
+and plan, export, merge, and the placeholder bucket a shipped config writes where the user's own path goes."""
 
 from bert_jax.config_checks.finetuning import TASKS
 from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
 from bert_jax.dry_run import tpu_topology
+from bert_jax.handoff import merge_settings
 from bert_jax.handoff.export_formats import FORMATS as EXPORT_FORMATS
 from bert_jax.model.bert_config import REMAT_POLICIES
 from bert_jax.model.sentence_embedding import POOLINGS
@@ -175,6 +176,12 @@ def check_export(settings, embedding) -> None:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
   if settings.format == "sentence-transformers" and embedding.pooling not in (None, *POOLINGS):
     raise ValueError(f"embedding.pooling={embedding.pooling!r}; expected one of {POOLINGS} (None: the source's).")
+
+
+def check_merge(settings) -> None:
+  """`config.merge`, for --mode=merge: what `merge_settings.parse` checks without reading a file (the weights, their
+  count, how the checkpoints are named, the output)."""
+  merge_settings.parse(settings)
 
 
 PLACEHOLDER_BUCKET = "BUCKET"

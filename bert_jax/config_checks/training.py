@@ -35,6 +35,7 @@ TRAINING = (
   ("lr_decay_fraction", Range(0, 1, high_open=False), "(wsd's decay: a fraction of the schedule's steps)"),
   ("lr_decay_floor", Range(0, 1, high_open=False), "(wsd's final rate: a fraction of learning_rate)"),
   ("max_grad_norm", Range(0, math.inf, low_open=True, high_open=False), "inf disables clipping."),
+  ("ema_decay", Range(0, 1), "0: no moving average of the parameters."),
   ("log_every_steps", AT_LEAST_ONE),
   ("checkpoint_every_steps", AT_LEAST_ONE),
   ("keep_checkpoints", AT_LEAST_ONE),

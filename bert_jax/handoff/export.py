@@ -7,7 +7,8 @@ workdir) and writes one of:
   original BERT field names), the tokenizer file itself (`vocab.txt`, `tokenizer.model` or a byte-level BPE's
   `tokenizer.json`), and
   `manifest.json`: provenance (source, step, examples and tokens seen, final train/eval metrics), versions,
-  parameter count, and the SHA-256 of every file (`verify_bundle` checks them).
+  parameter count, and the SHA-256 of every file (`verify_bundle` checks them). `write_bundle` writes a bundle of
+  parameters made elsewhere (`--mode=merge`'s mean) the same way, its manifest saying what it was made from.
 * `huggingface`: `model.safetensors`, `config.json`, and the tokenizer as hf_tokenizer.py writes it (`vocab.txt`,
   a SentencePiece `spm.model` or `spiece.model`, or a byte-level BPE's `vocab.json` + `merges.txt`, with
   `tokenizer_config.json` and `special_tokens_map.json`: `AutoTokenizer` gives bert_jax's ids), which `transformers`'
@@ -238,7 +239,8 @@ def _history(source: formats.Source) -> dict:
   return {}
 
 
-def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
+def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path, merge: dict | None = None) -> None:
+  """`loaded` as a bundle in `directory`; `merge`: what a merge made it from (`--mode=merge`), in its manifest."""
   params = jax.device_get(loaded.params)
   with _sigterm_deferred(), _writing(directory / "params"), ocp.StandardCheckpointer() as checkpointer:
     checkpointer.save(directory / "params", params)
@@ -257,6 +259,7 @@ def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
     "generator": None if loaded.source.generator is None else to_bert_json(loaded.source.generator),
     "tokenizer": dict(loaded.tokenizer.identity(), filename=filename),
     "versions": _versions(),
+    **({"merge": merge} if merge is not None else {}),
     "files": _file_hashes(directory),
   }
   manifest["tokenizer"].pop("path")
@@ -374,9 +377,7 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
     raise ValueError(f"export.format={format!r}; expected one of {FORMATS}.")
   if not directory:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
-  target = paths.absolute(directory)
-  if paths.is_local(target):  # Through a symlink: the directory it names is checked, replaced and written.
-    target = epath.Path(os.path.realpath(target))
+  target = _target(directory)
   with _StopOnSigterm() as sigterm:
     try:
       replaced_format = _check_target(source, source, target, overwrite)
@@ -387,16 +388,56 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
       if format == "sentence-transformers":  # Settings checked before anything is written.
         chosen = settings(embedding, loaded.embedding) if embedding is not None else loaded.embedding or Settings()
         write = functools.partial(_write_sentence_transformers, embedding=chosen)
-      if paths.is_local(target):
-        _export_locally(loaded, target, write, sigterm)
-      else:
-        _export_to_gcs(loaded, target, write, replaced_format)
+      _write_into(loaded, target, write, replaced_format, sigterm)
     except _Sigterm:  # Before writing began (while writing, the writers name what they leave).
       raise ExportStopped(f"Export to {target} stopped by SIGTERM before it began writing.") from None
     if sigterm.received:
       logging.warning("SIGTERM arrived while the export was renamed into place; %s is complete.", target)
   logging.info("Exported %s (%s) to %s as %s.", source, loaded.source.format, target, format)
   return str(target)
+
+
+def _target(directory: str) -> epath.Path:
+  """The directory an export writes: absolute; locally, through a symlink, the directory it names (checked,
+  replaced and written)."""
+  target = paths.absolute(directory)
+  return epath.Path(os.path.realpath(target)) if paths.is_local(target) else target
+
+
+def check_new_target(directory: str, sources, key: str) -> epath.Path:
+  """The target of a bundle made from `sources` (paths) rather than exported from one (`--mode=merge`): refused,
+  naming `key` (the config key that names it), if it exists other than as an empty directory, or is, contains or
+  lies inside a source. Returns it as `_target` does."""
+  target = _target(directory)
+  for source in sources:
+    if paths.overlaps(source, target):
+      raise ValueError(f"{key}={target} overlaps the source {source}: write the bundle somewhere else.")
+  if target.exists() and (not target.is_dir() or any(target.iterdir())):
+    raise FileExistsError(f"{key}={target} exists; it is never replaced: name a new directory.")
+  return target
+
+
+def write_bundle(loaded: pretrained.Pretrained, directory: str, sources, key: str, merge: dict) -> str:
+  """`loaded` (parameters made here, not read from one source: `--mode=merge`'s mean) written as a bundle in
+  `directory`, whose manifest records `merge` (what it was made from); all or nothing, as `export` writes (the module
+  docstring). `directory` is refused as `check_new_target(directory, sources, key)` refuses it; returns it."""
+  target = check_new_target(directory, sources, key)
+  with _StopOnSigterm() as sigterm:
+    try:
+      _write_into(loaded, target, functools.partial(_write_bundle, merge=merge), None, sigterm)
+    except _Sigterm:  # Before writing began (while writing, the writers name what they leave).
+      raise ExportStopped(f"Writing {target} stopped by SIGTERM before it began.") from None
+  logging.info("Wrote the bundle %s.", target)
+  return str(target)
+
+
+def _write_into(loaded: pretrained.Pretrained, target: epath.Path, write, replaced_format, sigterm) -> None:
+  """`write(loaded, directory)` made `target`, all or nothing: locally in a partial directory renamed into place, on
+  gs:// with the commit file last (the module docstring); `replaced_format`: the format of the export it replaces."""
+  if paths.is_local(target):
+    _export_locally(loaded, target, write, sigterm)
+  else:
+    _export_to_gcs(loaded, target, write, replaced_format)
 
 
 def _check_format(source: str, loaded: pretrained.Pretrained, format: str) -> None:

@@ -67,7 +67,9 @@ class Pretrained:
     return self.source.embedding
 
 
-def _load_tokenizer(source: formats.Source) -> Tokenizer:
+def source_tokenizer(source: formats.Source) -> Tokenizer:
+  """The tokenizer `source` ships, refused unless its hash is the one the source recorded and its ids fit the
+  embedding table."""
   if source.tokenizer_file is None:
     raise ValueError(f"{source.path} was trained on synthetic data, without a tokenizer: nothing to encode text with.")
   if not epath.Path(source.tokenizer_file).exists():
@@ -142,19 +144,33 @@ def _open_index(directory: epath.Path) -> None:
     ts.KvStore.open({"driver": "ocdbt", "base": base}).result().list().result()
 
 
-def _read_params(source: formats.Source, mesh, rules) -> dict:
-  """The source's params in its own layer layout, placed in their shardings."""
+def _kept(source: formats.Source, tree: dict) -> dict:
+  """The subtrees of `tree` (a model's parameters, or their shapes) that `source` holds: a bundle exported from a
+  model without pretraining heads holds the encoder alone."""
+  if source.format != "bundle":
+    return tree
+  kept = {"bert", *source.info.get("heads", [])}
+  return {name: subtree for name, subtree in tree.items() if name in kept}
+
+
+def source_shapes(source: formats.Source) -> dict:
+  """The shapes and dtypes (ShapeDtypeStructs) of the parameters `source` holds, in its own layer layout, from its
+  metadata alone."""
+  return _kept(source, nn.meta.unbox(_abstract(source.config, source.task, source.generator)))
+
+
+def _read_params(source: formats.Source, mesh, rules, item: str = "params") -> dict:
+  """The source's params (`item`: "ema", a checkpoint step's moving average of them) in its own layer layout, placed
+  in their shardings."""
   shardings = param_shardings(source.config, mesh, rules, source.task, source.generator)
+  if item != "params" and source.format != "workdir":
+    raise ValueError(f"{source.path} is a {source.format}: only a checkpoint step holds the {item} item.")
   if source.format in ("workdir", "bundle"):
-    abstract = nn.meta.unbox(_abstract(source.config, source.task, source.generator))
-    if source.format == "bundle":  # Exported from a model without pretraining heads: the encoder alone.
-      kept = {"bert", *source.info.get("heads", [])}
-      abstract = {name: tree for name, tree in abstract.items() if name in kept}
-      shardings = {name: tree for name, tree in shardings.items() if name in kept}
+    abstract, shardings = source_shapes(source), _kept(source, shardings)
     if source.format == "workdir":
       with checkpoints.reader(epath.Path(source.path).parent) as manager:
         # Verified against the step's per-array checksums; a step with non-finite parameters is never saved.
-        return reading.restore_params(manager, source.step, abstract, shardings)
+        return reading.restore_params(manager, source.step, abstract, shardings, item)
     import orbax.checkpoint as ocp
 
     formats.verify_bundle(
@@ -231,17 +247,23 @@ def load(
   without, on one device.
   """
   source = formats.read_source(path, lower_case)
-  tokenizer = _load_tokenizer(source)  # Findings before any parameter is read.
+  tokenizer = source_tokenizer(source)  # Findings before any parameter is read.
   config, params = read_weights(source, scan_layers=scan_layers, mesh=mesh, rules=rules)
   return Pretrained(config=config, params=params, tokenizer=tokenizer, source=source)
 
 
 def read_weights(
-  source: formats.Source, *, scan_layers: bool = False, mesh: jax.sharding.Mesh | None = None, rules=None
+  source: formats.Source,
+  *,
+  scan_layers: bool = False,
+  mesh: jax.sharding.Mesh | None = None,
+  rules=None,
+  item: str = "params",
 ) -> tuple[BertConfig, dict]:
   """(config, params) of a described `source`, as `load` returns them, without its tokenizer: for a run that has
-  checked the source's tokenizer against its own."""
-  params = _read_params(source, mesh, rules)
+  checked the source's tokenizer against its own. `item="ema"`: a checkpoint step's moving average of the
+  parameters instead (`--mode=merge`)."""
+  params = _read_params(source, mesh, rules, item)
   # The layout asked for, and the reference attention: the kernel is the loading job's choice, not the model's.
   config = dataclasses.replace(source.config, scan_layers=scan_layers, attention="xla")
   if source.config.scan_layers != scan_layers:
@@ -249,8 +271,9 @@ def read_weights(
     target = {name: s for name, s in shardings.items() if name in params}
     params = jax.jit(functools.partial(param_layout.convert, scanned=scan_layers), out_shardings=target)(params)
   logging.info(
-    "Loaded %s parameters (%d arrays) from %s (%s%s).",
+    "Loaded %s %s (%d arrays) from %s (%s%s).",
     f"{sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)):,}",
+    "parameters" if item == "params" else f"parameters' {item}",
     len(jax.tree.leaves(params)),
     source.path,
     source.format,

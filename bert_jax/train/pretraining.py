@@ -127,6 +127,14 @@ class PretrainingJob(loop.Job):
     ]
     if self.batches.warms_up:
       rows.append(("batch warmup", self.batches.describe()))
+    if config.ema_decay:
+      rows.append(
+        (
+          "moving average",
+          f"of the parameters, decay {config.ema_decay:g}, kept in every checkpoint (--mode=merge with "
+          "merge.ema writes it out)",
+        )
+      )
     if config.data.source == "pretraining":  # The synthetic source masks 15% of tokens whatever the keys say.
       line, warning = masking.describe(masking.Masking.of(config.data), config.data.max_seq_length)
       if warning:

@@ -188,7 +188,8 @@ def _restore(manager, step: int, run: Run, model_cfg: BertConfig):
     "Converting step %d's %s layer layout to this model's.", step, "scanned" if saved_scanned else "unrolled"
   )
   saved_model = run.model.clone(config=dataclasses.replace(model_cfg, scan_layers=saved_scanned))
-  saved_abstract, saved_shardings = step_lib.state_shardings(saved_model, run.tx, run.mesh, run.rules)
+  ema = run.abstract.ema is not None
+  saved_abstract, saved_shardings = step_lib.state_shardings(saved_model, run.tx, run.mesh, run.rules, ema=ema)
   state, data_position = start_order.restore_state(manager, step, saved_abstract, saved_shardings)
   convert = functools.partial(param_layout.convert, scanned=model_cfg.scan_layers)
   return jax.jit(convert, out_shardings=run.shardings)(state), data_position

@@ -87,16 +87,15 @@ class Run:
 
   def init_state(self, seeds: int | Sequence[int], params: dict | None = None) -> step_lib.TrainState:
     """A fresh state in `shardings` from `seeds` (one per member with members); `params` (pretrained weights,
-    possibly without some heads) replace the fresh ones they cover. The fresh parameters are `init_params`' bitwise,
-    drawn as one small program (`fresh_params`)."""
+    possibly without some heads) replace the fresh ones they cover, and the parameters' moving average (where the run
+    keeps one) starts at them. The fresh parameters are `init_params`' bitwise, drawn as one small program
+    (`fresh_params`)."""
 
     def init(key, loaded):
       fresh = fresh_params(self.model, key)
       if loaded is not None:
         fresh = step_lib.overwrite_params(fresh, loaded)[0]
-      return step_lib.TrainState(
-        step=jnp.zeros((), jnp.int32), params=fresh, opt_state=self.tx.init(fresh), guard=step_lib.initial_guard()
-      )
+      return step_lib.initial_state(fresh, self.tx, ema=self.abstract.ema is not None)
 
     if not self.members:
       return jax.jit(lambda loaded: init(jax.random.key(seeds), loaded), out_shardings=self.shardings)(params)
@@ -136,15 +135,15 @@ def make_run(
   mesh: Mesh | None = None,
   eval_microbatches: int = 1,
 ) -> Run:
-  """Mesh from `config.mesh` over `devices` (or `mesh`, made so already), the state's shapes and shardings, and the
-  steps jitted over them; checks the
+  """Mesh from `config.mesh` over `devices` (or `mesh`, made so already), the state's shapes and shardings (with the
+  parameters' moving average where `config.ema_decay` > 0), and the steps jitted over them; checks the
   batch against the mesh before anything is compiled. With `frozen`, the steps take its parameters as one more
   argument (see the module docstring); they are read later, by `Run.read_frozen`. The eval step runs its batch in
   `eval_microbatches` sequential slices."""
   mesh = mesh or sharding.make_mesh(config.mesh.to_dict(), devices)
   sharding.check_batch_size(config.batch_size, mesh, config.num_microbatches)
   rules = tuple(tuple(rule) for rule in config.logical_axis_rules)
-  abstract, shardings = step_lib.state_shardings(model, tx, mesh, rules)
+  abstract, shardings = step_lib.state_shardings(model, tx, mesh, rules, ema=config.ema_decay > 0)
   step = functools.partial(
     step_lib.train_step,
     model=model,
@@ -152,6 +151,7 @@ def make_run(
     tx=tx,
     num_microbatches=config.num_microbatches,
     guard=Guard.from_config(config),
+    ema_decay=config.ema_decay,
   )
   evaluate = functools.partial(step_lib.eval_step, model=model, loss=loss, num_microbatches=eval_microbatches)
   key_sharding = sharding.replicated(mesh)

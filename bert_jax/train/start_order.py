@@ -257,10 +257,14 @@ def check_tokenizer(data_position: dict, identity: dict | None) -> None:
 
 def restore_state(manager, step: int, abstract, shardings):
   """`reading.restore` of `step` in `shardings`, with a fresh step guard where the checkpoint predates the guard
-  (its state then has none)."""
+  (its state then has none), and the parameters' moving average starting at the step's parameters where the run
+  keeps one and the checkpoint holds none (`ema_decay` was 0 when it was written, or it predates the average)."""
   state, data_position = reading.restore(manager, step, abstract, shardings)
   if state.guard is None:
     state = state.replace(guard=jax.device_put(step_lib.initial_guard(), shardings.guard))
+  if abstract.ema is not None and state.ema is None:
+    logging.info("Checkpoint step %d keeps no moving average of the parameters: it starts at its parameters.", step)
+    state = state.replace(ema=jax.jit(lambda params: params, out_shardings=shardings.ema)(state.params))
   return state, data_position
 
 

@@ -3,10 +3,11 @@
 `train_step(state, batch, dropout_key[, frozen], *, model, loss, tx)` and `eval_step(params, batch[, frozen], *,
 model, loss)` are pure functions of global arrays (`frozen`: parameters the loss reads and never trains, a
 distillation teacher's; see `run.Frozen`); `run.make_run` binds the model, the loss and the optimizer and jits them with
-explicit shardings over a mesh. A `Loss` is the task's: pretraining's (`train/pretraining.py`) or a fine-tuning head's
-(`finetune/losses.py`). Metrics leave a step as sums with their denominators (`*_count`), so hosts and steps add
-up exactly and padding never skews them. Parameters are initialised from the model's shape-only
-`dummy_inputs()`: their shapes never depend on a batch.
+explicit shardings over a mesh. With `ema_decay` > 0 the state also keeps an exponential moving average of the
+parameters (`TrainState.ema`), updated after every applied step. A `Loss` is the task's: pretraining's
+(`train/pretraining.py`) or a fine-tuning head's (`finetune/losses.py`). Metrics leave a step as sums with their
+denominators (`*_count`), so hosts and steps add up exactly and padding never skews them. Parameters are initialised
+from the model's shape-only `dummy_inputs()`: their shapes never depend on a batch.
 """
 
 import dataclasses
@@ -34,6 +35,10 @@ class TrainState:
   opt_state: optax.OptState
   # The step guard's memory: {"loss_average": float32, "finite_steps": int32} (see `guard.Guard`).
   guard: Any = None
+  # The exponential moving average of `params` (`ema_decay` > 0; None without): after every applied step,
+  # ema = ema_decay * ema + (1 - ema_decay) * params; it starts as the parameters it is first kept for. Checkpointed
+  # as an item of its own (`workdir/checkpoints.py`), so a resume continues it exactly; `--mode=merge` writes it out.
+  ema: Any = None
 
   def host_step(self) -> int:
     """The step as a Python int, read to the host (a sweep's members share it)."""
@@ -59,8 +64,9 @@ class Loss:
   normalizers: Callable
 
 
-def state_shardings(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules):
-  """The abstract train state (shapes only, nothing allocated) and its NamedShardings."""
+def state_shardings(model: nn.Module, tx: optax.GradientTransformation, mesh: Mesh, rules, ema: bool = False):
+  """The abstract train state (shapes only, nothing allocated) and its NamedShardings; with `ema`, the moving
+  average of the parameters beside them, sharded as they are."""
   boxed = jax.eval_shape(lambda: init_params(model, jax.random.key(0)))
   param_specs = nn.get_partition_spec(boxed)
   abstract_params = nn.meta.unbox(boxed)
@@ -76,10 +82,18 @@ def state_shardings(model: nn.Module, tx: optax.GradientTransformation, mesh: Me
   )
   guard = jax.eval_shape(initial_guard)
   specs = TrainState(
-    step=PartitionSpec(), params=param_specs, opt_state=opt_specs, guard=jax.tree.map(lambda _: PartitionSpec(), guard)
+    step=PartitionSpec(),
+    params=param_specs,
+    opt_state=opt_specs,
+    guard=jax.tree.map(lambda _: PartitionSpec(), guard),
+    ema=param_specs if ema else None,
   )
   abstract = TrainState(
-    step=jax.ShapeDtypeStruct((), jnp.int32), params=abstract_params, opt_state=abstract_opt_state, guard=guard
+    step=jax.ShapeDtypeStruct((), jnp.int32),
+    params=abstract_params,
+    opt_state=abstract_opt_state,
+    guard=guard,
+    ema=abstract_params if ema else None,
   )
   return abstract, sharding.logical_to_sharding(specs, mesh, rules)
 
@@ -100,6 +114,17 @@ def overwrite_params(fresh: dict, loaded: dict, prefix: str = "") -> tuple[dict,
   return merged, left
 
 
+def initial_state(params, tx: optax.GradientTransformation, ema: bool = False) -> TrainState:
+  """Step 0 on `params`: a fresh optimizer and guard, and with `ema` the moving average starting at `params`."""
+  return TrainState(
+    step=jnp.zeros((), jnp.int32),
+    params=params,
+    opt_state=tx.init(params),
+    guard=initial_guard(),
+    ema=params if ema else None,
+  )
+
+
 def create_train_state(
   model: nn.Module, tx: optax.GradientTransformation, shardings, seed: int, params: dict | None = None
 ) -> TrainState:
@@ -111,7 +136,7 @@ def create_train_state(
     params = nn.meta.unbox(init_params(model, jax.random.key(seed)))
     if loaded is not None:
       params = overwrite_params(params, loaded)[0]
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), guard=initial_guard())
+    return initial_state(params, tx, ema=shardings.ema is not None)
 
   return jax.jit(init, out_shardings=shardings)(params)
 
@@ -176,9 +201,12 @@ def train_step(
   tx: optax.GradientTransformation,
   num_microbatches: int = 1,
   guard: Guard = DEFAULT_GUARD,
+  ema_decay: float = 0.0,
 ) -> tuple[TrainState, dict]:
   """One optimizer update, unless `guard` skips the step: then the parameters, the optimizer state (its step count,
-  and so the learning rate schedule, included) and the running loss average stay as they were, the batch counts as
+  and so the learning rate schedule, included), the parameters' moving average (`state.ema`, where kept: moved
+  towards the updated parameters by 1 - `ema_decay` otherwise) and the running loss average stay as they were, the
+  batch counts as
   consumed and `step` advances, so the data position and dropout stay those of an uninterrupted run. The metrics
   of a skipped step are zero but for `skipped_count` (1), `nonfinite_count` (1 if something was not finite) and the
   step's raw `skipped_loss` and `skipped_grad_norm`. Dropout is a pure function of (dropout_key, step): resumes
@@ -202,6 +230,7 @@ def train_step(
     params=state.params,
     opt_state=state.opt_state,
     guard=state.guard,
+    ema=state.ema,
     metrics=dict(
       jax.tree.map(jnp.zeros_like, metrics), skipped_count=zero + 1, skipped_loss=value, skipped_grad_norm=grad_norm
     ),
@@ -210,14 +239,26 @@ def train_step(
     params=params,
     opt_state=opt_state,
     guard={"loss_average": average + rate * (value - average), "finite_steps": seen + 1},
+    ema=moving_average(state.ema, params, ema_decay),
     metrics=dict(metrics, skipped_count=zero, skipped_loss=zero, skipped_grad_norm=zero),
   )
   outcome = _select(skip, kept, applied)
   metrics = dict(outcome["metrics"], nonfinite_count=(~finite).astype(jnp.float32))
   new_state = TrainState(
-    step=state.step + 1, params=outcome["params"], opt_state=outcome["opt_state"], guard=outcome["guard"]
+    step=state.step + 1,
+    params=outcome["params"],
+    opt_state=outcome["opt_state"],
+    guard=outcome["guard"],
+    ema=outcome["ema"],
   )
   return new_state, metrics
+
+
+def moving_average(ema, params, decay: float):
+  """`decay * ema + (1 - decay) * params`, leaf by leaf (float32, as the parameters); None where no average is kept."""
+  if ema is None:
+    return None
+  return jax.tree.map(lambda average, param: decay * average + (1.0 - decay) * param, ema, params)
 
 
 def _updated_params_not_finite(tx: optax.GradientTransformation, grads, state: TrainState) -> jax.Array:

@@ -5,12 +5,14 @@ Each checkpoint step, `<workdir>/checkpoints/<step>/`, holds these items:
 * `params`: the model parameters (sharded arrays), on their own so that a fine-tuning job, an export or
   `bert_jax.handoff.pretrained.load` reads them without ever reading the optimizer moments (2x their bytes);
 * `optimizer`: the optimizer state and step;
+* `ema`: the exponential moving average of the parameters, the same tree, for a run that keeps one (`ema_decay`);
+  read alone by `--mode=merge`, as `params` is;
 * `data`: the data position (examples consumed) and the tokenizer's identity (JSON);
 * `config`: the run's config (JSON);
 * `history`: examples and sequence positions trained on over every phase, latest train and eval metrics (JSON);
 * `tokenizer`: the tokenizer file itself (`vocab.txt`, the SentencePiece `.model` or a byte-level BPE's
   `tokenizer.json`) with its identity, when the run has a tokenizer, so that a step directory is complete on its own;
-* `checksums`: a hash of every array of `params` and `optimizer` and a SHA-256 of every other item
+* `checksums`: a hash of every array of `params`, `optimizer` and `ema` and a SHA-256 of every other item
   (`workdir/checksums.py`). Every read (`workdir/reading.py`) verifies what it read against them and raises
   `CorruptCheckpointError` naming the array or item, the step and the directory; so does any other failure to read
   an item. A save refuses parameters
@@ -50,6 +52,7 @@ CHECKPOINTS = "checkpoints"
 BEST = "best"  # A fine-tuning run's best step by its task's main metric, kept apart from rotation.
 LEGACY_STATE = "state"
 CHECKSUMS = "checksums"
+EMA = "ema"  # The parameters' moving average, in a step of a run that keeps one.
 
 
 class CorruptCheckpointError(ValueError):
@@ -250,6 +253,9 @@ def save(
     items["tokenizer"] = TokenizerSave(tokenizer)
     digests["tokenizer"] = checksums.digest(tokenizer["content"])
   arrays = dict(params_hashes, **checksums.arrays(optimizer, "optimizer")[0])
+  if state.ema is not None:  # The parameters' moving average, where the run keeps one.
+    items[EMA] = ocp.args.StandardSave(state.ema)
+    arrays.update(checksums.arrays(state.ema, EMA)[0])
   items[CHECKSUMS] = ocp.args.JsonSave({"arrays": arrays, "items": digests})
   try:
     manager.save(step, force=True, args=ocp.args.Composite(**items))

@@ -1,8 +1,8 @@
 """Reading a checkpoint step back, verified: each item restored on its own, then checked against the step's
 checksums (`checksums.py`); any item that is missing, unreadable or different raises `CorruptCheckpointError` naming
-the step, the item and its path. The train state restores straight into its shardings, the parameters alone
-without the optimizer state, the small JSON items (config, data position, history, tokenizer) one by one. The
-items of a step: `checkpoints.py`."""
+the step, the item and its path. The train state restores straight into its shardings (with the parameters' moving
+average where the run keeps one), the parameters (or their moving average) alone without the optimizer state, the
+small JSON items (config, data position, history, tokenizer) one by one. The items of a step: `checkpoints.py`."""
 
 import contextlib
 import logging as pylogging
@@ -14,7 +14,7 @@ from etils import epath
 
 from bert_jax import sharding
 from bert_jax.workdir import checksums
-from bert_jax.workdir.checkpoints import CHECKSUMS, LEGACY_STATE, CorruptCheckpointError, TokenizerRestore
+from bert_jax.workdir.checkpoints import CHECKSUMS, EMA, LEGACY_STATE, CorruptCheckpointError, TokenizerRestore
 
 
 def items(manager: ocp.CheckpointManager, step: int) -> set[str]:
@@ -43,9 +43,9 @@ def _quiet_libraries():
   try:
     yield
   finally:
+    logging.set_verbosity(previous)  # First: it sets the absl logger's level, which the loop below puts back as it was.
     for logger, level in zip(loggers, levels, strict=True):
       logger.setLevel(level)
-    logging.set_verbosity(previous)
 
 
 def _restore_items(manager: ocp.CheckpointManager, step: int, **args) -> dict:
@@ -91,6 +91,11 @@ def read_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
   """The `checksums` item of `step` (a hash of every array and a SHA-256 of every other item); None for a step
   written before checksums."""
   return _checksums(manager, step)
+
+
+def _saved_item(saved: dict | None, item: str) -> bool:
+  """Whether the step's checksums record arrays of `item` (so the step was written with it)."""
+  return any(name.startswith(f"{item}/") for name in (saved or {}).get("arrays", {}))
 
 
 def _item_mismatch(manager: ocp.CheckpointManager, step: int, name: str, value, saved: dict | None) -> str | None:
@@ -148,7 +153,7 @@ def _small_mismatches(manager: ocp.CheckpointManager, step: int, restored: dict,
   """A line per item of `restored` besides the arrays that does not match its saved digest."""
   found = []
   for name, value in restored.items():
-    if name in ("params", "optimizer", LEGACY_STATE):
+    if name in ("params", "optimizer", EMA, LEGACY_STATE):
       continue
     if name == "tokenizer":
       value = _tokenizer_bytes(step, value)
@@ -204,14 +209,16 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings
   """(state, data_position) of checkpoint `step`, placed directly into `shardings`. Every item of the step is read
   and verified against its checksums (a step without them is refused unless it is older than checksums, see
   `_checksums`); `CorruptCheckpointError` names each item that is missing, unreadable or does not match. A step
-  written before the step guard existed restores with `guard=None`: the caller fills in a fresh one
-  (`train/start_order.restore_state`)."""
+  written before the step guard existed restores with `guard=None`, and a step without the parameters' moving
+  average that `abstract_state` keeps (one of a run that kept none) with `ema=None`: the caller fills them in
+  (`train/start_order.restore_state`). A step's moving average that `abstract_state` does not keep is not read."""
   target = sharding.with_shardings(abstract_state, shardings)
   saved = _checksums(manager, step)
   small = _small_items(manager, step, saved)
-  if LEGACY_STATE in items(manager, step):
+  present = items(manager, step)
+  if LEGACY_STATE in present:
     with_guard = _saved_guard(manager, step, LEGACY_STATE)
-    legacy = target if with_guard else target.replace(guard=None)
+    legacy = target.replace(ema=None) if with_guard else target.replace(guard=None, ema=None)
     restored = _restore_items(manager, step, state=ocp.args.StandardRestore(legacy), **small)
     mismatches = _small_mismatches(manager, step, restored, saved)
     if mismatches:
@@ -221,32 +228,33 @@ def restore(manager: ocp.CheckpointManager, step: int, abstract_state, shardings
   with_guard = _saved_guard(manager, step)
   if with_guard:
     optimizer_target["guard"] = target.guard
-  restored = _restore_items(
-    manager,
-    step,
-    params=ocp.args.StandardRestore(target.params),
-    optimizer=ocp.args.StandardRestore(optimizer_target),
-    **small,
-  )
+  arrays = dict(params=ocp.args.StandardRestore(target.params), optimizer=ocp.args.StandardRestore(optimizer_target))
+  if target.ema is not None and (EMA in present or _saved_item(saved, EMA)):  # A lost `ema` item is named.
+    arrays[EMA] = ocp.args.StandardRestore(target.ema)
+  restored = _restore_items(manager, step, **arrays, **small)
   optimizer = restored["optimizer"]
   mismatches = [
-    _array_mismatch(manager, step, restored["params"], "params", saved),
-    _array_mismatch(manager, step, optimizer, "optimizer", saved),
+    *(_array_mismatch(manager, step, restored[name], name, saved) for name in arrays),
     *_small_mismatches(manager, step, restored, saved),
   ]
   if any(mismatches):
     raise CorruptCheckpointError(*[line for line in mismatches if line])
   state = type(abstract_state)(
-    step=optimizer["step"], params=restored["params"], opt_state=optimizer["opt_state"], guard=optimizer.get("guard")
+    step=optimizer["step"],
+    params=restored["params"],
+    opt_state=optimizer["opt_state"],
+    guard=optimizer.get("guard"),
+    ema=restored.get(EMA),
   )
   return state, restored["data"]
 
 
-def _beside(manager: ocp.CheckpointManager, step: int, target: dict) -> dict:
-  """The top-level subtrees of step's `params` item that `target` lacks (a pretraining objective's own head beside
-  the model's: SpanBERT's `span_boundary`), as ShapeDtypeStructs replicated where `target` lies; none where the
-  item's metadata cannot be read: the restore that follows names what is wrong with the item."""
-  directory = epath.Path(manager.directory) / str(step) / "params"
+def _beside(manager: ocp.CheckpointManager, step: int, target: dict, item: str) -> dict:
+  """The top-level subtrees of step's `item` (`params`, or their moving average) that `target` lacks (a pretraining
+  objective's own head beside the model's: SpanBERT's `span_boundary`), as ShapeDtypeStructs replicated where
+  `target` lies; none where the item's metadata cannot be read: the restore that follows names what is wrong with
+  the item."""
+  directory = epath.Path(manager.directory) / str(step) / item
   try:
     with _quiet_libraries():
       saved = ocp.StandardCheckpointHandler().metadata(directory).tree
@@ -261,13 +269,13 @@ def _beside(manager: ocp.CheckpointManager, step: int, target: dict) -> dict:
   }
 
 
-def restore_params(manager: ocp.CheckpointManager, step: int, abstract_params, shardings):
-  """The parameters of checkpoint `step` alone, placed directly into `shardings` and verified against its
-  checksums: the optimizer state is never read (from a legacy `state` item, only its `params` subtree is). A
-  subtree the step holds beside those of `abstract_params` (an objective's own head, `_beside`) is read and verified
-  with them, then left out."""
+def restore_params(manager: ocp.CheckpointManager, step: int, abstract_params, shardings, item: str = "params"):
+  """The parameters of checkpoint `step` alone (`item`: "params", or "ema", their moving average), placed directly
+  into `shardings` and verified against its checksums: the optimizer state is never read (from a legacy `state`
+  item, only its `params` subtree is). A subtree the step holds beside those of `abstract_params` (an objective's
+  own head, `_beside`) is read and verified with them, then left out."""
   target = sharding.with_shardings(abstract_params, shardings)
-  if LEGACY_STATE in items(manager, step):
+  if item == "params" and LEGACY_STATE in items(manager, step):
     restore_args = jax.tree.map(lambda t: ocp.ArrayRestoreArgs(sharding=t.sharding), target)
     restored = _restore_items(
       manager,
@@ -277,9 +285,9 @@ def restore_params(manager: ocp.CheckpointManager, step: int, abstract_params, s
       ),
     )
     return restored["state"]["params"]
-  beside = _beside(manager, step, target)
-  params = _restore_items(manager, step, params=ocp.args.StandardRestore({**target, **beside}))["params"]
-  _verify_arrays(manager, step, params, "params")
+  beside = _beside(manager, step, target, item)
+  params = _restore_items(manager, step, **{item: ocp.args.StandardRestore({**target, **beside})})[item]
+  _verify_arrays(manager, step, params, item)
   if beside:
-    logging.info("Checkpoint step %d: left %s out of the parameters read.", step, sorted(beside))
+    logging.info("Checkpoint step %d: left %s out of the %s read.", step, sorted(beside), item)
   return {name: params[name] for name in target}
