@@ -15,6 +15,7 @@ is where its native start-up lines are printed, or left out.
 
 import math
 import os
+import signal
 import sys
 
 import jax
@@ -144,6 +145,7 @@ def _run(config, checked) -> None:
   """The job, through the front door (`jobs.start`); what a user must fix ends with one line naming it, and nothing
   cut short is kept."""
   from bert_jax import paths
+  from bert_jax.data import vocabulary
   from bert_jax.dry_run import tpu_topology
   from bert_jax.handoff import export
 
@@ -156,6 +158,9 @@ def _run(config, checked) -> None:
   except (export.ExportError, export.ExportStopped) as error:  # One line: what failed, and that nothing is left.
     print(error, file=sys.stderr, flush=True)
     sys.exit(error.exit_code)
+  except vocabulary.Interrupted as error:  # Without the interpreter's shutdown, which the trainer's thread outlives.
+    print(error, file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGINT)
   # Bad input, a corpus there from other input, an output directory in use, a full disk, no libtpu.
   except (FileNotFoundError, FileExistsError, ValueError, paths.WriteError, tpu_topology.LibtpuMissing) as error:
     sys.exit(f"--mode={mode}: {error}")
