@@ -144,8 +144,9 @@ def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, d
       ),
     ):
       manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
-  # Read only: 3 slices by the shard writer, and 2 by the check that the input is large enough (18 training documents).
-  assert built == ["imdb_reviews"] and loads == [False] * (3 + 2)
+  # Read only: 3 slices by the shard writer, and 3 by the check that the input is large enough (18 distinct training
+  # documents, which the mock's 9 texts, the same in every slice, never reach: the check reads to the end).
+  assert built == ["imdb_reviews"] and loads == [False] * (3 + 3)
   assert len(manifest["shards"]) == 3
   assert manifest["input"]["tfds"] == dict(name="imdb_reviews/plain_text/1.0.0", version="1.0.0", split="train")
   settings = dict(tfds_feature="text", num_shards=3, eval_fraction=0.01, eval_min_documents=16)
