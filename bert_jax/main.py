@@ -145,7 +145,7 @@ def _run(config, checked) -> None:
   """The job, through the front door (`jobs.start`); what a user must fix ends with one line naming it, and nothing
   cut short is kept."""
   from bert_jax import paths
-  from bert_jax.data import vocabulary
+  from bert_jax.data import beam_options, vocabulary
   from bert_jax.dry_run import tpu_topology
   from bert_jax.handoff import export
 
@@ -161,8 +161,15 @@ def _run(config, checked) -> None:
   except vocabulary.Interrupted as error:  # Without the interpreter's shutdown, which the trainer's thread outlives.
     print(error, file=sys.stderr, flush=True)
     os._exit(128 + signal.SIGINT)
-  # Bad input, a corpus there from other input, an output directory in use, a full disk, no libtpu.
-  except (FileNotFoundError, FileExistsError, ValueError, paths.WriteError, tpu_topology.LibtpuMissing) as error:
+  # Bad input, a corpus there from other input, an output directory in use, a full disk, no libtpu, a failed Beam run.
+  except (
+    FileNotFoundError,
+    FileExistsError,
+    ValueError,
+    paths.WriteError,
+    tpu_topology.LibtpuMissing,
+    beam_options.BeamPipelineError,
+  ) as error:
     sys.exit(f"--mode={mode}: {error}")
   if mode == "plan" and result["choice"] is None:
     sys.exit(f"The job does not fit {config.dry_run.topology} at batch {config.batch_size}: see the plan above.")
