@@ -2,8 +2,14 @@
 for byte, from text files and from a TFDS dataset TFDS itself builds with Beam; a failed run, run again, and a shard
 written twice by concurrent workers change nothing; bad runner settings are refused before any work."""
 
+import json
 import os
+import pathlib
+import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 import tensorflow_datasets as tfds
@@ -243,3 +249,45 @@ def test_a_vocabulary_sampled_on_beam_is_the_one_sampled_here(tmp_path, data_con
     written[runner] = (tmp_path / runner / "vocab.txt").read_bytes()
     assert sorted(os.listdir(tmp_path / runner)) == ["vocab.txt"]  # The staged sample is gone.
   assert written["beam"] == written["local"] and len(written["local"].splitlines()) > 5
+
+
+@pytest.mark.slow  # Two preparations on Beam's local runner, one of them 30 s with a dead worker.
+def test_a_worker_killed_mid_run_ends_the_run_with_one_line_and_the_rerun_resumes(tmp_path, tokenizer_args):
+  """The out-of-memory killer's case: a Beam worker process SIGKILLed mid-run hung preparation silently for ever (the
+  local runner waits for its bundles). The run now ends within the watch's 30 s with one line naming the worker and
+  the rerun, exit 1, no manifest; the same command run again completes, and leaves no staged file."""
+  (tmp_path / "in").mkdir()
+  for k in range(3):
+    (tmp_path / "in" / f"part{k}.txt").write_text("".join(_document(k * 100_000 + i) for i in range(12_000)))
+  out = tmp_path / "prepared"
+  command = [sys.executable, "-m", "bert_jax.main", "--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}"]
+  command += ["--mode=prepare", "--config.data.embedded_corpus=", f"--config.data.input_pattern={tmp_path}/in/*.txt"]
+  command += ["--config.tokenizer.kind=wordpiece", f"--config.tokenizer.path={tokenizer_args['path']}"]
+  command += [f"--config.data.prepared_dir={out}", "--config.data.prepare_runner=beam"]
+  command += ["--config.data.prepare_unit_bytes=32768", "--config.data.beam_options=--direct_num_workers=2"]
+  environment = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  environment.pop("XLA_FLAGS", None)
+  root = pathlib.Path(__file__).resolve().parents[1]
+  log = tmp_path / "log"
+  with log.open("w") as stderr:
+    process = subprocess.Popen(command, cwd=root, env=environment, stderr=stderr, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not (out.exists() and any(name.startswith("documents-") for name in os.listdir(out))):
+      assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+      time.sleep(0.2)
+    worker = min(beam_options._worker_processes())  # The test's descendants: the run's workers.
+    os.kill(worker, signal.SIGKILL)
+    killed = time.monotonic()
+    returncode = process.wait(timeout=180)
+  waited = time.monotonic() - killed
+  lines = [line for line in log.read_text().splitlines() if line.strip()]
+  assert returncode == 1 and waited < 60, (returncode, waited, lines[-5:])
+  assert f"A Beam worker process (pid {worker}) died mid-run" in lines[-1], lines[-5:]
+  assert "rerun the same command to resume" in lines[-1] and not (out / MANIFEST).exists()
+  assert not beam_options._worker_processes()
+
+  rerun = subprocess.run(command, cwd=root, env=environment, capture_output=True, text=True, timeout=300)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  manifest = json.loads((out / MANIFEST).read_text())
+  assert manifest["documents"] + manifest["eval_documents"] == 36_000
+  assert not [name for name in os.listdir(out) if ".tmp-" in name]
