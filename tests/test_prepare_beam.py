@@ -1,10 +1,13 @@
 """Corpus preparation on Apache Beam (data/prepare_beam.py): the local runner writes the local preparer's corpus byte
-for byte, from text files and from a TFDS dataset TFDS itself builds with Beam; a failed run, run again, and a shard
-written twice by concurrent workers change nothing; bad runner settings are refused before any work."""
+for byte, from text files, from Parquet read from gs:// and from a TFDS dataset TFDS itself builds with Beam; a failed
+run, run again, and a shard written twice by concurrent workers change nothing; bad runner settings are refused before
+any work."""
 
 import os
 import threading
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tensorflow_datasets as tfds
 from etils import epath
@@ -39,8 +42,8 @@ def text_input(tmp_path):
   return str(tmp_path / "in" / "*.txt")
 
 
-def _files(directory) -> dict[str, bytes]:
-  return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+def _files(directory, suffix: str = "") -> dict[str, bytes]:
+  return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory)) if name.endswith(suffix)}
 
 
 @pytest.mark.slow
@@ -68,6 +71,21 @@ def test_beam_s_local_runner_writes_the_local_preparer_s_corpus_byte_for_byte(
       == (tmp_path / "local" / shard["file"]).read_bytes()
     )
   assert not [path.name for path in epath.Path(f"{gcs_bucket}/beam_out").iterdir() if ".tmp" in path.name]
+  # Records (data/records.py): a Parquet file of 12 row groups in several units, read by Beam's workers from gs://,
+  # gives the local preparer's corpus from a local copy; the manifests differ only in where the input was.
+  table = pa.table({"id": list(range(600)), "text": [_document(i) for i in range(600)]})
+  pq.write_table(table, tmp_path / "in.parquet", row_group_size=50)
+  epath.Path(tmp_path / "in.parquet").copy(epath.Path(f"{gcs_bucket}/beam_in/in.parquet"))
+  records = dict(settings, input_format="parquet", input_pattern=str(tmp_path / "in.parquet"))
+  local = prepare.prepare(data_config(**records), tokenizer_args, str(tmp_path / "parquet_local"), 2)
+  config = data_config(**records, prepare_runner="beam")
+  config.input_pattern = f"{gcs_bucket}/beam_in/in.parquet"
+  on_beam = prepare.prepare(config, tokenizer_args, str(tmp_path / "parquet_beam"))
+  assert len(local["shards"]) > 1 and local["documents"] + local["eval_documents"] == 600
+  assert on_beam["input"]["files"][0]["path"] == f"{gcs_bucket}/beam_in/in.parquet"
+  on_beam["input"]["files"][0]["path"] = str(tmp_path / "in.parquet")
+  assert on_beam == local
+  assert _files(tmp_path / "parquet_beam", ".tfrecord") == _files(tmp_path / "parquet_local", ".tfrecord")
 
 
 @pytest.mark.slow  # Starts a Beam pipeline.

@@ -29,7 +29,8 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data import beam_options as beam_flags
-from bert_jax.data import input_record, readers, shards, text
+from bert_jax.data import input_record, readers, records, shards, text
+from bert_jax.data.input_formats import check_input_format
 from bert_jax.data.manifest import MANIFEST, SHARD_KEYS, check_shards, paths_for_run, read_manifest, write_manifest
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 
@@ -52,16 +53,12 @@ def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
     splits = tfds.even_splits(data_config.tfds_split, n=chosen["num_shards"])
     units = [text.tfds_unit(data_config, split, chosen["tfds_feature"]) for split in splits]
   else:
-    if chosen["input_format"] not in text.INPUT_FORMATS:
-      raise ValueError(f"data.input_format={chosen['input_format']!r}; expected one of {text.INPUT_FORMATS}.")
-    inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
-    if not inputs:
-      raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
-    record = dict(files=input_record.files_record(inputs), settings=chosen)
+    check_input_format(data_config)
+    record = dict(files=input_record.files_record(records.input_files(data_config)), settings=chosen)
     units = []
     for entry in record["files"]:
       found = dict(file_bytes=entry["bytes"], file_sha256=entry["sha256"])
-      units += text.file_units(entry["path"], entry["bytes"], chosen, **found)
+      units += records.file_units(entry["path"], entry["bytes"], chosen, **found)
   for unit in units:
     unit.update(
       eval_fraction=chosen["eval_fraction"],
