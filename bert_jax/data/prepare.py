@@ -2,11 +2,13 @@
 module orchestrates; the pieces live beside it: `text` reads documents, `shards` tokenizes and writes them,
 `manifest` records what was written (and is what a run reads).
 
-Inputs are text files by glob (local or `gs://`), either in BERT's format (one sentence per line, a blank line
-between documents) or one document per file (paragraphs split on blank lines, sentences by punctuation), or a
-TFDS text dataset (name, split, feature; one example per document). Work is split by bytes: each file is cut into
-units of `data.prepare_unit_bytes` (`work_units`), so one large file is prepared by every core; each unit (or each
-of `num_shards` slices of a TFDS split) becomes one shard, written by a worker process. The output depends only on
+Inputs are files by glob (local or `gs://`): text, either in BERT's format (one sentence per line, a blank line
+between documents) or one document per file (paragraphs split on blank lines, sentences by punctuation); or records,
+a document each (JSONL, Parquet, a Hugging Face dataset saved to disk: `records.py`, which checks every input first);
+or a TFDS text dataset (name, split, feature; one example per document). Work is split by bytes: each file is cut
+into units of about `data.prepare_unit_bytes` (`work_units`, `records.file_units`), so one large file is prepared by
+every core; each unit (or each of `num_shards` slices of a TFDS split) becomes one shard, written by a worker
+process. The output depends only on
 the input, the tokenizer and the settings `input_record.SETTINGS` names. Undecodable bytes are replaced and counted;
 empty documents are dropped and counted; the counts are in `manifest.json` with the tokenizer's identity and the
 input's record.
