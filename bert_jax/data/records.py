@@ -21,6 +21,8 @@ of at most `max_shard_size`, 500 MB by default). `unit_documents` reads a unit o
 `text.unit_documents`): the local preparer's workers and Beam's call it alike.
 """
 
+import concurrent.futures
+import functools
 import io
 import json
 import os
@@ -33,6 +35,8 @@ from bert_jax import paths
 from bert_jax.data import text
 from bert_jax.data.input_formats import RECORD_FORMATS
 
+# Input files checked at once by `input_files` (as `input_record` reads their fingerprints).
+_CHECK_THREADS = 16
 # Rows of a Parquet or Arrow file converted to Python strings at a time.
 _BATCH_ROWS = 1024
 _ARROW_FILE_MAGIC = b"ARROW1"  # Arrow's random-access file format; save_to_disk writes the streaming format.
@@ -48,9 +52,10 @@ def input_files(data_config) -> list[str]:
     found = paths.glob(pattern) if pattern else []
   if not found:
     raise ValueError(f"data.input_pattern={pattern!r} matches no file.")
-  if input_format in RECORD_FORMATS:
-    for path in found:
-      check_file(path, input_format, data_config.text_field)
+  if input_format in RECORD_FORMATS:  # Files at once, as their fingerprints are read (gs:// reads overlap).
+    with concurrent.futures.ThreadPoolExecutor(min(_CHECK_THREADS, len(found))) as pool:
+      for _ in pool.map(functools.partial(check_file, input_format=input_format, field=data_config.text_field), found):
+        pass  # Raises the first bad file's error, in input order.
   return found
 
 
