@@ -15,6 +15,7 @@ is where its native start-up lines are printed, or left out.
 
 import math
 import os
+import signal
 import sys
 
 import jax
@@ -144,6 +145,7 @@ def _run(config, checked) -> None:
   """The job, through the front door (`jobs.start`); what a user must fix ends with one line naming it, and nothing
   cut short is kept."""
   from bert_jax import paths
+  from bert_jax.data import beam_options, vocabulary
   from bert_jax.dry_run import tpu_topology
   from bert_jax.handoff import export
 
@@ -156,8 +158,18 @@ def _run(config, checked) -> None:
   except (export.ExportError, export.ExportStopped) as error:  # One line: what failed, and that nothing is left.
     print(error, file=sys.stderr, flush=True)
     sys.exit(error.exit_code)
-  # Bad input, a corpus there from other input, an output directory in use, a full disk, no libtpu.
-  except (FileNotFoundError, FileExistsError, ValueError, paths.WriteError, tpu_topology.LibtpuMissing) as error:
+  except vocabulary.Interrupted as error:  # Without the interpreter's shutdown, which the trainer's thread outlives.
+    print(error, file=sys.stderr, flush=True)
+    os._exit(128 + signal.SIGINT)
+  # Bad input, a corpus there from other input, an output directory in use, a full disk, no libtpu, a failed Beam run.
+  except (
+    FileNotFoundError,
+    FileExistsError,
+    ValueError,
+    paths.WriteError,
+    tpu_topology.LibtpuMissing,
+    beam_options.BeamPipelineError,
+  ) as error:
     sys.exit(f"--mode={mode}: {error}")
   if mode == "plan" and result["choice"] is None:
     sys.exit(f"The job does not fit {config.dry_run.topology} at batch {config.batch_size}: see the plan above.")

@@ -5,7 +5,8 @@ the unigram model's.
 python -m bert_jax.main --config=configs/modernbert_tiny.py --workdir=/tmp/modernbert_tiny
 
 Four layers of hidden 128 (2 heads, GeGLU feed-forward 192, 1.5x as base's), layers 0 and 3 global, 1 and 2 local
-over 16 tokens (8 each side) of 64-token rows; no biases, no dropout, RoPE base 10,000. The recipe: 30% of tokens
+over 16 tokens (8 each side) of 64-token rows, positions declared up to 128 as base declares its context
+extension's 8,192 (rotary: no table); no biases, no dropout, RoPE base 10,000. The recipe: 30% of tokens
 masked, evaluation at 15%, StableAdamW, warmup-stable-decay with a 1-sqrt decay over the last fifth of the steps;
 no batch-size warmup (base's grows its batch over 50B tokens).
 Float32, unscanned, XLA's attention: what a CPU runs fastest.
@@ -22,7 +23,7 @@ def get_config():
     hidden_size=128,
     num_heads=2,
     intermediate_size=192,
-    max_position_embeddings=64,
+    max_position_embeddings=128,  # Its context extension's length (as base declares 8,192): no table, rotary.
     local_attention=16,
     dtype="float32",
     attention="xla",

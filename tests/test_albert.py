@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 import transformers
 
 from bert_jax import flops
@@ -136,6 +137,37 @@ def test_albert_files_load_and_export_as_transformers_reads_them(albert_config, 
   two_groups = dict(hf_configs.hf_config(albert_config), num_hidden_groups=2)
   with pytest.raises(ValueError, match=r"num_hidden_groups=2 and inner_group_num=1 for num_hidden_layers=3"):
     hf_configs.config_from_hf(two_groups, "config.json")
+
+
+def test_an_albert_whose_embedding_size_is_its_hidden_size_is_read_and_exported_with_the_identity_projection(
+  albert_config, tmp_path
+):
+  """bert_jax's ALBERT has no projection when embedding_size equals hidden_size; transformers' AlbertModel always has
+  one (`embedding_hidden_mapping_in`). The export writes it as the identity (before: "The params lack
+  bert/embeddings_project/kernel ... are the layers scanned?"), transformers' logits are bert_jax's, and a file whose
+  projection is the identity reads back; any other projection is refused by name."""
+  config = dataclasses.replace(albert_config, embedding_size=0)
+  reference = _reference(config, cls=transformers.AlbertForPreTraining)
+  mapping = reference.albert.encoder.embedding_hidden_mapping_in
+  with torch.no_grad():
+    mapping.weight.copy_(torch.eye(config.hidden_size))
+    mapping.bias.zero_()
+  loaded = check_hf_round_trip(reference, config, tmp_path)
+  assert "embeddings_project" not in loaded.params["bert"]
+  exported = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "exported").eval()
+  assert exported.config.embedding_size == config.hidden_size
+  input_ids, input_mask, segment_ids, positions = inputs = _inputs(config)
+  theirs = _reference_outputs(exported, inputs)
+  ours = jax.jit(lambda p, *x: BertForPretraining(config).apply({"params": p}, *x))(
+    loaded.params, input_ids, input_mask, segment_ids, positions
+  )
+  expected_mlm = np.take_along_axis(theirs.prediction_logits.numpy(), positions[:, :, None], axis=1)
+  np.testing.assert_allclose(ours["mlm_logits"], expected_mlm, atol=1e-5, rtol=0)
+  np.testing.assert_allclose(ours["nsp_logits"], theirs.sop_logits.numpy(), atol=1e-5, rtol=0)
+  tensors = {name: value.numpy() for name, value in reference.state_dict().items()}
+  tensors["albert.encoder.embedding_hidden_mapping_in.bias"][0] = 0.5
+  with pytest.raises(ValueError, match=r"tensor albert.encoder.embedding_hidden_mapping_in is not the identity; "):
+    params_from_hf(tensors, config)
 
 
 @pytest.mark.slow

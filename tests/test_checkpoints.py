@@ -387,6 +387,50 @@ def test_a_save_whose_run_was_taken_over_before_its_commit_is_never_committed(tm
   assert json.loads((workdir / lease.LEASE_NAME).read_text()) == taker  # Neither rewritten nor deleted.
 
 
+def test_a_new_holder_removes_the_lost_holders_temporaries_while_it_still_writes_and_its_late_ones_at_the_next_save(
+  tmp_path, monkeypatch, caplog
+):
+  """A run taken over while its save of step 50 was in flight, woken as the new holder opens: its temporary
+  (`50.orbax-checkpoint-tmp-<its token>`) gains a file while the new holder removes it ("Directory not empty", which
+  Orbax's own removal raised at the new holder's first save). The new holder tries again, saves step 50, and removes
+  what the lost run writes later (a temporary that appears between saves) at its next save; a temporary it cannot
+  remove at all is left, in one warning line, and never fails its save."""
+  workdir = tmp_path / "run"
+  directory = workdir / "checkpoints"
+  stale = directory / f"50{ocp.path.atomicity.TMP_DIR_SUFFIX}-2b80555"
+  (stale / "params" / "d").mkdir(parents=True)
+  (stale / "params" / "d" / "chunk").write_bytes(b"written by the lost run")
+  late_writes = {"left": 1}
+  rmdir = os.rmdir
+
+  def rmdir_while_the_lost_run_writes(path, *args, **kwargs):
+    if os.fspath(path) == str(stale) and late_writes["left"]:
+      late_writes["left"] -= 1
+      (stale / "late").write_bytes(b"x")  # The woken save's next file, just before its directory goes.
+    return rmdir(path, *args, **kwargs)
+
+  monkeypatch.setattr(os, "rmdir", rmdir_while_the_lost_run_writes)
+  item = {"kernel": np.arange(6, dtype=np.float32)}
+  with lease.claim(str(workdir), timeout_seconds=60) as held:
+    manager = checkpoints.make_manager(str(workdir), 2, held=held)
+    manager.save(50, args=ocp.args.Composite(params=ocp.args.StandardSave(item)))
+    checkpoints.check_saves(manager, 50, held, wait=True)
+    assert sorted(os.listdir(directory)) == ["50"]
+    late = directory / f"50{ocp.path.atomicity.TMP_DIR_SUFFIX}-2b80555"
+    (late / "params").mkdir(parents=True)  # What the lost run wrote after the removal.
+    stuck = directory / f"40{ocp.path.atomicity.TMP_DIR_SUFFIX}"  # And one that gains a file at every try.
+    stuck.mkdir()
+    stale, late_writes["left"] = stuck, 1000
+    with caplog.at_level(logging.WARNING):
+      manager.save(60, args=ocp.args.Composite(params=ocp.args.StandardSave(item)))
+      checkpoints.check_saves(manager, 60, held, wait=True)
+    checkpoints.finish(manager, 60, held)
+  assert sorted(os.listdir(directory)) == ["40.orbax-checkpoint-tmp", "50", "60"]
+  assert [r.getMessage()[:70] for r in caplog.records if r.levelno == logging.WARNING] == [
+    f"Left {stuck} in place for the next save to remove: [Errno 39] Directory not empty"[:70]
+  ]
+
+
 def test_a_write_still_in_flight_at_the_end_of_a_run_is_said_and_said_again_until_it_ends(monkeypatch):
   """The end of a run waits for its last checkpoint (a large sweep's final state and best/ took minutes on a loaded
   machine, with nothing on the console): the wait says which step it writes and where, again every

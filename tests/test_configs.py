@@ -9,11 +9,13 @@ import re
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from bert_jax import config_checks, jobs
+from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
 from bert_jax.train.optim import make_optimizer, make_schedule
 from configs import (
@@ -24,6 +26,7 @@ from configs import (
   modernbert_context_extension,
   modernbert_large,
   modernbert_large_context_extension,
+  modernbert_tiny,
   tiny,
 )
 
@@ -358,7 +361,8 @@ def test_a_bad_value_stops_main_with_one_line_before_the_workdir_is_written(tmp_
 def test_the_tiny_modernbert_as_shipped_beats_word_frequencies_on_held_out_documents(tmp_path):
   """configs/modernbert_tiny.py, the ModernBERT recipe (30% masking, StableAdamW, wsd) at the quick start's scale,
   run as its docstring says: its last evaluation, at 15% masking on the held-out documents, is far above the unigram
-  model's (0.38 against 0.096 in accuracy, 2.81 against 4.98 in loss: docs/benchmarks.md)."""
+  model's (0.38 against 0.096 in accuracy, 2.81 against 4.98 in loss: docs/benchmarks.md). Then its context
+  extension starts from its workdir."""
   command = [sys.executable, "-m", "bert_jax.main", "--config=configs/modernbert_tiny.py", f"--workdir={tmp_path}"]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   env.pop("XLA_FLAGS", None)  # One device, as on a laptop.
@@ -373,6 +377,41 @@ def test_the_tiny_modernbert_as_shipped_beats_word_frequencies_on_held_out_docum
   loss, unigram_loss, accuracy, unigram_accuracy = map(float, found.groups())
   assert accuracy >= 0.3 and accuracy > 3 * unigram_accuracy, found.group(0)
   assert loss < unigram_loss - 1.5, found.group(0)
+  _the_context_extension_continues(tmp_path, unigram_loss)
+
+
+def _the_context_extension_continues(phase_1_dir: pathlib.Path, unigram_loss: float):
+  """ModernBERT's context extension (configs/modernbert_context_extension.py's `extend`) from the tiny phase 1's
+  workdir, at twice its row length for a few steps: it continues phase 1's step, optimizer and tokenizer, its global
+  layers' RoPE base raised to 160,000 (the local layers' kept), and its first steps train from phase 1's weights (a
+  loss far below the unigram model's), not from fresh ones."""
+  phase_1 = modernbert_tiny.get_config()
+  config = modernbert_context_extension.extend(
+    modernbert_tiny.get_config(),
+    phase_1_steps=phase_1.num_train_steps,
+    batch_size=8,
+    num_microbatches=1,
+    learning_rate=phase_1.learning_rate / 3,
+    decoupled_weight_decay=modernbert_base.DECOUPLED_WEIGHT_DECAY,
+  )
+  length = 2 * phase_1.data.max_seq_length
+  config.data.update(max_seq_length=length, max_predictions_per_seq=modernbert_base.max_predictions(length))
+  config.update(num_train_steps=phase_1.num_train_steps + 3, lr_decay_fraction=0.5, warmup_steps=0)
+  config.update(log_every_steps=1, eval_steps=0, checkpoint_every_steps=3, init_from=str(phase_1_dir))
+  # Phase 1's tokenizer, as the run's refusal without it says (its copy in the checkpoint).
+  config.tokenizer.path = str(phase_1_dir / "checkpoints" / str(phase_1.num_train_steps) / "tokenizer" / "spm.model")
+  workdir = phase_1_dir.parent / "extension"
+  state = jobs.run(config, str(workdir), "pretrain")
+  assert int(state.step) == phase_1.num_train_steps + 3  # Phase 1's step count, continued.
+
+  extended, first = pretrained.load(str(workdir)), pretrained.load(str(phase_1_dir))
+  assert (first.config.rope_theta, first.config.local_rope_theta) == (10_000, 10_000)
+  assert (extended.config.rope_theta, extended.config.local_rope_theta) == (160_000, 10_000)
+  assert extended.tokenizer.identity()["sha256"] == first.tokenizer.identity()["sha256"]
+  history = extended.source.history["train"]
+  assert history["mlm_loss"] < unigram_loss - 1.0, history  # Phase 1's weights, not fresh ones (about 6.0).
+  moved = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.max(np.abs(a - b))), extended.params, first.params))
+  assert 0 < max(moved) < 0.05, max(moved)  # Three steps from phase 1's parameters.
 
 
 def test_a_mistyped_tokenizer_path_with_the_embedded_corpus_is_refused_before_anything_is_written(tmp_path):

@@ -407,3 +407,35 @@ def test_no_file_keeps_a_merge_conflicts_markers():
     if marker.search(path.read_text(errors="replace")):
       found.append(str(relative))
   assert not found, f"merge conflict markers in {found}"
+
+
+def _config_keys(config, prefix: str = "") -> set[str]:
+  """Every key of `config`, dotted, nested dicts' own names included."""
+  found = set()
+  for key, value in config.items():
+    found.add(prefix + key)
+    if hasattr(value, "items"):
+      found |= _config_keys(value, f"{prefix}{key}.")
+  return found
+
+
+def test_every_config_flag_the_repository_names_is_a_key():
+  """A comment in pyproject.toml told users `--config.prepare.runner=beam` (the key is `data.prepare_runner`):
+  every `--config.KEY` that a doc, a config, a comment or a message outside tests/ names is a key of some config
+  in configs/ (`--config.key` is the template)."""
+  import importlib
+
+  keys = {"key"}
+  for path in CONFIGS:
+    keys |= _config_keys(importlib.import_module(f"configs.{path.stem}").get_config())
+  flag = re.compile(r"--config\.([A-Za-z_][\w.]*\w)")
+  suffixes = {".py", ".md", ".cfg", ".toml", ".sh", ".txt", ".ipynb", ".yaml"}
+  unknown = []
+  for path in sorted(ROOT.rglob("*")):
+    relative = path.relative_to(ROOT)
+    if relative.parts[0].startswith(".") or relative.parts[0] == "tests" or path.suffix not in suffixes:
+      continue
+    if path.is_file():
+      names = flag.findall(path.read_text(errors="replace"))
+      unknown += [f"{relative}: --config.{name}" for name in names if name not in keys]
+  assert not unknown, f"flags naming no config key: {unknown}"

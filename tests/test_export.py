@@ -4,6 +4,7 @@ gs://."""
 
 import errno
 import json
+import logging
 import os
 import pathlib
 import re
@@ -17,6 +18,7 @@ import pytest
 from etils import epath
 
 from bert_jax.handoff import export, pretrained
+from tests.helpers import hf_bert_directory
 
 
 def test_an_overwrite_replaces_only_what_an_export_wrote_and_follows_symlinks(exports, tmp_path):
@@ -89,6 +91,35 @@ def test_a_full_disk_during_a_hugging_face_export_is_one_line_naming_the_file_an
     export.export(exports["bundle"], str(target), "huggingface", overwrite=True)
   assert {name: (target / name).read_bytes() for name in os.listdir(target)} == before
   assert os.listdir(tmp_path) == ["hf"]
+
+
+def test_a_full_disk_during_a_bundle_export_is_one_line_naming_the_params_and_leaves_nothing(tmp_path, caplog):
+  """Orbax writes a bundle's parameters through tensorstore, whose error on a full disk is a ValueError of several
+  lines ending in the system's code ("... File too large [os_error_code='27']"), and each of the save's threads logs
+  it: the export says it once, as the other formats do (before: the raw tensorstore error and Orbax's lines). The disk
+  refuses files over 20 kB here (EFBIG, as a full disk refuses with ENOSPC; this process ignores SIGXFSZ)."""
+  import resource
+
+  source = hf_bert_directory(tmp_path / "source", ["a", "b"], hidden_size=64, intermediate_size=256)
+  target, partial = tmp_path / "bundle", rf"{tmp_path}/\.bundle\.partial-[0-9a-f]{{8}}"
+  soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+  resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, hard))
+  try:
+    with caplog.at_level(logging.DEBUG), pytest.raises(export.ExportError) as raised:
+      export.export(source, str(target), "bundle")
+  finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+  assert re.fullmatch(
+    rf"Export to {target} failed writing {partial}/export/params: File too large \(EFBIG\); nothing was written "
+    rf"there; the partial files in {partial} are removed\.",
+    str(raised.value),
+  ), str(raised.value)
+  assert sorted(os.listdir(tmp_path)) == ["source"]
+  assert not [record.getMessage()[:200] for record in caplog.records if record.levelno >= logging.WARNING]
+  with pytest.raises(OSError) as full:  # A full disk's code, as tensorstore ends its message.
+    with export._storage_errors_as_os_errors(target / "params"):
+      raise ValueError("Error writing ...\nFailed to write 359866 bytes: No space left on device [os_error_code='28']")
+  assert (full.value.errno, full.value.filename) == (errno.ENOSPC, str(target / "params"))
 
 
 _PAUSED_EXPORT = """

@@ -18,7 +18,9 @@ from bert_jax.model import architectures, param_layout
 from bert_jax.model.architectures import Architecture, Part
 from bert_jax.model.bert_config import BertConfig
 from bert_jax.model.encoder import BertForPretraining, init_params
+from bert_jax.model.feed_forward import GLU
 from bert_jax.model.heads import task_model
+from bert_jax.model.layers import layer_norm
 from bert_jax.train import pretraining
 
 NEOBERT = Architecture(
@@ -134,3 +136,51 @@ def test_neobert_trains_and_exports_to_a_bundle(neobert, wordpiece_run, tmp_path
   assert (bundle.config.norm, bundle.config.hidden_act, bundle.config.linear_bias) == ("rms_norm", "silu", False)
   jax.tree.map(np.testing.assert_array_equal, jax.device_get(bundle.params), trained)
   assert np.isfinite(bundle.source.history["train"]["loss"])
+
+
+class _FeedForward(nn.Module):
+  """The "glu" feed-forward alone, its sublayers made as a layer makes them."""
+
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x):
+    modules = {name: make(self.config, name) for name, make in GLU.sublayers}
+    return GLU.apply(self.config, modules, x, True)
+
+
+def test_rms_norm_and_swiglu_equal_their_references(neobert, small_model_config):
+  """NeoBERT's two settings against reference implementations: `norm="rms_norm"` is torch's `nn.RMSNorm` and
+  transformers' `LlamaRMSNorm` (x / sqrt(mean(x^2) + eps) * scale, no mean subtracted, no bias); the "glu"
+  feed-forward with `hidden_act="silu"` is transformers' `LlamaMLP` (down(silu(gate(x)) * up(x)), no biases), our
+  `intermediate`'s first half being its gate_proj and the second its up_proj."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from transformers.models.llama import modeling_llama as llama
+
+  config = _config(small_model_config, layer_norm_eps=1e-5)
+  hidden, intermediate = config.hidden_size, config.intermediate_size
+  rng = np.random.default_rng(0)
+  x = (rng.normal(size=(2, 5, hidden)) * 3 + 1).astype(np.float32)  # Not centred: a LayerNorm would differ.
+
+  norm = layer_norm(config, "norm")
+  scale = rng.normal(size=(hidden,)).astype(np.float32)
+  ours = np.asarray(norm.apply({"params": {"scale": scale}}, jnp.asarray(x)))
+  references = [torch.nn.RMSNorm(hidden, eps=config.layer_norm_eps), llama.LlamaRMSNorm(hidden, config.layer_norm_eps)]
+  for reference in references:
+    with torch.no_grad():
+      reference.weight.copy_(torch.from_numpy(scale))
+      np.testing.assert_allclose(ours, reference(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)
+
+  params = nn.unbox(_FeedForward(config).init(jax.random.key(0), jnp.asarray(x)))["params"]
+  assert set(params) == {"intermediate", "output"} and "bias" not in params["output"]
+  wi, wo = np.asarray(params["intermediate"]["kernel"]), np.asarray(params["output"]["kernel"])  # [h, 2, i], [i, h]
+  ours = np.asarray(_FeedForward(config).apply({"params": params}, jnp.asarray(x)))
+  reference = llama.LlamaMLP(
+    transformers.LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, hidden_act="silu", mlp_bias=False)
+  )
+  with torch.no_grad():
+    reference.gate_proj.weight.copy_(torch.from_numpy(wi[:, 0].T.copy()))
+    reference.up_proj.weight.copy_(torch.from_numpy(wi[:, 1].T.copy()))
+    reference.down_proj.weight.copy_(torch.from_numpy(wo.T.copy()))
+    np.testing.assert_allclose(ours, reference(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-5)

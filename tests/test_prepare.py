@@ -144,8 +144,9 @@ def test_tfds_text_dataset_by_name_split_and_feature(tmp_path, tokenizer_args, d
       ),
     ):
       manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
-  # Read only: 3 slices by the shard writer, and 2 by the check that the input is large enough (18 training documents).
-  assert built == ["imdb_reviews"] and loads == [False] * (3 + 2)
+  # Read only: 3 slices by the shard writer, and 3 by the check that the input is large enough (18 distinct training
+  # documents, which the mock's 9 texts, the same in every slice, never reach: the check reads to the end).
+  assert built == ["imdb_reviews"] and loads == [False] * (3 + 3)
   assert len(manifest["shards"]) == 3
   assert manifest["input"]["tfds"] == dict(name="imdb_reviews/plain_text/1.0.0", version="1.0.0", split="train")
   settings = dict(tfds_feature="text", num_shards=3, eval_fraction=0.01, eval_min_documents=16)
@@ -251,6 +252,34 @@ def test_too_little_text_is_refused_with_its_counts_before_anything_is_written(
   with pytest.raises(ValueError, match=expected):
     prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
   assert not (tmp_path / "out").exists()
+
+
+def test_copies_of_one_text_are_refused_before_anything_is_written_and_copies_of_two_lose_only_a_tenth(
+  tmp_path, tokenizer_args, data_config
+):
+  """60 copies of one document were prepared with rc 0 and all 60 held out (copies share a place, and the hold-out
+  minimum took every document at the lowest place): refused now, naming the counts, as no random next sentence comes
+  from another document. 30 copies each of two: the minimum holds out a tenth (6, the lowest place by position) and
+  both texts stay in training."""
+  one, two = "The same document.\nWith two lines.\n\n", "Another document here.\nAlso two lines.\n\n"
+  (tmp_path / "copies.txt").write_text(one * 60, encoding="utf-8")
+  config = data_config(input_pattern=str(tmp_path / "copies.txt"))
+  expected = (
+    r"copies.txt' holds too little text to pretrain on: 60 document\(s\), 120 sentence\(s\), \d+ token\(s\) .*, "
+    r"(6|60) of the documents held out for evaluation .*, (54|0) left for training, (1|0) of them distinct; the "
+    r"training split needs at least 2 documents, distinct"
+  )
+  with pytest.raises(ValueError, match=expected):
+    prepare.prepare(config, tokenizer_args, str(tmp_path / "out"), 1)
+  assert not (tmp_path / "out").exists()
+
+  (tmp_path / "two.txt").write_text((one + two) * 30, encoding="utf-8")
+  config = data_config(input_pattern=str(tmp_path / "two.txt"), prepare_unit_bytes=1024)  # Several shards.
+  manifest = prepare.prepare(config, tokenizer_args, str(tmp_path / "two"), 1)
+  assert len(manifest["shards"]) > 1
+  assert (manifest["documents"], manifest["eval_documents"]) == (54, 6)
+  texts = {tuple(ids) for shard in manifest["shards"] for ids, _ in _records(tmp_path / "two" / shard["file"])}
+  assert len(texts) == 2
 
 
 def test_a_corpus_too_small_to_pretrain_on_is_refused_before_the_run_starts(

@@ -179,6 +179,22 @@ def test_bad_runner_settings_are_named_before_any_work(
   assert not (tmp_path / "out").exists()
 
 
+def test_a_runner_that_cannot_start_is_one_line_naming_the_beam_options_and_leaves_nothing(
+  tmp_path, tokenizer_args, data_config, text_input
+):
+  """FlinkRunner without network (its job server jar cannot be fetched) printed 214 lines and 7 tracebacks, never
+  naming data.beam_options, and left an empty prepared directory. Here Flink's job server is a jar that does not
+  exist, which fails the same way at once, with or without network."""
+  flags = f"--runner=FlinkRunner --flink_job_server_jar={tmp_path / 'missing.jar'}"
+  config = data_config(input_pattern=text_input, prepare_runner="beam", beam_options=flags)
+  with pytest.raises(beam_options.BeamPipelineError) as raised:
+    prepare.prepare(config, tokenizer_args, str(tmp_path / "out"))
+  message = str(raised.value)
+  assert message.startswith(f"The Beam pipeline on FlinkRunner (data.beam_options={flags!r}) failed: "), message
+  assert "\n" not in message and "missing.jar" in message, message
+  assert not (tmp_path / "out").exists()
+
+
 class BeamTextCorpus(tfds.core.GeneratorBasedBuilder):
   """A TFDS dataset built with Apache Beam, as Wikipedia's is: `_generate_examples` returns a Beam transform."""
 

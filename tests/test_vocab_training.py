@@ -4,10 +4,13 @@ tokens where each family has them; byte-identical files from the same input and 
 --mode=prepare with a missing tokenizer.path."""
 
 import json
+import os
 import pathlib
 import random
+import signal
 import subprocess
 import sys
+import time
 import tracemalloc
 
 import pytest
@@ -290,3 +293,46 @@ def test_a_sentencepiece_vocabulary_is_trained_only_into_a_model_file(tmp_path):
   with pytest.raises(ValueError, match=r"tokenizer.path='.*/vocabulary/spm' does not end in .model: a SentencePiece"):
     prepare.prepare_for_run(config, str(tmp_path / "run"))
   assert not (tmp_path / "vocabulary").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_vocabulary_training_at_once_with_one_line_and_no_file(tmp_path):
+  """SentencePiece's trainer held on to Ctrl-C until it finished (seconds to minutes) and the run then ended in a
+  traceback: the wait is now what the signal interrupts. `--mode=prepare` ends within seconds of the signal, exit 130,
+  one line naming the vocabulary, and nothing at its path."""
+  rng = random.Random(0)
+  letters = "abcdefghijklmnopqrstuvwxyz"
+  lines = [" ".join("".join(rng.choices(letters, k=rng.randint(2, 9))) for _ in range(12)) for _ in range(8000)]
+  (tmp_path / "in").mkdir()
+  (tmp_path / "in" / "words.txt").write_text("\n".join(lines) + "\n")  # About 15 s of training here.
+  model = tmp_path / "vocab" / "spm.model"
+  flags = ["--config=configs/tiny.py", f"--workdir={tmp_path / 'run'}", "--mode=prepare"]
+  flags += [
+    "--config.tokenizer.kind=sentencepiece",
+    f"--config.tokenizer.path={model}",
+    "--config.data.embedded_corpus=",
+  ]
+  flags += [f"--config.data.input_pattern={tmp_path / 'in' / '*.txt'}", "--config.model.vocab_size=8000"]
+  flags += [f"--config.data.prepared_dir={tmp_path / 'prepared'}"]
+  environment = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+  environment.pop("XLA_FLAGS", None)
+  log = tmp_path / "log"
+  with log.open("w") as stderr:
+    process = subprocess.Popen(
+      [sys.executable, "-m", "bert_jax.main", *flags], cwd=ROOT, env=environment, stderr=stderr, text=True
+    )
+    deadline = time.monotonic() + 120
+    while "Training a 8000-piece SentencePiece vocabulary" not in log.read_text():
+      assert process.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+      time.sleep(0.1)
+    time.sleep(1)
+    process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    returncode = process.wait(timeout=120)
+  waited = time.monotonic() - sent
+  lines = log.read_text().splitlines()
+  assert returncode == 130 and waited < 4, (returncode, waited, lines[-10:])
+  assert (
+    lines[-1] == f"Interrupted while training the vocabulary {model}: nothing was written there. Rerun to train it."
+  )
+  assert not model.exists() and sorted(p.name for p in model.parent.iterdir()) == []

@@ -1,11 +1,33 @@
 """Apache Beam's pipeline options from `data.beam_options` (its command-line flags), checked before any work: the
-corpus preparation pipeline (`prepare_beam`) and TFDS's Beam-built datasets (`text.prepare_tfds`) run with them."""
+corpus preparation pipeline (`prepare_beam`) and TFDS's Beam-built datasets (`text.prepare_tfds`) run with them; and
+a pipeline run to its end (`run_pipeline`), whose failure, a runner that cannot start included, is one line."""
 
 import os
 import shlex
 
 # The local runner's default: Beam's DirectRunner with a worker process per core (each loads the tokenizer once).
 _LOCAL_FLAGS = ("--runner=DirectRunner", "--direct_running_mode=multi_processing")
+
+
+class BeamPipelineError(RuntimeError):
+  """A Beam pipeline that failed, or whose runner could not start; the message is one line naming the runner,
+  `data.beam_options` and the cause (`--mode=prepare` prints it alone)."""
+
+
+def run_pipeline(pipeline, options, flags: str, key: str = "data.beam_options") -> object:
+  """Runs `pipeline` to its end; returns its result. Whatever the runner raises (a runner that cannot start: Flink's
+  job server that cannot be fetched without network; a worker's error) becomes one `BeamPipelineError` line."""
+  try:
+    result = pipeline.run()
+    result.wait_until_finish()
+  except Exception as error:  # noqa: BLE001 - whatever the runner raised.
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    cause = f"{type(error).__name__}: {lines[0] if lines else 'no message'}"
+    raise BeamPipelineError(
+      f"The Beam pipeline on {runner_name(options)} ({key}={flags!r}) failed: {cause}"
+      + ("" if cause.endswith(".") else ".")
+    ) from None
+  return result
 
 
 def require_beam(key: str):

@@ -215,15 +215,24 @@ def write(
 ) -> dict:
   """Carries out `plan` (with nothing kept): every shard not already written, by this machine's processes (`runner`
   "local") or a Beam pipeline run with `beam_options` ("beam", `prepare_beam`), then here the manifest (the commit),
-  then the removal of the corpus it replaces. Returns the manifest."""
-  epath.Path(plan.units[0]["output"]).parent.mkdir(parents=True, exist_ok=True)
+  then the removal of the corpus it replaces. Returns the manifest. A failure leaves the shards already whole (a re-run
+  keeps them), and no directory this call created and left empty (a Beam runner that could not start)."""
+  shard_dir = epath.Path(plan.units[0]["output"]).parent
+  created = [path for path in (shard_dir.parent, shard_dir) if not path.exists()]
+  shard_dir.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
-  if runner == "beam":
-    from bert_jax.data import prepare_beam
+  try:
+    if runner == "beam":
+      from bert_jax.data import prepare_beam
 
-    results = prepare_beam.write_shards(plan.units, tokenizer_args, beam_options)
-  else:
-    results = _write_shards(plan.units, tokenizer_args, output_dir, num_workers)
+      results = prepare_beam.write_shards(plan.units, tokenizer_args, beam_options)
+    else:
+      results = _write_shards(plan.units, tokenizer_args, output_dir, num_workers)
+  except BaseException:
+    for directory in reversed(created):  # The innermost first.
+      if directory.exists() and not any(directory.iterdir()):
+        directory.rmdir()
+    raise
   return _commit(plan, results, output_dir, start)
 
 

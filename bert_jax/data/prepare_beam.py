@@ -25,7 +25,7 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data import shards
-from bert_jax.data.beam_options import check_runner, pipeline_options, require_beam, runner_name
+from bert_jax.data.beam_options import check_runner, pipeline_options, require_beam, run_pipeline, runner_name
 
 
 class _WriteShard:
@@ -74,8 +74,7 @@ def write_shards(units: list[dict], tokenizer_args: dict, flags: str) -> list[di
     | "Spread" >> beam.Reshuffle()
     | "WriteShard" >> beam.ParDo(WriteShard(tokenizer_args))
   )
-  result = pipeline.run()
-  result.wait_until_finish()
+  result = run_pipeline(pipeline, options, flags)
   for counter in result.metrics().query()["counters"]:
     logging.info("Beam counter %s: %d", counter.key.metric.name, counter.committed or counter.attempted or 0)
   _remove_staged(units)
@@ -124,7 +123,7 @@ def sample_texts(
     | "Lowest" >> beam.combiners.Top.Of(max_texts, key=lambda item: training.sample_key(seed_key, item), reverse=True)
     | "Stage" >> beam.Map(lambda sample: paths.write_text(str(staged), json.dumps(sample)))
   )
-  pipeline.run().wait_until_finish()
+  run_pipeline(pipeline, options, flags)
   try:
     return json.loads(staged.read_text())
   finally:

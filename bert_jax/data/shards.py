@@ -1,7 +1,8 @@
 """The shard workers of corpus preparation: one work unit's documents tokenized into a training shard and an
 evaluation shard (the documents whose place, `document_place`, is below `data.eval_fraction`), with their
-statistics; the hold-out minimum (`data.eval_min_documents`) across shards; the check, before any shard is written,
-that the training split will hold enough documents; the unigram baseline the evaluation split is scored against.
+statistics; the hold-out minimum (`data.eval_min_documents`) across shards, by place then position; the check,
+before any shard is written, that the training split will hold enough distinct documents; the unigram baseline
+the evaluation split is scored against.
 
 A worker tokenizes about a megabyte of sentences per call (`Tokenizer.encode_documents`: WordPiece compiled, through
 TensorFlow Text; a byte-level BPE as each document's running text), so memory stays bounded whatever the file size.
@@ -104,18 +105,19 @@ def document_place(token_ids: np.ndarray) -> float:
 
 
 class _Split:
-  """One shard being written: its writer and counts; the training shard also keeps the lowest places of its
-  documents (the candidates for the evaluation split's minimum)."""
+  """One shard being written: its writer and counts; the training shard also keeps the lowest (place, index) pairs
+  of its documents (the candidates for the evaluation split's minimum; `index`: the document's in the shard, which
+  tells copies of one text apart)."""
 
   def __init__(self, writer, vocab_size: int, candidates: int = 0):
     self.writer, self.documents, self.sentences, self.tokens = writer, 0, 0, 0
     self.token_counts = np.zeros(vocab_size, np.int64)  # For the unigram baseline.
     self._uncounted, self._uncounted_tokens = [], 0  # Documents written since the last `count` (counted in batches).
-    self._candidates, self._lowest = candidates, []  # A max-heap (negated) of the lowest places.
+    self._candidates, self._lowest = candidates, []  # A max-heap (negated) of the lowest (place, index) pairs.
 
   def write(self, token_ids: np.ndarray, sentence_lengths: np.ndarray, place: float) -> None:
     self.writer.write(_example(token_ids, sentence_lengths))
-    self.documents += 1
+    index, self.documents = self.documents, self.documents + 1
     self.sentences += len(sentence_lengths)
     self.tokens += len(token_ids)
     self._uncounted.append(token_ids)
@@ -123,7 +125,7 @@ class _Split:
     if self._uncounted_tokens >= _COUNT_EVERY_TOKENS:
       self.count()
     if self._candidates:
-      heapq.heappush(self._lowest, -place)
+      heapq.heappush(self._lowest, (-place, -index))
       if len(self._lowest) > self._candidates:
         heapq.heappop(self._lowest)
 
@@ -141,8 +143,8 @@ class _Split:
       token_counts=self.token_counts.tolist(),
     )
 
-  def lowest(self) -> list[float]:
-    return sorted(-place for place in self._lowest)
+  def lowest(self) -> list[list]:
+    return sorted([-place, -index] for place, index in self._lowest)
 
 
 def eval_file(file: str) -> str:
@@ -159,6 +161,8 @@ def read_stats(unit: dict) -> dict | None:
   if not all(epath.Path(path).exists() for path in (final, stats_path, eval_final)):
     return None
   stats = json.loads(epath.Path(stats_path).read_text())
+  if not all(isinstance(lowest, list) for lowest in stats.get("lowest_places", [])):
+    return None  # Written before copies of one text were told apart by position: written again.
   sizes = [
     (epath.Path(path).stat().length, part.get("bytes")) for path, part in ((final, stats), (eval_final, stats["eval"]))
   ]
@@ -193,16 +197,16 @@ def write_shard(unit: dict) -> dict:
   return result
 
 
-def _move_to_eval(result: dict, output_dir: str, threshold: float) -> None:
-  """Moves the documents of a written training shard whose place is at most `threshold` to its evaluation shard
-  (both rewritten whole, each through a temporary name); updates `result` and its statistics file."""
+def _move_to_eval(result: dict, output_dir: str, indices: set[int]) -> None:
+  """Moves the documents of a written training shard at `indices` (their places in it) to its evaluation shard (both
+  rewritten whole, each through a temporary name); updates `result` and its statistics file."""
   train_path, eval_path = (os.path.join(output_dir, part["file"]) for part in (result, result["eval"]))
   kept, moved = [], []
-  for record in tf.data.TFRecordDataset(train_path).as_numpy_iterator():
+  for index, record in enumerate(tf.data.TFRecordDataset(train_path).as_numpy_iterator()):
     features = tf.train.Example.FromString(record).features.feature
     token_ids = np.array(features["token_ids"].int64_list.value, np.int64)
     lengths = np.array(features["sentence_lengths"].int64_list.value, np.int64)
-    (moved if document_place(token_ids) <= threshold else kept).append((token_ids, lengths))
+    (moved if index in indices else kept).append((token_ids, lengths))
   held = [
     (np.array(f["token_ids"].int64_list.value, np.int64), np.array(f["sentence_lengths"].int64_list.value, np.int64))
     for f in (
@@ -223,7 +227,11 @@ def _move_to_eval(result: dict, output_dir: str, threshold: float) -> None:
       ).tolist(),
     )
     part.update(file_integrity(path))
-  result["lowest_places"] = [place for place in result["lowest_places"] if place > threshold]
+  result["lowest_places"] = [  # The documents left, at their new indices.
+    [place, index - sum(gone < index for gone in indices)]
+    for place, index in result["lowest_places"]
+    if index not in indices
+  ]
   stats = {key: value for key, value in result.items() if key != "skipped"}
   paths.write_text(os.path.join(output_dir, result["file"] + ".stats.json"), json.dumps(stats))
 
@@ -245,38 +253,50 @@ def held_out(documents: int, below_fraction: int, minimum: int) -> int:
 
 
 def hold_out_minimum(results: list[dict], output_dir: str, minimum: int) -> None:
-  """The evaluation split holds `held_out` documents: when the places below the fraction gave fewer, the training
-  documents with the lowest places join it."""
+  """The evaluation split holds `held_out` documents: when the places below the fraction gave fewer, exactly as many
+  training documents as are missing join it, the lowest by place, then by position (shard, then index in it): copies
+  of one text share a place, and by place alone they all went (60 copies: every document held out)."""
   held = sum(r["eval"]["documents"] for r in results)
   total = held + sum(r["documents"] for r in results)
   need = held_out(total, held, minimum) - held
   if need <= 0:
     return
-  threshold = sorted(place for r in results for place in r["lowest_places"])[need - 1]
+  candidates = sorted((place, shard, index) for shard, r in enumerate(results) for place, index in r["lowest_places"])
   logging.info("Holding out %d more document(s) for evaluation (data.eval_min_documents=%d).", need, minimum)
-  for result in results:
-    if result["lowest_places"] and result["lowest_places"][0] <= threshold:
-      _move_to_eval(result, output_dir, threshold)
+  for shard, result in enumerate(results):
+    indices = {index for _, of, index in candidates[:need] if of == shard}
+    if indices:
+      _move_to_eval(result, output_dir, indices)
 
 
 def check_enough_documents(units: list[dict], tokenizer, source: str) -> None:
   """Refuses, before any shard is written, input whose training split would hold fewer than `MIN_DOCUMENTS`
-  documents, naming `source` and the counts found. Reads the units' documents in order (in this process) until it is
-  sure: `MIN_DOCUMENTS` + `data.eval_min_documents` documents whose place keeps them in training (the hold-out
-  minimum moves at most that minimum of them), or the end of the input, which a corpus this small reaches at once."""
+  distinct documents (copies of one text count once: a random next sentence from a copy is no other document),
+  naming `source` and the counts found. Reads the units' documents in order (in this process) until it is sure:
+  `MIN_DOCUMENTS` + `data.eval_min_documents` distinct texts whose place keeps them in training (the hold-out minimum
+  moves at most that minimum of documents), or the end of the input, which a corpus this small reaches at once."""
   stats, documents, sentences, tokens, below = ShardStats(), 0, 0, 0, 0
+  copies: dict[float, int] = {}  # Place -> documents of that text outside the evaluation split's places.
   fraction, minimum = units[0]["eval_fraction"], units[0]["eval_min_documents"]
   for unit in units:
     for token_ids, sentence_lengths in tokenized_documents(unit, stats, tokenizer):
       documents, sentences, tokens = documents + 1, sentences + len(sentence_lengths), tokens + len(token_ids)
-      below += document_place(token_ids) < fraction
-      if documents - below >= MIN_DOCUMENTS + minimum:
+      place = document_place(token_ids)
+      below += place < fraction
+      if place >= fraction:
+        copies[place] = copies.get(place, 0) + 1
+      if len(copies) >= MIN_DOCUMENTS + minimum:
         return
   evaluation = held_out(documents, below, minimum)
-  if documents - evaluation < MIN_DOCUMENTS:
+  distinct, moved = 0, evaluation - below  # The minimum takes the lowest places first.
+  for place in sorted(copies):
+    taken = min(moved, copies[place])
+    moved, distinct = moved - taken, distinct + (copies[place] > taken)
+  if distinct < MIN_DOCUMENTS:
     raise ValueError(
       f"{source} holds too little text to pretrain on: {documents} document(s), {sentences} sentence(s), {tokens} "
       f"token(s) ({stats.empty_documents} empty document(s) dropped), {evaluation} of the documents held out for "
-      f"evaluation (data.eval_fraction={fraction}, data.eval_min_documents={minimum}); the training split needs at "
-      f"least {MIN_DOCUMENTS} documents (a random next sentence comes from another document). Nothing was written."
+      f"evaluation (data.eval_fraction={fraction}, data.eval_min_documents={minimum}), {documents - evaluation} left "
+      f"for training, {distinct} of them distinct; the training split needs at least {MIN_DOCUMENTS} documents, "
+      "distinct (a random next sentence comes from another document). Nothing was written."
     )

@@ -6,9 +6,10 @@ readers in preparation's work units, each sentence as the kind's `encode_documen
 """
 
 import functools
+import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from absl import logging
 from etils import epath
@@ -51,8 +52,16 @@ def train_vocabulary(config, data_config, path: str) -> None:
   start = time.perf_counter()
   if settings.kind == "sentencepiece":
     logging.info("Training a %d-piece SentencePiece vocabulary on %d file(s).", vocab_size, len(inputs))
-    trained = training.train_sentencepiece(
-      inputs, path.removesuffix(".model"), vocab_size, settings.train_max_sentences, config.seed
+    trained = _interruptible(
+      path,
+      functools.partial(
+        training.train_sentencepiece,
+        inputs,
+        path.removesuffix(".model"),
+        vocab_size,
+        settings.train_max_sentences,
+        config.seed,
+      ),
     )
     assert trained == path, (trained, path)
   else:
@@ -76,10 +85,42 @@ def train_vocabulary(config, data_config, path: str) -> None:
       raise ValueError(f"{data_config.input_pattern or data_config.tfds_name} holds no text to train a vocabulary on.")
     logging.info("Training a %s vocabulary of %d ids on %d sampled texts.", settings.kind, vocab_size, len(texts))
     if settings.kind == "wordpiece":
-      training.train_wordpiece(texts, path, vocab_size, settings.lower_case)
+      _interruptible(path, functools.partial(training.train_wordpiece, texts, path, vocab_size, settings.lower_case))
     else:
-      training.train_byte_level_bpe(texts, path, vocab_size, settings.train_bpe_format)
+      bpe = functools.partial(training.train_byte_level_bpe, texts, path, vocab_size, settings.train_bpe_format)
+      _interruptible(path, bpe)
   logging.info("Trained %s in %.1f s.", path, time.perf_counter() - start)
+
+
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C while a vocabulary trained: the file was not written (main.py ends the process with this line)."""
+
+
+def _interruptible(path: str, train: Callable[[], str]) -> str:
+  """`train()`, run in a thread of its own while this one waits for it, so that Ctrl-C stops the job: SentencePiece's
+  and tokenizers' trainers hold on to it until they finish and then drop it (the run went on, prepared the corpus and
+  exited 0). Raises `Interrupted` on Ctrl-C, before the trained file is renamed into place; the trainer's thread is
+  left to the process's end (a Python caller that goes on gets the whole file when the thread finishes)."""
+  outcome = {}
+
+  def run():
+    try:
+      outcome["trained"] = train()
+    except BaseException as error:  # Raised in the waiting thread, below.
+      outcome["error"] = error
+
+  thread = threading.Thread(target=run, name=f"training {path}", daemon=True)
+  thread.start()
+  try:
+    while thread.is_alive():
+      thread.join(0.2)
+  except KeyboardInterrupt:
+    raise Interrupted(
+      f"Interrupted while training the vocabulary {path}: nothing was written there. Rerun to train it."
+    ) from None
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome["trained"]
 
 
 def corpus_texts(data_config, running_text: bool, inputs: list[str] | None = None) -> Iterator[str]:

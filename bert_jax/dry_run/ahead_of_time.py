@@ -12,7 +12,8 @@ and memory are not a TPU's, so those figures are an estimate (the parameter and 
 
 The job is pretraining, or fine-tuning when `finetune.task` is set (its sweep members and its prediction step; the
 encoder's sizes from `init_from`'s metadata when set, its weights never read). Per step the report has: usable HBM,
-train-state bytes, peak bytes (XLA's own: the most its buffer assignment holds at once), whether it fits and by
+train-state bytes, peak bytes (`peak_bytes`: on TPU XLA's own, the most its buffer assignment holds at once; on CPU
+arguments + outputs - donated + temporaries), whether it fits and by
 what margin, XLA's FLOPs beside the model's, the collectives per step, and the compile time. A step that does not
 fit says by how much and what would help. XLA's `optimal_seconds` estimate is a placeholder, so no time is reported:
 a time comes only from running on the hardware.
@@ -173,7 +174,7 @@ def compile_step(jitted, args, usable_bytes: int | None) -> dict:
   seconds = time.perf_counter() - start
   memory, text = compiled.memory_analysis(), compiled.as_text()
   cost = compiled.cost_analysis() or {}
-  peak = peak_bytes(memory)
+  peak = peak_bytes(memory, _platform(compiled))
   return dict(
     fits=usable_bytes is None or peak <= usable_bytes,
     compile_seconds=seconds,
@@ -194,15 +195,23 @@ def compile_step(jitted, args, usable_bytes: int | None) -> dict:
   )
 
 
-def peak_bytes(memory) -> int:
-  """The most HBM a compiled program holds at once: XLA's own peak (`peak_memory_in_bytes`, from its buffer
-  assignment: arguments, outputs and temporaries as they are laid out and reused). Where the runtime does not report
-  it, arguments + outputs - donated + temporaries, which counts a program with loops high: `temp_size_in_bytes`
-  goes beyond the one temporary allocation XLA:TPU makes (scanned BERT-Base, 4 layers at 512 tokens, 16 rows a v5e
-  chip: 3.23 GiB against XLA's 2.45, its preallocated temporaries 1.87 GiB beside 0.60 of arguments; BERT-Large's
-  phase 2 on a v5e-16 chip: 16.90 GiB against 15.11, a program XLA:TPU accepts for 15.75 GiB; docs/tpu.md)."""
+def _platform(compiled) -> str:
+  """The platform a compiled program was compiled for ("tpu", "cpu", ...), from its shardings' devices."""
+  shardings = jax.tree.leaves((compiled.input_shardings, compiled.output_shardings))
+  return next(iter(shardings[0].device_set)).platform
+
+
+def peak_bytes(memory, platform: str) -> int:
+  """The most memory a compiled program holds at once, per chip. On TPU, XLA's own peak (`peak_memory_in_bytes`, from
+  its buffer assignment: arguments, outputs and temporaries as they are laid out and reused). Elsewhere, and where
+  XLA:TPU does not report it, arguments + outputs - donated + temporaries: XLA:CPU's `peak_memory_in_bytes` leaves
+  its temporaries out (it is arguments + outputs - donated exactly: `configs/tiny.py`'s train step, 6.3 MiB beside
+  77.4 MiB of temporaries). The sum counts a TPU program with loops high: `temp_size_in_bytes` goes beyond the
+  one temporary allocation XLA:TPU makes (scanned BERT-Base, 4 layers at 512 tokens, 16 rows a v5e chip: 3.23 GiB
+  against XLA's 2.45, its preallocated temporaries 1.87 GiB beside 0.60 of arguments; BERT-Large's phase 2 on a
+  v5e-16 chip: 16.90 GiB against 15.11, a program XLA:TPU accepts for 15.75 GiB; docs/tpu.md)."""
   peak = getattr(memory, "peak_memory_in_bytes", 0)
-  if peak > 0:
+  if platform == "tpu" and peak > 0:
     return peak
   # Donated state aliases its outputs: live at the peak are the arguments, the temporaries and fresh outputs.
   return (

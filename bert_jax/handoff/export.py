@@ -38,9 +38,10 @@ last and removed first when an export is replaced. An existing export is never r
 An export that cannot finish leaves nothing behind and says so in one line:
 
 * a write that fails (a full disk: ENOSPC) raises `ExportError` naming the target, the path being written and the
-  cause; SIGTERM raises `ExportStopped` (a BaseException, as KeyboardInterrupt is, so that no `except Exception` on
-  the way swallows it). Either way the partial directory (on gs://, the target's partial files) is removed before
-  the error is raised, and the message says so. `--mode=export` prints the line and exits 1 (`ExportError`) or 143
+  cause (a bundle's Orbax save too: tensorstore's error is read for its system error code); SIGTERM raises
+  `ExportStopped` (a BaseException, as KeyboardInterrupt is, so that no `except Exception` on the way swallows it).
+  Either way the partial directory (on gs://, the target's partial files) is removed before the error is raised, and
+  the message says so. `--mode=export` prints the line and exits 1 (`ExportError`) or 143
   (`ExportStopped`: 128 + SIGTERM's number, what a shell reports for a process that SIGTERM ended, so a scheduler
   still sees a stop and not a failure of the export). A SIGTERM waits for a bundle's Orbax save to end (its threads
   would write on into a directory being removed), and for the rename of a finished export into place.
@@ -59,6 +60,7 @@ import errno
 import functools
 import importlib.metadata
 import json
+import logging as std_logging
 import os
 import re
 import signal
@@ -195,6 +197,32 @@ def _writing(path):
     raise
 
 
+def _orbax_error_lines_at_debug(record: std_logging.LogRecord) -> bool:
+  """Orbax's own error lines of a failed save (one per thread of the save, 130 on a full disk) at DEBUG: the export's
+  one line says the failure (`_storage_errors_as_os_errors`)."""
+  if "/orbax/" in record.pathname.replace(os.sep, "/") and record.levelno >= std_logging.ERROR:
+    record.levelno, record.levelname = std_logging.DEBUG, "DEBUG"
+  return True
+
+
+@contextlib.contextmanager
+def _storage_errors_as_os_errors(path: epath.Path):
+  """An Orbax save into `path` whose storage failed (tensorstore's error, a ValueError ending in the system's error
+  code: "... Failed to write ...: No space left on device [os_error_code='28']") raises the OSError it reports, naming
+  `path`, as every other write of an export does; Orbax's own error lines meanwhile at DEBUG."""
+  absl_logger = std_logging.getLogger("absl")
+  absl_logger.addFilter(_orbax_error_lines_at_debug)
+  try:
+    yield
+  except (ValueError, RuntimeError) as error:
+    code = re.search(r"os_error_code='(\d+)'", str(error))
+    if code is None:
+      raise
+    raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
+  finally:
+    absl_logger.removeFilter(_orbax_error_lines_at_debug)
+
+
 def _write(path: epath.Path, content: bytes | str) -> None:
   with _writing(path):
     if isinstance(content, str):
@@ -242,8 +270,9 @@ def _history(source: formats.Source) -> dict:
 def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path, merge: dict | None = None) -> None:
   """`loaded` as a bundle in `directory`; `merge`: what a merge made it from (`--mode=merge`), in its manifest."""
   params = jax.device_get(loaded.params)
-  with _sigterm_deferred(), _writing(directory / "params"), ocp.StandardCheckpointer() as checkpointer:
-    checkpointer.save(directory / "params", params)
+  with _writing(directory / "params"), _storage_errors_as_os_errors(directory / "params"):
+    with _sigterm_deferred(), ocp.StandardCheckpointer() as checkpointer:
+      checkpointer.save(directory / "params", params)
   _write(directory / google_format.CONFIG, json.dumps(to_bert_json(loaded.config), indent=2))
   (filename,) = _write_tokenizer(loaded.tokenizer, directory, "bundle")
   source = loaded.source

@@ -5,7 +5,9 @@ them:
 
   roberta  `pad_token_id`: positions start after it, so position_offset = pad_token_id + 1 (2 in every published
            RoBERTa, whose max_position_embeddings is then 514 for 512 tokens).
-  albert   `embedding_size`; `num_hidden_groups` G and `inner_group_num`: G = 1 is layer_sharing "all", G =
+  albert   `embedding_size` (always written; 0 in bert_jax when it equals hidden_size: transformers' AlbertModel
+           then still has its projection, `embedding_hidden_mapping_in`, which bert_jax writes and reads as the
+           identity, hf_names.py); `num_hidden_groups` G and `inner_group_num`: G = 1 is layer_sharing "all", G =
            num_hidden_layers is "none", and inner_group_num must be 1. Partial sharing ("attention", "ffn") is
            written as G = num_layers groups holding copies of the shared tensors (it reads back as "none").
   electra  `embedding_size` (always written; 0 in bert_jax when it equals hidden_size, which has no projection).
@@ -119,23 +121,17 @@ def _read_albert(fields: dict, where: str) -> BertConfig:
       f"{where} has num_hidden_groups={groups} and inner_group_num={inner} for num_hidden_layers={layers}; bert_jax "
       "reads one layer per group and either one group (layer_sharing 'all') or one per layer ('none')."
     )
-  if fields.get("embedding_size") == fields.get("hidden_size"):
-    raise ValueError(
-      f"{where} has embedding_size = hidden_size = {fields['hidden_size']}; bert_jax projects the embeddings only "
-      "when their width differs."
-    )
   sharing = "all" if groups == 1 else "none"
   hidden_act = fields.get("hidden_act", "gelu_new")
-  return _from_bert_family(fields, where, model_type="albert", hidden_act=hidden_act, layer_sharing=sharing)
+  embedding_size = fields.get("embedding_size", 128)  # transformers' AlbertConfig default.
+  embedding_size = 0 if embedding_size == fields.get("hidden_size") else embedding_size  # Its projection: identity.
+  return _from_bert_family(
+    fields, where, model_type="albert", hidden_act=hidden_act, layer_sharing=sharing, embedding_size=embedding_size
+  )
 
 
 def _write_albert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
   _refuse(config, "ALBERT", position_offset=0, **_BERT_LAYERS)
-  if config.embedding_width == config.hidden_size:
-    raise ValueError(
-      f"model.embedding_size={config.embedding_size}: transformers' ALBERT always projects its embeddings to the "
-      "hidden size; export needs an embedding_size other than hidden_size."
-    )
   if config.layer_sharing in ("attention", "ffn"):
     logging.info(
       "ALBERT has no partial sharing: layer_sharing=%r is written as one group per layer, each holding copies of "
@@ -146,7 +142,7 @@ def _write_albert(config: BertConfig, tokenizer: Tokenizer | None) -> dict:
   return dict(
     _bert_fields(config),
     model_type="albert",
-    embedding_size=config.embedding_size,
+    embedding_size=config.embedding_width,
     num_hidden_groups=groups,
     inner_group_num=1,
   )

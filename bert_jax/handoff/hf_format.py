@@ -170,7 +170,8 @@ def params_from_hf(tensors: Mapping[str, np.ndarray], config: BertConfig) -> dic
       f"The Hugging Face weights lack {len(missing)} tensor(s) that a {config.model_type} model with "
       f"num_layers={config.num_layers} needs: {missing[:8]}{' ...' if len(missing) > 8 else ''}"
     )
-  used = {hf for hf, _, _ in table} | set(names.tied)
+  _check_identity(names.identity, tensors, config)
+  used = {hf for hf, _, _ in table} | set(names.tied) | {f"{layer}.{kind}" for layer in names.identity for kind in _WB}
   unexpected = [name for name in tensors if name not in used and not name.endswith(_IGNORED_SUFFIXES)]
   if unexpected:
     raise ValueError(
@@ -260,7 +261,32 @@ def hf_from_params(params: Mapping, config: BertConfig) -> dict[str, np.ndarray]
     tensors[hf] = np.ascontiguousarray(_KINDS[kind][1](value, config.num_heads, config.head_dim))
   for fused, parts in names.fused.items():
     tensors[fused] = np.concatenate([tensors.pop(part) for part in parts])
+  for layer in names.identity:
+    tensors[f"{layer}.weight"], tensors[f"{layer}.bias"] = _identity(config)
   return tensors
+
+
+_WB = ("weight", "bias")
+
+
+def _identity(config: BertConfig) -> tuple[np.ndarray, np.ndarray]:
+  """The weight and bias of a hidden_size -> hidden_size linear layer that changes nothing."""
+  return np.eye(config.hidden_size, dtype=np.float32), np.zeros(config.hidden_size, np.float32)
+
+
+def _check_identity(layers: tuple[str, ...], tensors: Mapping[str, np.ndarray], config: BertConfig) -> None:
+  """Raises ValueError unless each of `layers` (hf_names' `identity`) is absent or the identity: bert_jax's model of
+  `config` has no place for anything else."""
+  for layer in layers:
+    found = [tensors.get(f"{layer}.{kind}") for kind in _WB]
+    if all(value is None for value in found):
+      continue
+    identity = _identity(config)
+    if any(value is None or not np.array_equal(value, want) for value, want in zip(found, identity, strict=True)):
+      raise ValueError(
+        f"Hugging Face tensor {layer} is not the identity; with embedding_size = hidden_size = {config.hidden_size} "
+        f"a bert_jax {config.model_type} has no projection of its embeddings, so only the identity can be read."
+      )
 
 
 def _expected_shapes(config: BertConfig) -> dict[str, tuple]:

@@ -54,6 +54,10 @@ class Names:
   head_architectures: dict[str, str] = dataclasses.field(default_factory=dict)
   # A tensor of the file -> the names of its parts, stacked along its first axis in this order.
   fused: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+  # Linear layers (HF names, without `.weight`/`.bias`) that the family's transformers model always has and bert_jax's
+  # model of this config does not: written as the identity, read only when they are (ALBERT's projection when
+  # embedding_size equals hidden_size).
+  identity: tuple[str, ...] = ()
 
 
 def _layer_norm(hf: str, ours: tuple) -> list[Entry]:
@@ -175,12 +179,16 @@ def _roberta(config: BertConfig, prefix: str) -> Names:
 def _albert(config: BertConfig, prefix: str) -> Names:
   groups = 1 if config.layer_sharing == "all" else config.num_layers
   group = lambda g: f"{prefix}encoder.albert_layer_groups.{g}.albert_layers.0"  # noqa: E731
+  project, identity = f"{prefix}encoder.embedding_hidden_mapping_in", ()
+  if config.embedding_width == config.hidden_size:  # transformers' AlbertModel has it even then; bert_jax does not.
+    identity = (project,)
   return Names(
     encoder=(
       *_embeddings(prefix),
-      *_dense(f"{prefix}encoder.embedding_hidden_mapping_in", ("bert", "embeddings_project")),
+      *(() if identity else _dense(project, ("bert", "embeddings_project"))),
       *_layers(config, groups, group, _ALBERT_LAYER),
     ),
+    identity=identity,
     pooler=tuple(_dense(f"{prefix}pooler", ("bert", "pooler"))),
     heads={
       "mlm": tuple(_mlm("predictions.dense", "predictions.LayerNorm", "predictions.bias")),

@@ -29,6 +29,9 @@ A run's manager (`make_manager` with the run's `lease.Holder`) commits a step on
 workdir's lease: the commit checks it first, so a save that was in flight when the run was stopped and taken over
 is never committed. Its temporary directory is the run's own (`<step>.orbax-checkpoint-tmp-<token>`), so what
 that save still writes when the process wakes lands there, never in the temporary of the run that took over.
+Locally, such a manager removes every other run's step temporaries when it opens and again before each save
+(`remove_other_temporaries`): the lost run may still be writing into its own while they are removed, and what it
+writes after a removal is removed by the next save; a removal that fails never fails this run's save.
 """
 
 import asyncio
@@ -195,12 +198,51 @@ def _leased_temporary_path(directory: epath.Path, held: lease.Holder) -> type:
       temporary = final_path.parent / f"{final_path.name}{ocp.path.atomicity.TMP_DIR_SUFFIX}-{held.token}"
       return cls(temporary, final_path, **kwargs)
 
+    async def create(self):
+      if self.get_final().name.isdigit():  # A step (on the primary host alone), not one of its items.
+        await asyncio.to_thread(remove_other_temporaries, directory, held)
+      return await super().create()
+
     async def finalize(self):
       if self.get_final().name.isdigit():  # A step, not one of its items.
         await asyncio.to_thread(held.check)
       await super().finalize()
 
   return LeasedTemporaryPath
+
+
+# How often a removal of another run's temporary directory is tried before it is left for the next save: that run
+# (stopped and taken over, then woken) may still be adding files to it, and a directory that gains a file while it is
+# removed fails the removal ("Directory not empty").
+REMOVAL_TRIES = 3
+
+
+def remove_other_temporaries(directory: epath.Path, held: lease.Holder) -> None:
+  """Removes the step temporaries in a local checkpoints `directory` (`<step>.orbax-checkpoint-tmp[-<token>]`) that
+  are not this run's (`held.token`): a killed run's, or the late writes of a run that lost the lease. Only while
+  `held` holds the lease: a lost run removes nothing (its save then fails at its commit's check; raising here, inside
+  Orbax's creation of the step, would leave Orbax's other threads waiting for it). A temporary that still cannot be
+  removed after REMOVAL_TRIES is left, in one warning line, for the next save; it never stops this run, whose own
+  temporaries have another name."""
+  if not held.holds():
+    return
+  own = f"{ocp.path.atomicity.TMP_DIR_SUFFIX}-{held.token}"
+  try:
+    found = list(directory.iterdir())
+  except FileNotFoundError:  # Not created yet.
+    found = []
+  for path in found:
+    if ocp.path.atomicity.TMP_DIR_SUFFIX not in path.name or path.name.endswith(own):
+      continue
+    for attempt in range(REMOVAL_TRIES):
+      try:
+        path.rmtree()
+        break
+      except FileNotFoundError:  # Gone meanwhile (its writer, or another remover).
+        break
+      except OSError as error:
+        if attempt == REMOVAL_TRIES - 1:
+          logging.warning("Left %s in place for the next save to remove: %s", path, error)
 
 
 def make_manager(
@@ -210,14 +252,20 @@ def make_manager(
   before exit). With `held` (a run's hold on the workdir), each step commits only while the run holds the lease
   (see the module docstring); without (a benchmark's scratch directory), as Orbax does."""
   directory = paths.absolute(workdir) / name
+  leased = None if held is None else _leased_temporary_path(directory, held)
+  # Orbax's own removal at open fails the first save when another run still writes into a temporary it removes.
+  ours = leased is not None and issubclass(leased, ocp.path.atomicity.AtomicRenameTemporaryPath)
   options = ocp.CheckpointManagerOptions(
     max_to_keep=keep,
     create=True,
-    cleanup_tmp_directories=True,
+    cleanup_tmp_directories=not ours,
     enable_async_checkpointing=True,
-    temporary_path_class=None if held is None else _leased_temporary_path(directory, held),
+    temporary_path_class=leased,
   )
-  return ocp.CheckpointManager(directory, options=options)
+  manager = ocp.CheckpointManager(directory, options=options)
+  if ours and jax.process_index() == 0:
+    remove_other_temporaries(directory, held)
+  return manager
 
 
 def save(
