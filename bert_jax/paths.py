@@ -105,14 +105,19 @@ def local_copy(directory) -> Iterator[str]:
     yield local
 
 
-def glob(pattern: str) -> list[str]:
-  """Files matching `pattern` (wildcards in any path component), local or gs://, sorted."""
+def glob(pattern: str, directories: bool = False) -> list[str]:
+  """Files matching `pattern` (wildcards in any path component), local or gs://, sorted; and the directories
+  matching it with `directories`."""
+
+  def wanted(path: epath.Path) -> bool:
+    return path.is_file() or (directories and path.is_dir())
+
   wildcard = min((pattern.find(c) for c in "*?[" if c in pattern), default=-1)
   if wildcard < 0:
-    return [pattern] if epath.Path(pattern).is_file() else []
+    return [pattern] if wanted(epath.Path(pattern)) else []
   base = pattern.rfind("/", 0, wildcard)
   directory, relative = (pattern[:base] or "/", pattern[base + 1 :]) if base >= 0 else (".", pattern)
-  return sorted(str(p) for p in epath.Path(directory).glob(relative) if p.is_file())
+  return sorted(str(p) for p in epath.Path(directory).glob(relative) if wanted(p))
 
 
 @contextlib.contextmanager
@@ -157,12 +162,17 @@ def json_objects(path) -> Iterator[tuple[int, dict]]:
   with epath.Path(path).open("rb") as f:
     for number, raw in enumerate(f, 1):
       line = raw.decode("utf-8", errors="replace").strip()
-      if not line:
-        continue
-      try:
-        record = json.loads(line)
-      except json.JSONDecodeError as error:
-        raise ValueError(f"{path}:{number} is not JSON ({error.msg}); expected one JSON object a line.") from None
-      if not isinstance(record, dict):
-        raise ValueError(f"{path}:{number} holds a {type(record).__name__}; expected a JSON object a line.")
-      yield number, record
+      if line:
+        yield number, json_object(line, f"{path}:{number}")
+
+
+def json_object(line: str, where: str) -> dict:
+  """The JSON object of one line of a JSONL file; raises ValueError naming `where` (file:line) for a line that is not
+  one JSON object."""
+  try:
+    record = json.loads(line)
+  except json.JSONDecodeError as error:
+    raise ValueError(f"{where} is not JSON ({error.msg}); expected one JSON object a line.") from None
+  if not isinstance(record, dict):
+    raise ValueError(f"{where} holds a {type(record).__name__}; expected a JSON object a line.")
+  return record

@@ -120,8 +120,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.embedded_corpus = ""
   # --mode=prepare inputs: text files by glob (local or gs://) ...
   config.data.input_pattern = ""
-  # ... in "bert" format (a sentence per line, blank line between documents) or "document" (a file each) ...
+  # ... in "bert" format (a sentence per line, blank line between documents) or "document" (a file each); or records,
+  # a document each (docs/data.md, "Input formats"): "jsonl" (a JSON object a line), "parquet", or "arrow" (a Hugging
+  # Face dataset saved to disk: data.input_pattern names its directory) ...
   config.data.input_format = "bert"
+  # ... their text in this field (JSONL) or column (Parquet, Arrow) ...
+  config.data.text_field = "text"
   # ... or a TFDS text dataset: name (e.g. "wikipedia/20230601.en"), split, text feature, data_dir,
   config.data.tfds_name = ""
   config.data.tfds_split = "train"

@@ -33,6 +33,7 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.config_checks",
   "bert_jax.distributed",
   "bert_jax.data.batch_warmup",
+  "bert_jax.data.input_formats",
   "bert_jax.data.instances",
   "bert_jax.data.masking_names",
   "bert_jax.data.tokenizer_names",
@@ -178,7 +179,9 @@ def test_only_the_front_door_imports_config_checks():
   assert {module for module in importers if _folder(module) != "config_checks"} == {"bert_jax.jobs"}
 
 
-@pytest.mark.parametrize("light", ["bert_jax.data", "bert_jax.data.instances", "bert_jax.data.windows"])
+@pytest.mark.parametrize(
+  "light", ["bert_jax.data", "bert_jax.data.input_formats", "bert_jax.data.instances", "bert_jax.data.windows"]
+)
 def test_light_data_modules_import_no_tensorflow(light):
   """Reading `data.instances` or the windows from config checks, hand-off or fine-tuning brings no TensorFlow."""
   graph, seen, todo = import_graph(), set(), [light]

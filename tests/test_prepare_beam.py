@@ -1,6 +1,7 @@
 """Corpus preparation on Apache Beam (data/prepare_beam.py): the local runner writes the local preparer's corpus byte
-for byte, from text files and from a TFDS dataset TFDS itself builds with Beam; a failed run, run again, and a shard
-written twice by concurrent workers change nothing; bad runner settings are refused before any work."""
+for byte, from text files, from Parquet read from gs:// and from a TFDS dataset TFDS itself builds with Beam (a saved
+dataset and JSONL read from gs:// as locally); a failed run, run again, and a shard written twice by concurrent workers
+change nothing; bad runner settings are refused before any work."""
 
 import json
 import os
@@ -11,12 +12,15 @@ import sys
 import threading
 import time
 
+import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import tensorflow_datasets as tfds
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import beam_options, prepare, readers, shards, text
+from bert_jax.data import beam_options, prepare, readers, shards, text, vocabulary
 from bert_jax.data.manifest import MANIFEST, read_manifest
 
 VOCAB = "[PAD] [UNK] [CLS] [SEP] [MASK] the a of and to in is was it on for with as by at".split()
@@ -45,8 +49,8 @@ def text_input(tmp_path):
   return str(tmp_path / "in" / "*.txt")
 
 
-def _files(directory) -> dict[str, bytes]:
-  return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+def _files(directory, suffix: str = "") -> dict[str, bytes]:
+  return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory)) if name.endswith(suffix)}
 
 
 @pytest.mark.slow
@@ -74,6 +78,33 @@ def test_beam_s_local_runner_writes_the_local_preparer_s_corpus_byte_for_byte(
       == (tmp_path / "local" / shard["file"]).read_bytes()
     )
   assert not [path.name for path in epath.Path(f"{gcs_bucket}/beam_out").iterdir() if ".tmp" in path.name]
+  # Records (data/records.py): a Parquet file of 12 row groups in several units, read by Beam's workers from gs://,
+  # gives the local preparer's corpus from a local copy; the manifests differ only in where the input was.
+  table = pa.table({"id": list(range(600)), "text": [_document(i) for i in range(600)]})
+  pq.write_table(table, tmp_path / "in.parquet", row_group_size=50)
+  epath.Path(tmp_path / "in.parquet").copy(epath.Path(f"{gcs_bucket}/beam_in/in.parquet"))
+  records = dict(settings, input_format="parquet", input_pattern=str(tmp_path / "in.parquet"))
+  local = prepare.prepare(data_config(**records), tokenizer_args, str(tmp_path / "parquet_local"), 2)
+  config = data_config(**records, prepare_runner="beam")
+  config.input_pattern = f"{gcs_bucket}/beam_in/in.parquet"
+  on_beam = prepare.prepare(config, tokenizer_args, str(tmp_path / "parquet_beam"))
+  assert len(local["shards"]) > 1 and local["documents"] + local["eval_documents"] == 600
+  assert on_beam["input"]["files"][0]["path"] == f"{gcs_bucket}/beam_in/in.parquet"
+  on_beam["input"]["files"][0]["path"] = str(tmp_path / "in.parquet")
+  assert on_beam == local
+  assert _files(tmp_path / "parquet_beam", ".tfrecord") == _files(tmp_path / "parquet_local", ".tfrecord")
+  # A dataset saved to disk (its state.json and data files) and JSONL read from the bucket as from here.
+  datasets.Dataset(table).save_to_disk(str(tmp_path / "saved"), num_shards=2)
+  paths.copy_tree(tmp_path / "saved", f"{gcs_bucket}/beam_in/saved")
+  paths.write_text(f"{gcs_bucket}/beam_in/in.jsonl", "".join(json.dumps(row) + "\n" for row in table.to_pylist()))
+
+  def sentences(pattern: str, input_format: str) -> list[str]:
+    return list(vocabulary.corpus_texts(data_config(input_pattern=pattern, input_format=input_format), False))
+
+  expected = sentences(str(tmp_path / "in.parquet"), "parquet")
+  assert len(expected) == 1200
+  assert sentences(f"{gcs_bucket}/beam_in/saved", "arrow") == expected
+  assert sentences(f"{gcs_bucket}/beam_in/in.jsonl", "jsonl") == expected
 
 
 @pytest.mark.slow  # Starts a Beam pipeline.

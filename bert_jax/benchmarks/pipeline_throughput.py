@@ -16,12 +16,13 @@ import time
 
 from absl import app, flags
 
-from bert_jax.data import prepare, sources, text
+from bert_jax.data import prepare, sources
+from bert_jax.data.input_formats import INPUT_FORMATS
 from bert_jax.data.tokenizer import KINDS, load_tokenizer
 from configs import default
 
 _INPUT = flags.DEFINE_string("input", None, "Glob of text files.", required=True)
-_FORMAT = flags.DEFINE_enum("input_format", "document", list(text.INPUT_FORMATS), "Input text format.")
+_FORMAT = flags.DEFINE_enum("input_format", "document", list(INPUT_FORMATS), "Input format (data.input_format).")
 _KIND = flags.DEFINE_enum("tokenizer_kind", "wordpiece", list(KINDS), "Tokenizer kind.")
 _PATH = flags.DEFINE_string(
   "tokenizer_path", None, "vocab.txt, .model, tokenizer.json or vocab.json file.", required=True

@@ -28,14 +28,15 @@ import time
 import numpy as np
 from absl import app, flags
 
-from bert_jax.data import prepare, text
+from bert_jax.data import prepare
+from bert_jax.data.input_formats import TEXT_FORMATS
 from bert_jax.data.tokenizer import Tokenizer, WordPieceTokenizer, load_tokenizer
 from configs import default
 
 _INPUT = flags.DEFINE_string("input", None, "Glob of text files.", required=True)
 _VOCAB = flags.DEFINE_string("vocab", None, "WordPiece vocab.txt for the timed preparations.", required=True)
 _LOWER = flags.DEFINE_boolean("lower_case", True, "Lower-case (uncased vocabulary).")
-_FORMAT = flags.DEFINE_enum("input_format", "document", list(text.INPUT_FORMATS), "Format of the input files.")
+_FORMAT = flags.DEFINE_enum("input_format", "document", list(TEXT_FORMATS), "Format of the input files.")
 _UNIT_BYTES = flags.DEFINE_integer("unit_bytes", 8 << 20, "data.prepare_unit_bytes.")
 _WORKERS = flags.DEFINE_integer("workers", os.cpu_count() or 1, "Worker processes of the parallel runs.")
 _REPEAT = flags.DEFINE_integer("repeat", 32, "The one-file layout holds the input this many times over.")

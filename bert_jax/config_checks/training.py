@@ -6,6 +6,7 @@ import math
 from bert_jax import distributed
 from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
 from bert_jax.data.batch_warmup import MAX_SIZES
+from bert_jax.data.input_formats import check_input_format
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking, masking_scheme
 from bert_jax.data.tokenizer_names import BPE_FORMATS
@@ -157,6 +158,7 @@ def check_pretraining(config) -> BertConfig:
     raise ValueError(f"data.embedded_corpus={config.data.embedded_corpus!r}; expected one of {EMBEDDED_CORPORA}.")
   if config.data.source not in DATA_SOURCES:
     raise ValueError(f"data.source={config.data.source!r}; expected one of {DATA_SOURCES}.")
+  check_input_format(config.data)
   check_instances(config.data)
   check_vocabulary_training(config)
   task = sentence_task(config.data)

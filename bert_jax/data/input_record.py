@@ -11,20 +11,34 @@ inputs with the same contents in the same order are the same input, wherever the
 import concurrent.futures
 
 from bert_jax import paths
+from bert_jax.data.input_formats import RECORD_FORMATS
 
 # The keys of `config.data` whose values change what preparation writes from a given input, by source; preparation
 # reads them through `settings` alone. Where the input is (data.input_pattern, tfds_name, tfds_split, tfds_data_dir) is
 # the input's record, not a setting. The run's settings (data.max_seq_length, masking, instances, ...) are not here:
-# the pipeline makes its rows from the prepared documents at every step, so one corpus serves them all.
+# the pipeline makes its rows from the prepared documents at every step, so one corpus serves them all. Record files
+# (JSONL, Parquet, Arrow) add `data.text_field` (text files do not record it: their corpora's records stay as written).
 SETTINGS = dict(
   files=("input_format", "prepare_unit_bytes", "max_document_bytes", "eval_fraction", "eval_min_documents"),
+  records=(
+    "input_format",
+    "text_field",
+    "prepare_unit_bytes",
+    "max_document_bytes",
+    "eval_fraction",
+    "eval_min_documents",
+  ),
   tfds=("tfds_feature", "num_shards", "eval_fraction", "eval_min_documents"),
 )
 
 
 def settings(data_config) -> dict:
   """The values of `SETTINGS` in `data_config` (`config.data`), for its source."""
-  return {key: data_config[key] for key in SETTINGS["tfds" if data_config.tfds_name else "files"]}
+  if data_config.tfds_name:
+    source = "tfds"
+  else:
+    source = "records" if data_config.input_format in RECORD_FORMATS else "files"
+  return {key: data_config[key] for key in SETTINGS[source]}
 
 
 # Files read at once by `files_record`: hashing releases the GIL, and reads from gs:// overlap (a corpus of many

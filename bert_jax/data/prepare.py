@@ -2,11 +2,13 @@
 module orchestrates; the pieces live beside it: `text` reads documents, `shards` tokenizes and writes them,
 `manifest` records what was written (and is what a run reads).
 
-Inputs are text files by glob (local or `gs://`), either in BERT's format (one sentence per line, a blank line
-between documents) or one document per file (paragraphs split on blank lines, sentences by punctuation), or a
-TFDS text dataset (name, split, feature; one example per document). Work is split by bytes: each file is cut into
-units of `data.prepare_unit_bytes` (`work_units`), so one large file is prepared by every core; each unit (or each
-of `num_shards` slices of a TFDS split) becomes one shard, written by a worker process. The output depends only on
+Inputs are files by glob (local or `gs://`): text, either in BERT's format (one sentence per line, a blank line
+between documents) or one document per file (paragraphs split on blank lines, sentences by punctuation); or records,
+a document each (JSONL, Parquet, a Hugging Face dataset saved to disk: `records.py`, which checks every input first);
+or a TFDS text dataset (name, split, feature; one example per document). Work is split by bytes: each file is cut
+into units of about `data.prepare_unit_bytes` (`work_units`, `records.file_units`), so one large file is prepared by
+every core; each unit (or each of `num_shards` slices of a TFDS split) becomes one shard, written by a worker
+process. The output depends only on
 the input, the tokenizer and the settings `input_record.SETTINGS` names. Undecodable bytes are replaced and counted;
 empty documents are dropped and counted; the counts are in `manifest.json` with the tokenizer's identity and the
 input's record.
@@ -29,7 +31,8 @@ from etils import epath
 
 from bert_jax import paths
 from bert_jax.data import beam_options as beam_flags
-from bert_jax.data import input_record, readers, shards, text
+from bert_jax.data import input_record, readers, records, shards, text
+from bert_jax.data.input_formats import check_input_format
 from bert_jax.data.manifest import MANIFEST, SHARD_KEYS, check_shards, paths_for_run, read_manifest, write_manifest
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 
@@ -52,16 +55,12 @@ def work_units(data_config, tokenizer_sha256: str) -> tuple[list[dict], dict]:
     splits = tfds.even_splits(data_config.tfds_split, n=chosen["num_shards"])
     units = [text.tfds_unit(data_config, split, chosen["tfds_feature"]) for split in splits]
   else:
-    if chosen["input_format"] not in text.INPUT_FORMATS:
-      raise ValueError(f"data.input_format={chosen['input_format']!r}; expected one of {text.INPUT_FORMATS}.")
-    inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
-    if not inputs:
-      raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file.")
-    record = dict(files=input_record.files_record(inputs), settings=chosen)
+    check_input_format(data_config)
+    record = dict(files=input_record.files_record(records.input_files(data_config)), settings=chosen)
     units = []
     for entry in record["files"]:
       found = dict(file_bytes=entry["bytes"], file_sha256=entry["sha256"])
-      units += text.file_units(entry["path"], entry["bytes"], chosen, **found)
+      units += records.file_units(entry["path"], entry["bytes"], chosen, **found)
   for unit in units:
     unit.update(
       eval_fraction=chosen["eval_fraction"],

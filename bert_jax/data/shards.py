@@ -24,7 +24,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import text
+from bert_jax.data import records, text
 from bert_jax.data.manifest import MIN_DOCUMENTS, file_integrity
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.tensorflow_cpu import tf
@@ -85,7 +85,7 @@ def tokenized_documents(unit: dict, stats: ShardStats, tokenizer) -> Iterator[tu
   """One work unit's documents, each as (token ids [tokens], sentence lengths [sentences]), tokenized about
   `TOKENIZER_BATCH_BYTES` of text per call; sentences without tokens are left out, and a document without any is
   counted in `stats.empty_documents` instead."""
-  for documents in text.groups(text.unit_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
+  for documents in text.groups(records.unit_documents(unit, stats), TOKENIZER_BATCH_BYTES):  # One tokenizer call each.
     ids, lengths = tokenizer.encode_documents(documents)
     sentence_ends = np.cumsum([len(document) for document in documents])
     token_ends = np.concatenate([[0], np.cumsum(lengths)])

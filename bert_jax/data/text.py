@@ -1,5 +1,6 @@
 """Text reading, for corpus preparation: documents as lists of sentences, from a work unit of a text file (BERT's
-format, or paragraphs split into sentences) or from a TFDS text dataset; the embedded corpus's text.
+format, or paragraphs split into sentences), from a TFDS text dataset, or from a record's text (`record_documents`:
+`records.py` reads JSONL, Parquet and Arrow); the embedded corpus's text.
 
 A file is read in work units of `data.prepare_unit_bytes`, each starting at a blank line its reader finds near its
 offset (`unit_start`), line by line: no document outgrows `data.max_document_bytes` (a longer one is cut at a line,
@@ -16,7 +17,8 @@ from typing import Protocol
 from absl import logging
 from etils import epath
 
-INPUT_FORMATS = ("bert", "document")
+from bert_jax.data.input_formats import TEXT_FORMATS
+
 # Sentence ends: ., ! or ? (with closing quotes/brackets), then whitespace and an upper-case letter, digit or quote.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]]*\s+(?=[\"'“‘(\[]?[A-Z0-9])")
 
@@ -33,14 +35,20 @@ def split_sentences(paragraph: str) -> list[str]:
   return [s.strip() for s in _SENTENCE_END.split(" ".join(paragraph.split())) if s.strip()]
 
 
-def _decode(line: bytes, counts: TextCounts) -> str:
-  counts.text_bytes += len(line)
+def decode_utf8(line: bytes) -> tuple[str, int]:
+  """`line` as text, and how many of its bytes were not UTF-8 (each replaced by U+FFFD)."""
   try:
-    return line.decode("utf-8")
+    return line.decode("utf-8"), 0
   except UnicodeDecodeError:
     text = line.decode("utf-8", errors="replace")
-    counts.replaced_bytes += text.count("\ufffd") - line.count("\ufffd".encode())
-    return text
+    return text, text.count("\ufffd") - line.count("\ufffd".encode())
+
+
+def _decode(line: bytes, counts: TextCounts) -> str:
+  counts.text_bytes += len(line)
+  text, replaced = decode_utf8(line)
+  counts.replaced_bytes += replaced
+  return text
 
 
 def _read_line(f, path: str, position: int, limit: int) -> bytes:
@@ -138,6 +146,20 @@ def paragraph_documents(lines: Iterator[str], max_bytes: int) -> Iterator[list[s
     yield [sentence for paragraph in paragraphs for sentence in split_sentences(" ".join(paragraph))]
 
 
+def _at_least_one(documents: Iterator[list[str]]) -> Iterator[list[str]]:
+  """`documents`, or one empty document (counted, not written) when there is none: a text without any."""
+  first = next(documents, None)
+  yield [] if first is None else first
+  yield from documents
+
+
+def record_documents(text: str, max_bytes: int) -> Iterator[list[str]]:
+  """A record's text (JSONL, Parquet, Arrow: `records.py`) read as a file in the document format is: paragraphs on
+  blank lines, then sentences, cut at the first paragraph end after `max_bytes`; a record without text is one empty
+  document."""
+  yield from _at_least_one(paragraph_documents(iter(text.split("\n")), max_bytes))
+
+
 def text_documents(texts: Iterator[str]) -> Iterator[list[str]]:
   """Each text (held in memory: a TFDS example) is one document: paragraphs on blank lines, then sentences."""
   for text in texts:
@@ -174,17 +196,18 @@ def tfds_unit(data_config, split: str, feature: str) -> dict:
 
 
 def unit_documents(unit: dict, counts: TextCounts) -> Iterator[list[str]]:
-  """The documents (lists of sentences) of one work unit: a unit of a text file, or a slice of a TFDS split."""
+  """The documents (lists of sentences) of one work unit: a unit of a text file (`TEXT_FORMATS`), or a slice of a
+  TFDS split."""
+  if unit["source"] == "files" and unit["input_format"] not in TEXT_FORMATS:
+    raise ValueError(
+      f"data.input_format={unit['input_format']!r} is not a text format: expected one of {TEXT_FORMATS}."
+    )
   if unit["source"] == "files" and unit["input_format"] == "bert":
     yield from bert_format_documents(_unit_lines(unit, counts), unit["max_document_bytes"])
   elif unit["source"] == "files":
     documents = paragraph_documents(_unit_lines(unit, counts), unit["max_document_bytes"])
-    first = next(documents, None)
-    if first is None and unit["units_of_file"] == 1:
-      yield []  # A file without text is an empty document (counted, not written).
-    elif first is not None:
-      yield first
-      yield from documents
+    # A file without text is an empty document (counted, not written).
+    yield from _at_least_one(documents) if unit["units_of_file"] == 1 else documents
   else:
     import tensorflow_datasets as tfds
 

@@ -15,7 +15,8 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import text
+from bert_jax.data import records, text
+from bert_jax.data.input_formats import RECORD_FORMATS, check_input_format
 from bert_jax.data.tokenizer import training
 from bert_jax.data.tokenizer.base import SPECIAL_TOKENS
 
@@ -33,15 +34,19 @@ def train_vocabulary(config, data_config, path: str) -> None:
   inputs = []
   if settings.kind == "sentencepiece" and data_config.tfds_name:
     raise ValueError("Training a SentencePiece vocabulary reads text files; give tokenizer.path for TFDS input.")
+  if settings.kind == "sentencepiece" and data_config.input_format in RECORD_FORMATS:
+    raise ValueError(
+      f"Training a SentencePiece vocabulary reads text files; give tokenizer.path for data.input_format="
+      f"{data_config.input_format!r}."
+    )
   if settings.kind == "sentencepiece" and not path.endswith(".model"):
     raise ValueError(
       f"tokenizer.path={path!r} does not end in .model: a SentencePiece vocabulary is trained into <name>.model "
       "(with <name>.vocab beside it)."
     )
   if not data_config.tfds_name:
-    inputs = paths.glob(data_config.input_pattern) if data_config.input_pattern else []
-    if not inputs:
-      raise ValueError(f"data.input_pattern={data_config.input_pattern!r} matches no file to train a vocabulary on.")
+    check_input_format(data_config)
+    inputs = records.input_files(data_config)  # Refuses no file, and a bad record, before anything is written.
   with paths.writing(epath.Path(path).parent):
     epath.Path(path).parent.mkdir(parents=True, exist_ok=True)
   start = time.perf_counter()
@@ -65,7 +70,7 @@ def train_vocabulary(config, data_config, path: str) -> None:
       from bert_jax.data import prepare_beam
 
       texts = prepare_beam.sample_texts(
-        list(_units(data_config)),
+        list(_units(data_config, inputs)),
         functools.partial(unit_texts, running_text=running_text),
         settings.train_max_sentences,
         config.seed,
@@ -73,7 +78,9 @@ def train_vocabulary(config, data_config, path: str) -> None:
         str(epath.Path(path).parent),
       )
     else:
-      texts = training.sample_texts(corpus_texts(data_config, running_text), settings.train_max_sentences, config.seed)
+      texts = training.sample_texts(
+        corpus_texts(data_config, running_text, inputs), settings.train_max_sentences, config.seed
+      )
     if not texts:
       raise ValueError(f"{data_config.input_pattern or data_config.tfds_name} holds no text to train a vocabulary on.")
     logging.info("Training a %s vocabulary of %d ids on %d sampled texts.", settings.kind, vocab_size, len(texts))
@@ -116,13 +123,14 @@ def _interruptible(path: str, train: Callable[[], str]) -> str:
   return outcome["trained"]
 
 
-def corpus_texts(data_config, running_text: bool) -> Iterator[str]:
+def corpus_texts(data_config, running_text: bool, inputs: list[str] | None = None) -> Iterator[str]:
   """Every sentence that preparation reads from `data_config`'s input, in its order: text files of
   `data.input_format` in work units of `data.prepare_unit_bytes` (the documents preparation writes), or a TFDS split
   (built once if needed). `running_text` (byte-level BPE, which encodes a document as its sentences joined by
-  spaces): each sentence but a document's first with the space before it."""
+  spaces): each sentence but a document's first with the space before it. `inputs`: the input files, when already
+  found and checked (`records.input_files`)."""
   counts = types.SimpleNamespace(text_bytes=0, replaced_bytes=0)
-  for unit in _units(data_config):
+  for unit in _units(data_config, inputs):
     yield from unit_texts(unit, running_text, counts)
   if counts.replaced_bytes:
     logging.info("Replaced %d undecodable bytes of the input while sampling it.", counts.replaced_bytes)
@@ -131,20 +139,19 @@ def corpus_texts(data_config, running_text: bool) -> Iterator[str]:
 def unit_texts(unit: dict, running_text: bool, counts=None) -> Iterator[str]:
   """The sentences of one work unit (`corpus_texts`), counting the text read in `counts`."""
   counts = counts or types.SimpleNamespace(text_bytes=0, replaced_bytes=0)
-  for document in text.unit_documents(unit, counts):
+  for document in records.unit_documents(unit, counts):
     for index, sentence in enumerate(document):
       yield " " + sentence if running_text and index else sentence
 
 
-def _units(data_config) -> Iterator[dict]:
-  """The work units of `data_config`'s input, in the layout `text.unit_documents` reads (`prepare.work_units`'s,
-  without reading the files to hash them): each file cut into units of `data.prepare_unit_bytes`, or the whole TFDS
-  split."""
+def _units(data_config, inputs: list[str] | None = None) -> Iterator[dict]:
+  """The work units of `data_config`'s input, in the layout `records.unit_documents` reads (`prepare.work_units`'s,
+  without reading the files to hash them): each file cut as `records.file_units` cuts it, or the whole TFDS split.
+  `inputs`: the input files, when already found and checked."""
   if data_config.tfds_name:
     text.prepare_tfds(data_config.tfds_name, data_config.tfds_data_dir, data_config.beam_options)
     yield text.tfds_unit(data_config, data_config.tfds_split, data_config.tfds_feature)
     return
-  if data_config.input_format not in text.INPUT_FORMATS:
-    raise ValueError(f"data.input_format={data_config.input_format!r}; expected one of {text.INPUT_FORMATS}.")
-  for path in paths.glob(data_config.input_pattern):
-    yield from text.file_units(path, epath.Path(path).stat().length, data_config)
+  check_input_format(data_config)
+  for path in inputs or records.input_files(data_config):
+    yield from records.file_units(path, epath.Path(path).stat().length, data_config)
