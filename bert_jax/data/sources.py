@@ -208,6 +208,7 @@ _NOT_THE_STREAM = (
   "prepared_dir",
   "eval_prepared_dir",
   "prepare_unit_bytes",
+  "text_field",  # Recorded in the manifest of a corpus prepared from records.
   "max_document_bytes",
   "prepare_overwrite",
   "prepare_runner",
