@@ -442,3 +442,13 @@ def test_every_config_flag_the_repository_names_is_a_key():
       names = flag.findall(path.read_text(errors="replace"))
       unknown += [f"{relative}: --config.{name}" for name in names if name not in keys]
   assert not unknown, f"flags naming no config key: {unknown}"
+
+
+def test_the_input_formats_table_names_the_formats_there_are():
+  """docs/data.md's table of `data.input_format` values restates `input_formats.INPUT_FORMATS`: one row each."""
+  from bert_jax.data import input_formats
+
+  text = (ROOT / "docs" / "data.md").read_text()
+  table = text[text.index("| `data.input_format` |") :].split("\n\n")[0]
+  rows = re.findall(r"^\| `(\w+)`", table, re.MULTILINE)  # The header names a dotted key, which \w+ does not match.
+  assert rows == list(input_formats.INPUT_FORMATS)
