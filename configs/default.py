@@ -159,6 +159,11 @@ def get_config() -> ml_collections.ConfigDict:
   # Evaluation masks the held-out rows at this rate (ModernBERT trains at 0.3 and evaluates at 0.15), the rows the
   # same whatever masked_lm_prob; 0: at masked_lm_prob.
   config.data.eval_masked_lm_prob = 0.0
+  # The masking rate as a schedule over training (docs/data.md, "Masking-rate schedule"): phases "BEGIN: RATE" or
+  # "BEGIN: FIRST->LAST" (linear within the phase), BEGIN in steps or "2.5e9tokens", e.g. "0: 0.3; 5000: 0.15; 9000:
+  # 0.05" (mmBERT's) or "0: 0.3->0.05". Every instance is selected at masked_lm_prob and each step's rows are trimmed
+  # to the rate of their place in the stream, so each rate is in (0, masked_lm_prob]. Empty: masked_lm_prob throughout.
+  config.data.masking_phases = ""
   # Probability of a shorter target length for a document's instances (BERT: 0.1).
   config.data.short_seq_prob = 0.1
   # Of the selected tokens, this fraction becomes [MASK] (BERT: 0.8; ELECTRA: 0.85) ...

@@ -167,11 +167,13 @@ def pipeline_data(data_config, **overrides):
 
 def corpus_source(corpus, data_config, seed=0, batch_size=PIPELINE_BATCH, **overrides):
   """The pipeline's source of `corpus` ((prepared directory, manifest, tokenizer)): host 0 of 1 (every reader), or
-  `host=(index, count)`, `start_example=`, `state_dir=`; other keys set `config.data`."""
+  `host=(index, count)`, `start_example=`, `state_dir=`, `masking_rates=` (with `masking_phases`); other keys set
+  `config.data`."""
   from bert_jax.data import sources
 
   prepared, manifest, tokenizer = corpus
-  source_keys = {k: overrides.pop(k) for k in ("host", "start_example", "state_dir") if k in overrides}
+  keys = ("host", "start_example", "state_dir", "masking_rates")
+  source_keys = {k: overrides.pop(k) for k in keys if k in overrides}
   data = pipeline_data(data_config, **overrides)
   return sources.pipeline_source(data, prepared, manifest, tokenizer, seed=seed, batch_size=batch_size, **source_keys)
 

@@ -10,9 +10,9 @@ exists, that files match) is checked where it is read: train/start_order.py, han
 data/manifest.py.
 
 The package imports no TensorFlow and nothing that reads files: only the owners of the names it checks (the
-objectives' registry, the optimizers, the guard's policies, the tokenizer, masking and instance names, the sweep's
-members, the TPU topologies, the export formats, what a merge asks for, the sentence-embedding poolings, `BertConfig`
-and its checks).
+objectives' registry, the optimizers, the guard's policies, the tokenizer, masking and instance names, the masking-rate
+schedule, the sweep's members, the TPU topologies, the export formats, what a merge asks for, the sentence-embedding
+poolings, `BertConfig` and its checks).
 """
 
 import dataclasses

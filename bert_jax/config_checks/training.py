@@ -9,6 +9,8 @@ from bert_jax.data.batch_warmup import MAX_SIZES
 from bert_jax.data.input_formats import check_input_format
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking, masking_scheme
+from bert_jax.data.masking_schedule import KEY as MASKING_PHASES
+from bert_jax.data.masking_schedule import MaskingRates, phase_rates
 from bert_jax.data.tokenizer_names import BPE_FORMATS
 from bert_jax.data.tokenizer_names import KINDS as TOKENIZER_KINDS
 from bert_jax.model.bert_config import BertConfig, electra_generator, model_config
@@ -176,6 +178,7 @@ def check_pretraining(config) -> BertConfig:
       "part of every batch."
     )
   _check_batch_warmup(config)
+  _check_masking_phases(config)
   check_objective(config, model)
   check_retrieval_probe(config, model)
   return model
@@ -272,6 +275,20 @@ def _check_masking(data) -> None:
       f"{data.random_token_fraction} add up to {fractions:g}, more than 1: the rest stays unchanged, so they must add "
       "up to at most 1."
     )
+
+
+def _check_masking_phases(config) -> None:
+  """`data.masking_phases` (data/masking_schedule.py): phases that parse, in order, each rate in (0,
+  data.masked_lm_prob], the rate every instance is selected at before its batch is trimmed to the phase's."""
+  selection = config.data.masked_lm_prob
+  for rates in phase_rates(config.data.masking_phases):
+    for rate in (rates.first, rates.last):
+      if not 0 < rate <= selection:
+        raise ValueError(
+          f"{MASKING_PHASES}: phase {rates.written!r} has rate {rate:g}; expected rates in (0, data.masked_lm_prob="
+          f"{selection:g}]: every instance is selected at data.masked_lm_prob, then trimmed to its phase's rate."
+        )
+  MaskingRates.of(config)  # Phases out of order are refused, naming the two.
 
 
 def check_objective(config, model: BertConfig) -> None:

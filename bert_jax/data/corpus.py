@@ -10,6 +10,7 @@ from orbax.checkpoint import multihost
 from bert_jax.data import sources
 from bert_jax.data.batch_warmup import BatchSchedule
 from bert_jax.data.manifest import check_documents, check_shards, paths_for_run, read_manifest
+from bert_jax.data.masking_schedule import MaskingRates
 from bert_jax.data.synthetic import SyntheticSource
 from bert_jax.data.tokenizer import Tokenizer, load_tokenizer
 from bert_jax.model.bert_config import BertConfig
@@ -17,10 +18,10 @@ from bert_jax.model.bert_config import BertConfig
 
 def evaluation_data(data):
   """`data` (`config.data`) as the evaluation stream reads it: masked at `eval_masked_lm_prob` (0: at
-  `masked_lm_prob`). Nothing else differs, so the held-out rows are the same whatever the training rate."""
-  if not data.eval_masked_lm_prob:
-    return data
-  return ml_collections.ConfigDict(dict(data.to_dict(), masked_lm_prob=data.eval_masked_lm_prob))
+  `masked_lm_prob`), without the training's masking-rate schedule. Nothing else differs, so the held-out rows are the
+  same whatever the training rate."""
+  rate = data.eval_masked_lm_prob or data.masked_lm_prob
+  return ml_collections.ConfigDict(dict(data.to_dict(), masked_lm_prob=rate, masking_phases=""))
 
 
 _PREPARATION_TIMEOUT_S = 3600  # How long the other hosts wait for process 0 to prepare the embedded corpus.
@@ -129,4 +130,5 @@ class Corpus:
       host=(process_index, process_count),
       state_dir=state_dir,
       num_readers=self._num_readers,
+      masking_rates=None if evaluation else MaskingRates.of(config),
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from bert_jax.data import span_masking
 from bert_jax.data.masking_names import masking_scheme
+from bert_jax.data.masking_schedule import MaskingRates
 from bert_jax.tensorflow_cpu import tf
 
 
@@ -77,11 +78,14 @@ def mask_tokens(
   vocab_size: int,
   mask_id: int,
   masking: Masking,
+  thresholds: bool = False,
 ) -> dict:
   """input_ids, input_mask: [seq] int32; seed: [2] int32 or int64; word_start: [vocab] bool.
 
   Returns `input_ids` with the replacements, `masked_lm_positions`, `masked_lm_ids` (the original tokens)
-  and `masked_lm_weights` ([max_predictions_per_seq], padded with 0).
+  and `masked_lm_weights` ([max_predictions_per_seq], padded with 0); with `thresholds` (a masking-rate schedule,
+  `masking_schedule.py`), also `masked_lm_thresholds` ([max_predictions_per_seq] float32): the lowest rate at which
+  each prediction is kept (`_thresholds`; padding 2.0, never kept).
   """
   max_predictions = masking.max_predictions_per_seq
   seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=3)
@@ -101,12 +105,75 @@ def mask_tokens(
   positions = tf.cast(tf.where(selected)[:, 0], tf.int32)[:max_predictions]
   num_predictions = tf.shape(positions)[0]
   padding = [[0, max_predictions - num_predictions]]
-  return {
+  out = {
     "input_ids": masked_input_ids,
     "masked_lm_positions": tf.pad(positions, padding),
     "masked_lm_ids": tf.pad(tf.gather(input_ids, positions), padding),
     "masked_lm_weights": tf.pad(tf.ones([num_predictions], tf.float32), padding),
   }
+  if thresholds:
+    units = SCHEMES[masking.scheme].trim_units(selected, unit, word_starts)
+    kept_from = _thresholds(positions, units, num_tokens, seed, masking.masked_lm_prob)
+    out["masked_lm_thresholds"] = tf.pad(kept_from, padding, constant_values=NEVER_KEPT)
+  return out
+
+
+# A salt apart from the pipeline's (pipeline.py, packing.py): the order in which a schedule trims an instance's units.
+_TRIM_ORDER = 0x7215
+# The threshold of a padding prediction: above any rate, never kept.
+NEVER_KEPT = 2.0
+
+
+def _thresholds(positions, units, num_tokens, seed, masked_lm_prob: float) -> tf.Tensor:
+  """[predictions] float32: the lowest rate at which each prediction (at `positions`, [predictions] int32) is kept.
+
+  The selected units (`units` [seq]: each position's trim unit, in [0, seq)) in a random order (a seed of their own,
+  folded from the instance's: the masks stay as they are); c(unit): the selected tokens of the units up to it in that
+  order, itself included. The first unit's threshold is 0 (an instance keeps one, as `mask_tokens` selects at least
+  one), each other's (c - 0.5) / `num_tokens` (the real tokens), so that at rate p the units of the first
+  round(num_tokens x p) tokens or so are kept, as `mask_tokens` rounds; at most `masked_lm_prob`, the rate they were
+  selected at, so that trimming to it keeps everything."""
+  order_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), _TRIM_ORDER)
+  rank = tf.argsort(tf.argsort(tf.random.stateless_uniform(tf.shape(units), order_seed)))  # Distinct per unit.
+  unit_rank = tf.gather(rank, tf.gather(units, positions))  # [predictions]
+  tokens_up_to = tf.reduce_sum(tf.cast(unit_rank[None, :] <= unit_rank[:, None], tf.float64), axis=1)
+  unit_tokens = tf.reduce_sum(tf.cast(unit_rank[None, :] == unit_rank[:, None], tf.float64), axis=1)
+  first = unit_rank == tf.reduce_min(unit_rank)
+  later = tf.minimum((tokens_up_to - unit_tokens / 2) / num_tokens, masked_lm_prob)
+  return tf.cast(tf.where(first, tf.zeros_like(later), later), tf.float32)
+
+
+def batch_rate(batch_index, rates: MaskingRates) -> tf.Tensor:
+  """The masking rate of reader batch `batch_index` (scalar int64) by `rates` (masking_schedule.py): its phase's,
+  linear from the phase's first rate to its last; past the last bound, the last rate. Scalar float32."""
+  bounds = tf.constant(rates.bounds, tf.int64)
+  phase = tf.clip_by_value(tf.searchsorted(bounds, batch_index[None], side="right")[0] - 1, 0, len(rates.firsts) - 1)
+  begin, end = bounds[phase], bounds[phase + 1]
+  within = tf.cast(tf.minimum(batch_index, end) - begin, tf.float64) / tf.cast(end - begin, tf.float64)
+  first, last = tf.constant(rates.firsts, tf.float64)[phase], tf.constant(rates.lasts, tf.float64)[phase]
+  return tf.cast(first + within * (last - first), tf.float32)
+
+
+def trim_to_rate(batch: dict, rate) -> dict:
+  """A batch of rows masked with thresholds (`mask_tokens(..., thresholds=True)`; [batch, ...] each) trimmed to
+  `rate` (scalar float32): a prediction is kept where its threshold is at most the rate; a dropped one's position
+  gets its original token back (`masked_lm_ids`), and the kept predictions move to the front of `masked_lm_*`, the
+  rest 0. `masked_lm_thresholds` is left out: the model never sees it."""
+  trimmed = dict(batch)
+  thresholds = trimmed.pop("masked_lm_thresholds")
+  predicted = batch["masked_lm_weights"] > 0
+  keep = predicted & (thresholds <= rate)
+  dropped = tf.where(predicted & ~keep)  # [n, 2]: (row, prediction)
+  at = tf.stack([dropped[:, 0], tf.cast(tf.gather_nd(batch["masked_lm_positions"], dropped), tf.int64)], axis=1)
+  trimmed["input_ids"] = tf.tensor_scatter_nd_update(
+    batch["input_ids"], at, tf.gather_nd(batch["masked_lm_ids"], dropped)
+  )
+  order = tf.argsort(tf.cast(~keep, tf.int32), axis=1, stable=True)  # Kept first, each in its order.
+  kept = tf.gather(keep, order, batch_dims=1)
+  for name in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+    values = tf.gather(batch[name], order, batch_dims=1)
+    trimmed[name] = tf.where(kept, values, tf.zeros_like(values))
+  return trimmed
 
 
 def _tokens(candidate, word_starts, num_to_predict, seed, masking: Masking):
@@ -148,18 +215,26 @@ class Scheme:
   """A masking scheme: `select(candidate, word_starts, num_to_predict, seed, masking)` (candidate, word_starts: [seq]
   bool, the tokens that may be selected and those of them that begin a word; num_to_predict: scalar int32; seed: [2]
   int64) returns the selected tokens [seq] bool and each position's replacement unit [seq] int32 (in [0, seq): its
-  tokens share one [MASK] / random / unchanged decision); `units(masking)` names the units in the run's header."""
+  tokens share one [MASK] / random / unchanged decision); `units(masking)` names the units in the run's header;
+  `trim_units(selected, unit, word_starts)` gives each position's unit [seq] int32 (in [0, seq)) for a masking-rate
+  schedule, which keeps or drops a unit's selected tokens together."""
 
   select: Callable
   units: Callable[[Masking], str]
+  trim_units: Callable
 
 
 # data.masking -> its scheme; the names are masking_names.MASKINGS.
 SCHEMES = {
-  "tokens": Scheme(_tokens, lambda masking: "token by token"),
-  "words": Scheme(_words, lambda masking: "by whole words"),
-  "spans": Scheme(_spans, _span_units),
+  "tokens": Scheme(_tokens, lambda masking: "token by token", lambda selected, unit, starts: tf.range(tf.size(unit))),
+  "words": Scheme(_words, lambda masking: "by whole words", lambda selected, unit, starts: _word_of(starts)),
+  "spans": Scheme(_spans, _span_units, lambda selected, unit, starts: unit),  # A run of selected tokens.
 }
+
+
+def _word_of(word_starts) -> tf.Tensor:
+  """[seq] int32: each position's word, numbered from 0 (0 before the first)."""
+  return tf.maximum(tf.cumsum(tf.cast(word_starts, tf.int32)) - 1, 0)
 
 
 def _select_units(candidate, starts, num_to_predict, seed, *, whole_word: bool) -> tf.Tensor:

@@ -19,6 +19,7 @@ The packer is a pure function of its group, so the stream stays a stateless, che
 
 import functools
 
+from bert_jax.data.masking import NEVER_KEPT
 from bert_jax.tensorflow_cpu import tf
 
 
@@ -78,15 +79,16 @@ def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, ma
     [tf.gather(row, p_instance), tf.gather(pred_offset, p_instance) + tf.cast(prediction[:, 1], tf.int32)], axis=1
   )
 
-  def predicted(name, shift=0):
-    return tf.scatter_nd(p_to, tf.gather_nd(instances[name], prediction) + shift, [rows, max_predictions])
+  def predicted(name, shift=0, pad=0):
+    values = tf.gather_nd(instances[name], prediction) + shift
+    return tf.tensor_scatter_nd_update(tf.fill([rows, max_predictions], tf.cast(pad, values.dtype)), p_to, values)
 
   slots = tf.stack([row, slot], axis=1)
 
   def per_instance(values):
     return tf.scatter_nd(slots, values, [rows, max_instances])
 
-  return dict(
+  packed = dict(
     input_ids=tokens("input_ids", pad=pad_id),
     segment_ids=tokens("segment_ids"),
     input_mask=tokens(None, fill=tf.gather(slot, instance) + 1),
@@ -98,6 +100,9 @@ def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, ma
     next_sentence_weights=per_instance(tf.ones_like(row, tf.float32)),
     cls_positions=per_instance(offset),
   )
+  if "masked_lm_thresholds" in instances:  # A masking-rate schedule's (masking.mask_tokens), with its predictions.
+    packed["masked_lm_thresholds"] = predicted("masked_lm_thresholds", pad=NEVER_KEPT)
+  return packed
 
 
 _ROW_ORDER = 4  # A salt apart from the pipeline's own (pipeline.py): the order of a group's rows.

@@ -18,7 +18,8 @@ yields the same pairs and masks after any restart.
 Stages, in order: `reader_units` (what a reader reads) -> `_unit_documents` / `_epoch_documents` (documents with
 their random-next partners) -> `_instances_function` (a document's instances; FULL-SENTENCES:
 `full_sentences.full_sentence_rows`) -> shuffle -> `_mask_function` -> packing (`packing.py`, with
-`data.pack_instances`) -> batch; `reader_dataset` composes them.
+`data.pack_instances`) -> batch -> the masking-rate schedule's trim (`data.masking_phases`); `reader_dataset` composes
+them.
 """
 
 import contextlib
@@ -28,7 +29,8 @@ import os
 from bert_jax.data import full_sentences, packing
 from bert_jax.data.instances import instance_kind
 from bert_jax.data.manifest import check_documents
-from bert_jax.data.masking import Masking, mask_tokens
+from bert_jax.data.masking import Masking, batch_rate, mask_tokens, trim_to_rate
+from bert_jax.data.masking_schedule import MaskingRates
 from bert_jax.data.readers import reader_units
 from bert_jax.tensorflow_cpu import tf
 
@@ -289,9 +291,9 @@ def _seeds_function(seed: int):
 
 
 @functools.cache
-def _mask_function(tokenizer, masking: Masking):
+def _mask_function(tokenizer, masking: Masking, thresholds: bool):
   """Masked-LM selection (`masking.py`) applied to an instance, as one tf.function (traced once for all readers): the
-  pretraining batch's features."""
+  pretraining batch's features (with `thresholds`, each prediction's too: a masking-rate schedule's)."""
 
   def masked(example):
     selected = mask_tokens(
@@ -303,6 +305,7 @@ def _mask_function(tokenizer, masking: Masking):
       vocab_size=tokenizer.vocab_size,
       mask_id=tokenizer.mask_id,
       masking=masking,
+      thresholds=thresholds,
     )
     return dict(
       input_mask=example["input_mask"],
@@ -315,14 +318,23 @@ def _mask_function(tokenizer, masking: Masking):
 
 
 def reader_dataset(
-  prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int, reader: int, batch_size: int
+  prepared_dir: str,
+  manifest: dict,
+  tokenizer,
+  data,
+  *,
+  seed: int,
+  reader: int,
+  batch_size: int,
+  masking_rates: MaskingRates | None = None,
 ) -> tf.data.Dataset:
   """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
   with BERT's feature names).
 
   `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
   buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
-  size; `batch_size` is the global batch.
+  size; `batch_size` is the global batch; `masking_rates`, a masking-rate schedule in reader batches
+  (`masking_schedule.py`): each batch trimmed to its rate (None: every batch at `data.masked_lm_prob`).
   """
   num_readers = data.num_readers
   if batch_size % num_readers:
@@ -358,11 +370,20 @@ def reader_dataset(
   dataset = dataset.unbatch()
   with _global_seed_unset():
     dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-  masked = _mask_function(tokenizer, Masking.of(data))
+  masked = _mask_function(tokenizer, Masking.of(data), masking_rates is not None)
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if data.pack_instances:
     dataset = packing.packed(dataset, data, seed, tokenizer.pad_id)
   dataset = dataset.batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )
+  if masking_rates is not None:  # Batch b at the rate of its place in the stream: a function of b alone.
+    trim = _trim_function(masking_rates)
+    dataset = dataset.enumerate().map(trim, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+@functools.cache
+def _trim_function(rates: MaskingRates):
+  """Reader batch b trimmed to its rate (`masking.trim_to_rate`, `masking.batch_rate`), as one tf.function."""
+  return tf.function(lambda b, batch: trim_to_rate(batch, batch_rate(b, rates)), autograph=False)

@@ -19,6 +19,7 @@ from bert_jax.data import pipeline, readers
 from bert_jax.data.instances import instance_kind
 from bert_jax.data.masking_names import OLDER_KEYS as OLDER_MASKING_KEYS
 from bert_jax.data.masking_names import masking_scheme
+from bert_jax.data.masking_schedule import MaskingRates
 from bert_jax.tensorflow_cpu import tf
 
 _COMPLETE = "COMPLETE"  # Written last (position, reader, fingerprint): a state directory without it is never read.
@@ -202,9 +203,11 @@ _ADDED_LATER = {
 
 # Keys that do not define the stream: where files are, checks, and preparation's own settings (the manifest, which is
 # in the fingerprint, says what preparation made); the evaluation stream's rate (which it reads as its masked_lm_prob,
-# `corpus.evaluation_data`).
+# `corpus.evaluation_data`); the masking-rate schedule, whose trim is a function of each batch's place in the stream
+# after the saved iterator (only whether there is one changes the elements: `stream_fingerprint`).
 _NOT_THE_STREAM = (
   "eval_masked_lm_prob",
+  "masking_phases",
   "prepared_dir",
   "eval_prepared_dir",
   "prepare_unit_bytes",
@@ -245,17 +248,31 @@ def pipeline_source(
   host: tuple[int, int] = (0, 1),
   state_dir: str | None = None,
   num_readers: int = 0,
+  masking_rates: MaskingRates | None = None,
 ) -> PipelineSource:
   """Host `host` = (index, count)'s batches of the prepared corpus, by the settings of `data` (`config.data`), over
   `num_readers` readers (0: `data.num_readers`; 0 there too: one reader per host), from `start_example` on;
-  `state_dir` may hold the readers' states at that position."""
+  `state_dir` may hold the readers' states at that position; `masking_rates`: `data.masking_phases` resolved
+  (`MaskingRates.of(config)`), which a schedule needs."""
+  if bool(data.masking_phases) != (masking_rates is not None):
+    raise ValueError(
+      f"data.masking_phases={data.masking_phases!r} with masking_rates={masking_rates}: a schedule is read with its "
+      "resolution (masking_schedule.MaskingRates.of(config)), and only with one."
+    )
   readers_count = num_readers or data.num_readers or host[1]
   if data.num_readers != readers_count:  # The stream's settings (and fingerprint) are those of the run's readers.
     data = ml_collections.ConfigDict(dict(data.to_dict(), num_readers=readers_count))
   mine = readers.host_readers(data.num_readers, batch_size, *host)
   datasets = {
     reader: pipeline.reader_dataset(
-      prepared_dir, manifest, tokenizer, data, seed=seed, reader=reader, batch_size=batch_size
+      prepared_dir,
+      manifest,
+      tokenizer,
+      data,
+      seed=seed,
+      reader=reader,
+      batch_size=batch_size,
+      masking_rates=masking_rates,
     )
     for reader in mine
   }
@@ -283,6 +300,8 @@ def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> s
     if key in _STREAM or (key in _ADDED_LATER and value != _ADDED_LATER[key])
   }
   settings = dict(stream, **_kinds(data), seed=seed, batch_size=batch_size, manifest=_without_paths(manifest))
+  if values.get("masking_phases"):  # Its elements carry each prediction's threshold: a state from without won't do.
+    settings["masking_thresholds"] = True
   return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 
 from bert_jax import progress, sharding
-from bert_jax.data import masking
+from bert_jax.data import masking, masking_schedule
 from bert_jax.data.batch_warmup import BatchSchedule
 from bert_jax.data.corpus import Corpus, evaluation_data
 from bert_jax.data.pretraining_batch import check_pretraining_batch, max_instances, pretraining_shapes
@@ -140,6 +140,8 @@ class PretrainingJob(loop.Job):
       if warning:
         logging.warning("%s", warning)
       rows.append(("masking", line))
+      if config.data.masking_phases:
+        rows.append(("masking rate", masking_schedule.describe(config)))
       if config.data.eval_masked_lm_prob:
         held_out = masking.Masking.of(evaluation_data(config.data))
         line, warning = masking.describe(held_out, config.data.max_seq_length, "data.eval_masked_lm_prob")
