@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from bert_jax.data import full_sentences, packing, pipeline, prepare, readers
+from bert_jax.data.masking_schedule import MaskingRates
 from tests.helpers import PIPELINE_BATCH as BATCH
 from tests.helpers import PIPELINE_PREDICTIONS as PREDICTIONS
 from tests.helpers import PIPELINE_SEQ as SEQ
@@ -472,15 +473,18 @@ def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(pipeline_c
   prepared, manifest, tokenizer = pipeline_corpus
   assert manifest["eval_documents"] >= 2  # Evaluation reads the held-out split, not a sample of the training one.
 
-  def evaluation(masked_lm_prob, eval_masked_lm_prob):
+  def corpus(masked_lm_prob, eval_masked_lm_prob, masking_phases=""):
     config = tiny.get_config()
     config.tokenizer.update(kind="wordpiece", path=os.path.join(os.path.dirname(prepared), "vocab.txt"))
     config.data.update(embedded_corpus="", prepared_dir=prepared, max_seq_length=SEQ, max_predictions_per_seq=40)
     config.data.update(shuffle_buffer=100, num_readers=1, masked_lm_prob=masked_lm_prob)
-    config.data.update(eval_masked_lm_prob=eval_masked_lm_prob)
+    config.data.update(eval_masked_lm_prob=eval_masked_lm_prob, masking_phases=masking_phases)
     config.update(batch_size=16)
     model = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=SEQ)
-    return next_batches(Corpus(config, str(tmp_path), model, tokenizer).source(0, evaluation=True), 3)
+    return Corpus(config, str(tmp_path), model, tokenizer)
+
+  def evaluation(*keys):
+    return next_batches(corpus(*keys).source(0, evaluation=True), 3)
 
   def unmasked(batches):  # The rows' tokens before masking.
     rows = []
@@ -500,3 +504,46 @@ def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(pipeline_c
   at_30 = evaluation(0.3, 0.0)  # At the training rate of 30%: the same rows, twice the masks.
   np.testing.assert_array_equal(unmasked(at_30), unmasked(at_15))
   assert masked_share(at_15) == pytest.approx(0.15, abs=0.01) and masked_share(at_30) == pytest.approx(0.3, abs=0.01)
+  # A masking-rate schedule is training's: evaluation masks as without it, while training follows it.
+  assert_same_batches(evaluation(0.3, 0.15, "0: 0.1"), at_15)
+  assert_same_batches(evaluation(0.3, 0.0, "0: 0.1"), at_30)
+  training = next_batches(corpus(0.3, 0.15, "0: 0.1").source(0), 3)
+  assert masked_share(training) == pytest.approx(0.1, abs=0.01)
+
+
+# A masking-rate schedule (data.masking_phases) in reader batches of BATCH rows: 30% for two batches, 15% for two,
+# then from 30% down to 5% over four, and 5% after. Every instance is selected at data.masked_lm_prob=0.3.
+SCHEDULE = dict(
+  masked_lm_prob=0.3,
+  max_predictions_per_seq=40,
+  masking_phases="0: 0.3; 2: 0.15; 4: 0.3->0.05",
+  masking_rates=MaskingRates(bounds=(0, 2, 4, 8), firsts=(0.3, 0.15, 0.3), lasts=(0.3, 0.15, 0.05)),
+)
+RATES = [0.3, 0.3, 0.15, 0.15, 0.3, 0.3 - 0.25 / 4, 0.3 - 0.25 / 2, 0.3 - 0.25 * 3 / 4, 0.05, 0.05]
+
+
+def _masked_share(batch: dict) -> float:
+  return batch["masked_lm_weights"].sum() / (batch["input_mask"] > 0).sum()
+
+
+def test_the_masking_rate_follows_its_schedule_batch_by_batch_over_the_same_rows(pipeline_corpus, data_config):
+  """Each batch is masked at the rate of its place in the stream (constant phases, a linear decay, the last rate
+  after), over the rows of the stream without a schedule; a batch at the selection rate is that stream's, bitwise;
+  a dropped prediction leaves its original token (no [MASK] without a prediction)."""
+  scheduled = next_batches(corpus_source(pipeline_corpus, data_config, **SCHEDULE), len(RATES))
+  at_30 = next_batches(corpus_source(pipeline_corpus, data_config, masked_lm_prob=0.3, max_predictions_per_seq=40), 10)
+  for b, (batch, plain, rate) in enumerate(zip(scheduled, at_30, RATES, strict=True)):
+    assert batch.keys() == plain.keys()  # The thresholds stay in the pipeline.
+    assert _masked_share(batch) == pytest.approx(rate, abs=0.005), b
+    np.testing.assert_array_equal(_unmasked(batch), _unmasked(plain))
+    if rate == 0.3:
+      assert_same_batches([batch], [plain])
+    predicted = np.zeros(batch["input_ids"].shape, bool)
+    np.put_along_axis(predicted, batch["masked_lm_positions"], batch["masked_lm_weights"] > 0, 1)
+    assert not (batch["input_ids"][~predicted] == 4).any(), b  # [MASK] is 4.
+    assert (batch["input_ids"][~predicted] == _unmasked(batch)[~predicted]).all()
+  # Packed rows carry each instance's thresholds to the trim.
+  packed = dict(pack_instances=True, packing_group=64, max_instances_per_row=4, batch_size=32, **SCHEDULE)
+  rows = next_batches(corpus_source(pipeline_corpus, data_config, **packed), len(RATES))
+  for b, (batch, rate) in enumerate(zip(rows, RATES, strict=True)):
+    assert _masked_share(batch) == pytest.approx(rate, abs=0.01), b

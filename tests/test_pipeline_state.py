@@ -204,6 +204,15 @@ def test_a_state_saved_before_the_masking_keys_existed_still_applies(data_config
   assert fingerprint(data_config(random_token_fraction=0.0)) != fingerprint(data_config())
 
 
+def test_a_masking_schedule_is_not_the_stream_but_its_thresholds_are(data_config):
+  """data.masking_phases trims each batch after the saved state (pipeline.reader_dataset): any schedule restores the
+  same states, but the rows of a stream with one carry thresholds, so a state saved without one does not apply."""
+  without = _pinned_fingerprint(data_config())
+  assert without == FINGERPRINTS_BEFORE_DATA_MASKING["tokens"]
+  schedules = [_pinned_fingerprint(data_config(masking_phases=phases)) for phases in ("0: 0.1", "0: 0.15->0.05")]
+  assert schedules[0] == schedules[1] != without
+
+
 # The fingerprints that the code before data.masking existed (commit fa32b11) computed for these settings, written
 # once from it: a pipeline state saved by it applies after data.masking came only if they stay the same.
 FINGERPRINT_MANIFEST = {
@@ -275,3 +284,41 @@ def test_a_state_saved_before_data_instances_existed_still_applies(pipeline_corp
     assert fingerprint(ml_collections.ConfigDict(before)) == fingerprint(pipeline_data(data_config, instances=kind))
   kinds = ("nsp", "sop", "doc_sentences", "full_sentences")
   assert len({fingerprint(pipeline_data(data_config, instances=kind)) for kind in kinds}) == 4
+
+
+@pytest.mark.slow
+def test_a_masking_schedule_resumes_exactly_and_may_change_at_a_resume(
+  pipeline_corpus, data_config, tmp_path, monkeypatch
+):
+  """A stream trimmed by a masking-rate schedule (tests/test_pipeline.py's SCHEDULE) from a saved state, restored or
+  replayed, continues as the run that went through: the trim is a function of each batch's place in the stream. The
+  state does not depend on the schedule (data.masking_phases is not the stream): another schedule restores it and
+  trims by its own rates, here 30% throughout, the stream's rows at their selection. A state saved without a
+  schedule (its rows carry no thresholds) is not used by one with, nor the other way round."""
+  from tests.test_pipeline import SCHEDULE
+
+  restores = _restores(monkeypatch)
+  through = next_batches(corpus_source(pipeline_corpus, data_config, **SCHEDULE), 7)
+  first = corpus_source(pipeline_corpus, data_config, **SCHEDULE)
+  for _ in range(5):
+    next(first)
+  first.save_state(str(tmp_path / "state"))
+  resume = dict(SCHEDULE, start_example=5 * BATCH)
+  restored = corpus_source(pipeline_corpus, data_config, state_dir=str(tmp_path / "state"), **resume)
+  replayed = corpus_source(pipeline_corpus, data_config, state_dir=str(tmp_path / "missing"), **resume)
+  assert restores == [(0, True), (0, False)]
+  for source in (restored, replayed):
+    assert_same_batches(next_batches(source, 2), through[5:7])
+  at_30 = dict(SCHEDULE, masking_phases="0: 0.3", masking_rates=sources.MaskingRates((0, 8), (0.3,), (0.3,)))
+  constant = corpus_source(
+    pipeline_corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "state"), **at_30
+  )
+  assert restores[-1] == (0, True)
+  plain = dict(masked_lm_prob=0.3, max_predictions_per_seq=40)
+  assert_same_batches(
+    next_batches(constant, 2), next_batches(corpus_source(pipeline_corpus, data_config, **plain), 7)[5:7]
+  )
+  corpus_source(pipeline_corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "state"), **plain)
+  assert restores[-1] == (0, False)
+  with pytest.raises(ValueError, match=r"data.masking_phases='0: 0.3' with masking_rates=None: a schedule is read"):
+    corpus_source(pipeline_corpus, data_config, **dict(at_30, masking_rates=None))

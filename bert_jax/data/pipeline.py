@@ -377,10 +377,13 @@ def reader_dataset(
   dataset = dataset.batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )
-  if masking_rates is not None:  # Batch b at the rate of its place in the stream: a function of b alone.
-    trim = _trim_function(masking_rates)
-    dataset = dataset.enumerate().map(trim, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+  if masking_rates is None:
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)
+  # Batch b at the rate of its place in the stream, trimmed after the prefetch buffer (in the caller's thread, no
+  # buffer of its own): a saved state, whose buffers hold batches, holds them untrimmed, so it does not depend on the
+  # schedule, and a resume with another schedule trims by that one.
+  batches = dataset.enumerate().prefetch(tf.data.AUTOTUNE)
+  return batches.map(_trim_function(masking_rates)).with_options(options)
 
 
 @functools.cache
