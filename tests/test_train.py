@@ -22,9 +22,9 @@ class Crash(Exception):
   pass
 
 
-def _crash_after(monkeypatch, steps: int | None, batches: list | None = None):
+def _crash_after(monkeypatch, steps: int | None, batches: list | None = None, predictions: list | None = None):
   """Makes the train step raise on call `steps + 1`, as a machine lost mid-run would (None: never); `batches` gets
-  each step's input_ids."""
+  each step's input_ids, `predictions` its masked-LM predictions per row."""
   real = pretraining.make_run
 
   def make(*args, **kwargs):
@@ -36,6 +36,8 @@ def _crash_after(monkeypatch, steps: int | None, batches: list | None = None):
         raise Crash()
       if batches is not None:
         batches.append(np.asarray(batch["input_ids"]))
+      if predictions is not None:
+        predictions.append(np.asarray(batch["masked_lm_weights"]).sum() / len(batch["input_ids"]))
       return run.train_step(state, batch, *a)
 
     return dataclasses.replace(run, train_step=counted)
@@ -75,17 +77,22 @@ def test_a_batch_warmup_reads_its_rows_and_a_resume_mid_warmup_is_bitwise_the_un
 ):
   """8, 16 and then 24 rows a step from the prepared corpus's pipeline: the checkpoints record the rows read, the
   progress lines the batch, the speed leaves out each new size's compilation. A run lost in step 4 resumes from step
-  2's checkpoint, across both changes of size, to the uninterrupted run's batches and parameters, bit for bit."""
+  2's checkpoint, across both changes of size, to the uninterrupted run's batches and parameters, bit for bit. With a
+  masking-rate schedule (data.masking_phases) in the steps' reader batches: 15% to step 2, then down to 5% by step 7."""
   config = copy.deepcopy(wordpiece_run[1])
   # Sizes 8 and 16 for 2 steps each: 2 x (8 + 16) rows of 32 token positions; then 24.
   config.update(batch_size=24, batch_warmup_start=8, batch_warmup_tokens=2 * 24 * 32, num_train_steps=7)
   config.update(checkpoint_every_steps=2, keep_checkpoints=4, eval_steps=0)
+  config.data.update(masking_phases="0: 0.15; 2: 0.15->0.05")
   caplog.set_level(logging.INFO, logger="absl")  # Whatever verbosity an earlier run in this process left.
-  batches = {"a": [], "b": []}
+  batches, predictions = {"a": [], "b": []}, []
   with monkeypatch.context() as patch:
-    _crash_after(patch, None, batches["a"])
+    _crash_after(patch, None, batches["a"], predictions)
     uninterrupted = helpers.state_params(jobs.run(config, str(tmp_path / "a"), "pretrain"))
   assert [len(batch) for batch in batches["a"]] == [8, 8, 16, 16, 24, 24, 24]
+  # Predictions per row (packed rows of up to 4 instances, each keeping one at any rate): 4.0 and 4.4 at 15%, 1.8 in
+  # step 7 (reader batches 12 to 14 of the decay's 2 to 15: 7.3% to 5.8%).
+  assert min(predictions[:2]) > 2 * predictions[-1], predictions
   for step, rows in {2: 16, 4: 48, 6: 96, 7: 120}.items():  # The rows of steps 1 to each checkpoint.
     saved = {
       item: json.loads((tmp_path / "a" / "checkpoints" / str(step) / item / "metadata").read_text())
