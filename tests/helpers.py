@@ -19,6 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
+from bert_jax.data.masking_schedule import MaskingRates
 from bert_jax.model.param_layout import SCANNED_KEY
 from bert_jax.workdir import checkpoints, reading
 
@@ -178,6 +179,25 @@ def corpus_source(corpus, data_config, seed=0, batch_size=PIPELINE_BATCH, **over
   return sources.pipeline_source(data, prepared, manifest, tokenizer, seed=seed, batch_size=batch_size, **source_keys)
 
 
+# A masking-rate schedule (data.masking_phases) over that stream's reader batches of PIPELINE_BATCH rows: 30% for two
+# batches, 15% for two, then from 30% down to 5% over four, and 5% after; every instance selected at 30%.
+PIPELINE_SCHEDULE = dict(
+  masked_lm_prob=0.3,
+  max_predictions_per_seq=40,
+  masking_phases="0: 0.3; 2: 0.15; 4: 0.3->0.05",
+  masking_rates=MaskingRates(bounds=(0, 2, 4, 8), firsts=(0.3, 0.15, 0.3), lasts=(0.3, 0.15, 0.05)),
+)
+
+
+def unmasked_ids(batch: dict) -> np.ndarray:
+  """input_ids with the original token back at every masked position."""
+  ids = batch["input_ids"].copy()
+  for row in range(len(ids)):
+    real = batch["masked_lm_weights"][row] > 0
+    ids[row, batch["masked_lm_positions"][row][real]] = batch["masked_lm_ids"][row][real]
+  return ids
+
+
 def next_batches(source, n):
   """The next `n` batches of `source`."""
   return [next(source) for _ in range(n)]
@@ -196,6 +216,79 @@ def assert_same_batches(batches, expected):
 def concat_batches(host_batches: list[dict]) -> dict:
   """Hosts' batches (or steps' rows) joined into one, feature by feature."""
   return {name: np.concatenate([batch[name] for batch in host_batches]) for name in host_batches[0]}
+
+
+# Masked-LM selection on generated rows (test_masking.py, test_masking_schedule.py): [CLS] a [SEP] b [SEP] [PAD]...
+# of a vocabulary whose ids 0-4 are [PAD], [UNK], [CLS], [SEP], [MASK]; a piece id >= 500 continues a word.
+
+MASKING_VOCAB, MASKING_SEQ, MASKING_PREDICTIONS = 1000, 128, 20
+MASKING_CLS, MASKING_SEP, MASKING_MASK = 2, 3, 4
+MASKING_SPECIAL = [0, 1, 2, 3, 4]
+# What mask_tokens needs of a tokenizer, for generated_rows' ids.
+GENERATED = dict(
+  special_ids=MASKING_SPECIAL, word_start=np.arange(MASKING_VOCAB) < 500, vocab_size=MASKING_VOCAB, mask_id=MASKING_MASK
+)
+
+
+def generated_rows(n: int, seed: int = 0):
+  """input_ids, input_mask [n, MASKING_SEQ] int32: rows of MASKING_SEQ / 2 to MASKING_SEQ tokens, words of 1-3
+  pieces."""
+  rng = np.random.default_rng(seed)
+  ids = np.zeros((n, MASKING_SEQ), np.int32)
+  mask = np.zeros((n, MASKING_SEQ), np.int32)
+  for row in range(n):
+    length = rng.integers(MASKING_SEQ // 2, MASKING_SEQ + 1)
+    body = []
+    while len(body) < length - 3:
+      body += [rng.integers(5, 500)] + list(rng.integers(500, MASKING_VOCAB, rng.integers(0, 3)))
+    body = body[: length - 3]
+    split = rng.integers(1, len(body))
+    ids[row, :length] = [MASKING_CLS, *body[:split], MASKING_SEP, *body[split:], MASKING_SEP]
+    mask[row, :length] = 1
+  return ids, mask
+
+
+def masking_settings(**overrides):
+  """BERT's masking (configs/default.py, a `masking.Masking`) with MASKING_PREDICTIONS predictions, and
+  `overrides`."""
+  from bert_jax.data.masking import Masking
+  from configs import default
+
+  bert = Masking.of(default.get_config().data)
+  return dataclasses.replace(bert, **{"max_predictions_per_seq": MASKING_PREDICTIONS, **overrides})
+
+
+def mask_all(ids, mask, scheme="tokens", seed=0, vocabulary=GENERATED, thresholds=False, **overrides):
+  """mask_tokens of each row (seed (seed, row)) by `scheme` (data.masking), with `vocabulary` (GENERATED's keys),
+  `thresholds` (a masking-rate schedule's) and `overrides` of masking_settings: numpy [n, ...] each."""
+  from bert_jax.data.masking import mask_tokens
+  from bert_jax.tensorflow_cpu import tf
+
+  settings = masking_settings(scheme=scheme, **overrides)
+
+  def apply(index, input_ids, input_mask):
+    row_seed = tf.stack([tf.constant(seed, tf.int64), index])
+    return mask_tokens(input_ids, input_mask, row_seed, **vocabulary, masking=settings, thresholds=thresholds)
+
+  dataset = tf.data.Dataset.from_tensor_slices((tf.range(len(ids), dtype=tf.int64), ids, mask))
+  dataset = dataset.map(apply, num_parallel_calls=tf.data.AUTOTUNE).batch(len(ids))
+  return {k: v.numpy() for k, v in next(iter(dataset)).items()}
+
+
+def words_of(ids, mask):
+  """generated_rows' candidates (real tokens, not special) and word starts (a piece below 500, or the first after a
+  special token): [n, MASKING_SEQ] bool each."""
+  candidate = (mask > 0) & ~np.isin(ids, MASKING_SPECIAL)
+  after_special = ~np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
+  return candidate, candidate & ((ids < 500) | after_special)
+
+
+def selected_positions(out) -> np.ndarray:
+  """[n, seq] bool: the positions whose prediction has weight (mask_tokens' selection, or what a trim kept)."""
+  weights = out["masked_lm_weights"]
+  selected = np.zeros(out["input_ids"].shape, bool)
+  np.put_along_axis(selected, out["masked_lm_positions"], weights > 0, 1)
+  return selected
 
 
 # Fine-tuning.

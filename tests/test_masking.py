@@ -9,64 +9,25 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_jax import config_checks
-from bert_jax.data import masking, masking_schedule, span_masking
+from bert_jax.data import masking, span_masking
 from bert_jax.data.masking import Masking, describe, mask_tokens
 from bert_jax.data.masking_names import MASKINGS, masking_scheme
-from bert_jax.data.masking_schedule import MaskingRates
-from configs import default, tiny
-
-VOCAB, SEQ, MAX_PREDICTIONS = 1000, 128, 20
-PAD, CLS, SEP, MASK = 0, 2, 3, 4
-SPECIAL = [0, 1, 2, 3, 4]
-
-
-def _sequences(n: int, seed: int = 0):
-  """[CLS] a [SEP] b [SEP] [PAD]...; words of 1-3 pieces, a piece id >= 500 continuing a word."""
-  rng = np.random.default_rng(seed)
-  ids = np.zeros((n, SEQ), np.int32)
-  mask = np.zeros((n, SEQ), np.int32)
-  for row in range(n):
-    length = rng.integers(SEQ // 2, SEQ + 1)
-    body = []
-    while len(body) < length - 3:
-      body += [rng.integers(5, 500)] + list(rng.integers(500, VOCAB, rng.integers(0, 3)))
-    body = body[: length - 3]
-    split = rng.integers(1, len(body))
-    ids[row, :length] = [CLS, *body[:split], SEP, *body[split:], SEP]
-    mask[row, :length] = 1
-  return ids, mask
-
-
-def _settings(**overrides) -> Masking:
-  """BERT's masking (configs/default.py) with MAX_PREDICTIONS predictions, and `overrides`."""
-  bert = Masking.of(default.get_config().data)
-  return dataclasses.replace(bert, **{"max_predictions_per_seq": MAX_PREDICTIONS, **overrides})
-
-
-# What mask_tokens needs of a tokenizer, for _sequences' ids.
-GENERATED = dict(special_ids=SPECIAL, word_start=np.arange(VOCAB) < 500, vocab_size=VOCAB, mask_id=MASK)
-
-
-def _mask_all(ids, mask, scheme="tokens", seed=0, vocabulary=GENERATED, thresholds=False, **overrides):
-  """mask_tokens of each row (seed (seed, row)) by `scheme` (data.masking), with `vocabulary` (GENERATED's keys),
-  `thresholds` (a masking-rate schedule's) and `overrides` of _settings."""
-  settings = _settings(scheme=scheme, **overrides)
-
-  def apply(index, input_ids, input_mask):
-    row_seed = tf.stack([tf.constant(seed, tf.int64), index])
-    return mask_tokens(input_ids, input_mask, row_seed, **vocabulary, masking=settings, thresholds=thresholds)
-
-  dataset = tf.data.Dataset.from_tensor_slices((tf.range(len(ids), dtype=tf.int64), ids, mask))
-  dataset = dataset.map(apply, num_parallel_calls=tf.data.AUTOTUNE).batch(len(ids))
-  return {k: v.numpy() for k, v in next(iter(dataset)).items()}
+from configs import default
+from tests.helpers import MASKING_CLS as CLS
+from tests.helpers import MASKING_MASK as MASK
+from tests.helpers import MASKING_PREDICTIONS as MAX_PREDICTIONS
+from tests.helpers import MASKING_SEP as SEP
+from tests.helpers import MASKING_SEQ as SEQ
+from tests.helpers import MASKING_SPECIAL as SPECIAL
+from tests.helpers import MASKING_VOCAB as VOCAB
+from tests.helpers import generated_rows, mask_all, masking_settings, selected_positions, words_of
 
 
 @pytest.fixture(scope="module")
 def masked():
-  ids, mask = _sequences(1100)
+  ids, mask = generated_rows(1100)
   assert mask.sum() > 100_000
-  return ids, mask, _mask_all(ids, mask)
+  return ids, mask, mask_all(ids, mask)
 
 
 def test_fifteen_percent_selected_never_special(masked):
@@ -105,16 +66,16 @@ def test_eighty_ten_ten(masked):
 
 def test_same_seed_same_masks_other_seed_other_masks(masked):
   ids, mask, out = masked
-  again = _mask_all(ids[:50], mask[:50])
+  again = mask_all(ids[:50], mask[:50])
   for name in again:
     np.testing.assert_array_equal(again[name], out[name][:50])
-  other = _mask_all(ids[:50], mask[:50], seed=1)
+  other = mask_all(ids[:50], mask[:50], seed=1)
   assert not np.array_equal(other["masked_lm_positions"], out["masked_lm_positions"][:50])
 
 
 def test_whole_word_masking_takes_every_piece_of_a_word():
-  ids, mask = _sequences(300, seed=1)
-  out = _mask_all(ids, mask, scheme="words")
+  ids, mask = generated_rows(300, seed=1)
+  out = mask_all(ids, mask, scheme="words")
   weights = out["masked_lm_weights"]
   assert abs(weights.sum() / mask.sum() - 0.15) < 0.02
   for row in range(len(ids)):
@@ -132,7 +93,7 @@ def test_whole_word_masking_skips_a_word_that_does_not_fit_and_goes_on():
   # not fit, but a 1-piece word still does (BERT's `continue`), so every sequence gets exactly 3.
   ids = np.repeat(np.array([[CLS] + [10, 600, 11, 12, 601, 13] * 3 + [SEP]], np.int32), 40, 0)  # 40 seeds.
   mask = np.ones_like(ids)
-  out = _mask_all(ids, mask, scheme="words")
+  out = mask_all(ids, mask, scheme="words")
   np.testing.assert_array_equal(out["masked_lm_weights"].sum(1), 3)
 
 
@@ -149,25 +110,9 @@ def test_number_of_predictions_rounds_as_python_does():
     word_start=np.ones(VOCAB, bool),
     vocab_size=VOCAB,
     mask_id=MASK,
-    masking=_settings(max_predictions_per_seq=80),
+    masking=masking_settings(max_predictions_per_seq=80),
   )
   assert int(out["masked_lm_weights"].numpy().sum()) == round(length * 0.15) == 52
-
-
-def _words(ids, mask):
-  """_sequences' candidates (real tokens, not special) and word starts (a piece below 500, or the first after a
-  special token): [n, SEQ] bool each."""
-  candidate = (mask > 0) & ~np.isin(ids, SPECIAL)
-  after_special = ~np.pad(candidate[:, :-1], ((0, 0), (1, 0)))
-  return candidate, candidate & ((ids < 500) | after_special)
-
-
-def _selected(out) -> np.ndarray:
-  """[n, SEQ] bool: the positions mask_tokens selected."""
-  weights = out["masked_lm_weights"]
-  selected = np.zeros(out["input_ids"].shape, bool)
-  np.put_along_axis(selected, out["masked_lm_positions"], weights > 0, 1)
-  return selected
 
 
 def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
@@ -178,10 +123,10 @@ def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
 
 def test_span_masking_selects_fifteen_percent_in_whole_words_replaced_span_by_span(masked):
   ids, mask, _ = masked
-  out = _mask_all(ids, mask, scheme="spans")
+  out = mask_all(ids, mask, scheme="spans")
   assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.005
-  candidate, starts = _words(ids, mask)
-  selected = _selected(out)
+  candidate, starts = words_of(ids, mask)
+  selected = selected_positions(out)
   assert not (selected & ~candidate).any()
   assert (out["input_ids"][~selected] == ids[~selected]).all()
   # Whole words, but for one word per row at most: the budget may cut the last span, leaving a word's first pieces.
@@ -217,7 +162,7 @@ def test_span_masking_selects_fifteen_percent_in_whole_words_replaced_span_by_sp
 def _select_spans_all(ids, mask, seed=0):
   """span_masking.select_spans of each row of _sequences at 15%: (candidate, starts, budget, selected, span_id,
   span_words)."""
-  candidate, starts = _words(ids, mask)
+  candidate, starts = words_of(ids, mask)
   budget = np.minimum(MAX_PREDICTIONS, np.maximum(1, np.round(mask.sum(1) * 0.15))).astype(np.int32)
 
   def apply(index, row_candidate, row_starts, row_budget):
@@ -262,13 +207,13 @@ def test_spans_are_whole_words_from_a_word_start_with_spanbert_s_lengths(masked)
 
 @pytest.mark.parametrize("scheme", MASKINGS)
 def test_the_masking_rate_is_a_setting(scheme):
-  ids, mask = _sequences(300, seed=2)
-  out = _mask_all(ids, mask, scheme, masked_lm_prob=0.4, max_predictions_per_seq=SEQ)
+  ids, mask = generated_rows(300, seed=2)
+  out = mask_all(ids, mask, scheme, masked_lm_prob=0.4, max_predictions_per_seq=SEQ)
   assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.4) < 0.01
 
 
 def test_a_rate_that_max_predictions_caps_is_stated_with_the_value_needed():
-  line, warning = describe(_settings(masked_lm_prob=0.4), SEQ)
+  line, warning = describe(masking_settings(masked_lm_prob=0.4), SEQ)
   assert warning == (
     "data.masked_lm_prob=0.4 asks for 51 masked tokens in a full 128-token sequence, but "
     "data.max_predictions_per_seq=20 allows 20: such a sequence gets 15.6% masked. Set "
@@ -278,11 +223,11 @@ def test_a_rate_that_max_predictions_caps_is_stated_with_the_value_needed():
     "20 of a full 128-token sequence, 15.6% (data.max_predictions_per_seq caps data.masked_lm_prob=0.4), token by "
     "token; 80% [MASK], 10% random, 10% unchanged"
   )
-  full = _mask_all(
+  full = mask_all(
     np.array([[CLS] + [7] * (SEQ - 2) + [SEP]], np.int32), np.ones([1, SEQ], np.int32), masked_lm_prob=0.4
   )
   assert full["masked_lm_weights"].sum() == 20
-  line, warning = describe(_settings(masked_lm_prob=0.4, max_predictions_per_seq=51, scheme="spans"), SEQ)
+  line, warning = describe(masking_settings(masked_lm_prob=0.4, max_predictions_per_seq=51, scheme="spans"), SEQ)
   assert warning == "" and line == (
     "40% of tokens (51 of a full 128-token sequence), in spans of 1-10 whole words (geometric p=0.2, mean 3.80); "
     "80% [MASK], 10% random, 10% unchanged"
@@ -292,7 +237,7 @@ def test_a_rate_that_max_predictions_caps_is_stated_with_the_value_needed():
 def test_data_masking_names_a_scheme_of_the_table_and_the_header_names_its_units():
   # The config checks read the names without TensorFlow (masking_names); the table is what masks.
   assert tuple(masking.SCHEMES) == MASKINGS == ("tokens", "words", "spans")
-  units = {scheme: describe(_settings(scheme=scheme), SEQ)[0] for scheme in MASKINGS}
+  units = {scheme: describe(masking_settings(scheme=scheme), SEQ)[0] for scheme in MASKINGS}
   assert units == {
     "tokens": "15% of tokens (19 of a full 128-token sequence), token by token; 80% [MASK], 10% random, 10% unchanged",
     "words": "15% of tokens (19 of a full 128-token sequence), by whole words; 80% [MASK], 10% random, 10% unchanged",
@@ -334,7 +279,7 @@ def test_a_config_saved_before_data_masking_existed_reads_as_token_masking():
 
 def test_the_replacement_fractions_are_settings(masked):
   ids, mask, _ = masked
-  out = _mask_all(ids, mask, mask_token_fraction=0.85, random_token_fraction=0.0)  # ELECTRA's.
+  out = mask_all(ids, mask, mask_token_fraction=0.85, random_token_fraction=0.0)  # ELECTRA's.
   selected = out["masked_lm_weights"] > 0
   now = np.take_along_axis(out["input_ids"], out["masked_lm_positions"], 1)[selected]
   before = out["masked_lm_ids"][selected]
@@ -382,9 +327,9 @@ def test_sentencepiece_whole_word_masking_masks_every_piece_of_a_word(fixture_to
     vocab_size=tokenizer.vocab_size,
     mask_id=tokenizer.mask_id,
   )
-  out = _mask_all(ids, mask, "words", vocabulary=vocabulary)
+  out = mask_all(ids, mask, "words", vocabulary=vocabulary)
   assert abs(out["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.02
-  selected = _selected(out)
+  selected = selected_positions(out)
   alone = 0  # Full stops selected without the word before them.
   for row in range(rows):
     for word in np.unique(text_word[row][text_word[row] >= 0]):
@@ -393,141 +338,3 @@ def test_sentencepiece_whole_word_masking_masks_every_piece_of_a_word(fixture_to
     for position in np.flatnonzero(selected[row] & (ids[row] == tokenizer.pieces.index("."))):
       alone += not selected[row, position - 1]
   assert alone > 0  # Punctuation is a word of its own (ALBERT's rule), not the end of the word before it.
-
-
-# A masking-rate schedule (data.masking_phases, data/masking_schedule.py): every instance selected at masked_lm_prob,
-# each prediction with its threshold, each batch trimmed to its rate.
-
-
-def _trimmed(out: dict, rate: float) -> dict:
-  """masking.trim_to_rate of rows masked with thresholds."""
-  batch = {name: tf.constant(value) for name, value in out.items()}
-  return {name: value.numpy() for name, value in masking.trim_to_rate(batch, tf.constant(rate, tf.float32)).items()}
-
-
-# Selection at 30%, with room for all of it at SEQ tokens.
-AT_30 = dict(masked_lm_prob=0.3, max_predictions_per_seq=40)
-
-
-@pytest.mark.parametrize("scheme", MASKINGS)
-def test_thresholds_leave_the_masks_as_they_were_and_a_trim_to_the_selection_rate_keeps_them_all(masked, scheme):
-  ids, mask, _ = masked
-  ids, mask = ids[:300], mask[:300]
-  plain = _mask_all(ids, mask, scheme, **AT_30)
-  with_thresholds = _mask_all(ids, mask, scheme, thresholds=True, **AT_30)
-  thresholds = with_thresholds.pop("masked_lm_thresholds")
-  assert thresholds.shape == (300, 40) and thresholds.dtype == np.float32
-  for name in plain:
-    np.testing.assert_array_equal(with_thresholds[name], plain[name], err_msg=name)
-  predicted = plain["masked_lm_weights"] > 0
-  assert (thresholds[~predicted] == 2.0).all() and (thresholds[predicted] <= np.float32(0.3)).all()
-  assert ((thresholds == 0) & predicted).any(1).all()  # Every instance keeps its first unit at any rate.
-  trimmed = _trimmed(dict(with_thresholds, masked_lm_thresholds=thresholds), 0.3)
-  assert trimmed.keys() == plain.keys()  # The thresholds are not passed on.
-  for name in plain:
-    np.testing.assert_array_equal(trimmed[name], plain[name], err_msg=name)
-
-
-def test_a_tokens_trim_to_a_rate_is_the_recipe_at_that_rate(masked):
-  """Selected at 30% and trimmed to 15%: each row keeps round(length x 15%) predictions (at least 1), as masking at
-  15% selects, replaced 80/10/10; a dropped position holds its original token again (no [MASK] without a
-  prediction); the kept predictions come first, in position order."""
-  ids, mask, at_15 = masked
-  trimmed = _trimmed(_mask_all(ids, mask, thresholds=True, **AT_30), 0.15)
-  weights = trimmed["masked_lm_weights"]
-  kept = weights.sum(1)
-  asked = mask.sum(1) * 0.15
-  expected = np.maximum(1, np.round(asked))
-  tie = np.abs(asked % 1 - 0.5) < 1e-9  # 70 x 15% = 10.5: the trim keeps 11 where round gives 10 (half to even).
-  assert 0 < tie.sum() < 0.1 * len(ids)
-  np.testing.assert_array_equal(kept[~tie], expected[~tie])
-  assert (np.abs(kept - expected)[tie] <= 1).all()
-  assert kept.mean() == pytest.approx(at_15["masked_lm_weights"].sum(1).mean(), rel=0.005)  # The ties: 0.23% here.
-  selected = _selected(trimmed)
-  assert (trimmed["input_ids"][~selected] == ids[~selected]).all()
-  for row in range(len(ids)):
-    positions = trimmed["masked_lm_positions"][row]
-    assert (weights[row][: int(kept[row])] == 1).all() and not weights[row][int(kept[row]) :].any()
-    assert (np.diff(positions[: int(kept[row])]) > 0).all() and not positions[int(kept[row]) :].any()
-  now = np.take_along_axis(trimmed["input_ids"], trimmed["masked_lm_positions"], 1)[weights > 0]
-  before = trimmed["masked_lm_ids"][weights > 0]
-  np.testing.assert_array_equal(before, ids[selected])  # Row by row, in position order.
-  assert abs(np.mean(now == MASK) - 0.8) < 0.015 and abs(np.mean(now == before) - 0.1) < 0.015
-
-
-@pytest.mark.parametrize("scheme", ["words", "spans"])
-def test_words_and_spans_are_trimmed_whole_at_their_rate(masked, scheme):
-  """A word (a run of selected tokens, for spans) is kept or dropped whole; the kept tokens come to the rate on
-  average (each unit kept while its middle is within the rate)."""
-  ids, mask, _ = masked
-  out = _mask_all(ids, mask, scheme, thresholds=True, **AT_30)
-  trimmed = _trimmed(out, 0.15)
-  assert abs(trimmed["masked_lm_weights"].sum() / mask.sum() - 0.15) < 0.005
-  before, after = _selected(out), _selected(trimmed)
-  assert not (after & ~before).any()
-  candidate, starts = _words(ids, mask)
-  units = (
-    np.cumsum(starts, 1) if scheme == "words" else np.cumsum(before & ~np.pad(before[:, :-1], ((0, 0), (1, 0))), 1)
-  )
-  for row in range(len(ids)):
-    for unit in np.unique(units[row][before[row]]):
-      kept = after[row][before[row] & (units[row] == unit)]
-      assert kept.all() or not kept.any(), (row, unit)
-  assert (trimmed["input_ids"][~after] == ids[~after]).all()
-
-
-def test_a_batchs_rate_follows_its_phase_constant_or_linear_and_the_last_rate_after():
-  rates = MaskingRates(bounds=(0, 2, 4, 8), firsts=(0.3, 0.15, 0.15), lasts=(0.3, 0.15, 0.05))
-  got = [float(masking.batch_rate(tf.constant(b, tf.int64), rates)) for b in range(12)]
-  linear = [0.15 - 0.1 * k / 4 for k in range(4)]
-  np.testing.assert_allclose(got, [0.3, 0.3, 0.15, 0.15, *linear, 0.05, 0.05, 0.05, 0.05], rtol=1e-6)
-  assert got[0] == np.float32(0.3) and got[2] == np.float32(0.15)  # A phase's own rate, exactly.
-
-
-def _scheduled(phases: str, **keys):
-  """configs/tiny.py with data.masking_phases=`phases`, masked_lm_prob 0.3 and `keys`."""
-  config = tiny.get_config()
-  config.data.update(masking_phases=phases, masked_lm_prob=0.3)
-  config.update(keys)
-  return config
-
-
-def test_a_schedule_resolves_to_reader_batches_and_the_header_says_it():
-  config = _scheduled("0: 0.3; 200: 0.15; 400: 0.15->0.05", num_train_steps=550)
-  config_checks.check_pretraining(config)
-  assert MaskingRates.of(config) == MaskingRates((0, 200, 400, 550), (0.3, 0.15, 0.15), (0.3, 0.15, 0.05))
-  assert masking_schedule.describe(config) == (
-    "by phase: 30% (steps 1-200), 15% (steps 201-400), 15%->5% (steps 401-550); selected at 30% "
-    "(data.masked_lm_prob), each step's rows trimmed to its rate"
-  )
-  # A batch-size warmup: reader batches of its first size, 8 rows (steps of 8, 16 and 24 rows, 4 each, then 32), a
-  # phase beginning in tokens: 2e4 token positions at 64 per row are 312.5 rows, read by the end of step 16 (192 rows
-  # in the warmup's 12 steps, then 32 a step: 320 rows, 40 reader batches); step 550 ends at 17,408 rows, 2,176.
-  warm = _scheduled("0: 0.3; 2e4tokens: 0.1", batch_warmup_start=8, batch_warmup_tokens=10_000)
-  config_checks.check_pretraining(warm)
-  assert MaskingRates.of(warm) == MaskingRates((0, 40, 2176), (0.3, 0.1), (0.3, 0.1))
-  assert MaskingRates.of(tiny.get_config()) is None and masking_schedule.describe(tiny.get_config()) == ""
-
-
-BAD_SCHEDULES = [
-  (
-    "0: 0.3; 100: 0.4",
-    "data.masking_phases: phase '100: 0.4' has rate 0.4; expected rates in (0, data.masked_lm_prob=0.3]",
-  ),
-  ("0: 0.3->0", "data.masking_phases: phase '0: 0.3->0' has rate 0; expected rates in (0, data.masked_lm_prob=0.3]"),
-  ("0: -0.1", "data.masking_phases: phase '0: -0.1' has rate -0.1; expected"),
-  ("0: nan", "data.masking_phases: 'nan' is not a masking rate (a finite number)."),
-  ("0: 0.3; 100: fast", "data.masking_phases: 'fast' is not a masking rate (a finite number)."),
-  (
-    "0: 0.3; 300: 0.2; 200: 0.1",
-    "data.masking_phases: phases out of order: '200' (step 200) does not begin after '300'",
-  ),
-  ("100: 0.2", "data.masking_phases: the first phase begins at '100'; it must begin at 0."),
-  ("0 0.2", "data.masking_phases: phase '0 0.2' is not BEGIN: VALUE"),
-]
-
-
-@pytest.mark.parametrize("phases,error", BAD_SCHEDULES, ids=[phases for phases, _ in BAD_SCHEDULES])
-def test_a_bad_masking_schedule_is_refused_naming_the_key_and_the_phase(phases, error):
-  with pytest.raises(ValueError, match=re.escape(error)):
-    config_checks.check_pretraining(_scheduled(phases))

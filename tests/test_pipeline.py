@@ -11,12 +11,11 @@ import pytest
 import tensorflow as tf
 
 from bert_jax.data import full_sentences, packing, pipeline, prepare, readers
-from bert_jax.data.masking_schedule import MaskingRates
 from tests.helpers import PIPELINE_BATCH as BATCH
 from tests.helpers import PIPELINE_PREDICTIONS as PREDICTIONS
 from tests.helpers import PIPELINE_SEQ as SEQ
 from tests.helpers import PIPELINE_WORDS_PER_SHARD as WORDS_PER_SHARD
-from tests.helpers import assert_same_batches, concat_batches, corpus_source, next_batches
+from tests.helpers import assert_same_batches, concat_batches, corpus_source, next_batches, unmasked_ids
 
 
 def _reference_labels(documents, max_seq_length, short_seq_prob, rng):
@@ -169,22 +168,13 @@ def _documents(corpus) -> list[list[tuple]]:
   ]
 
 
-def _unmasked(batch: dict) -> np.ndarray:
-  """input_ids with the original token back at every masked position."""
-  ids = batch["input_ids"].copy()
-  for row in range(len(ids)):
-    real = batch["masked_lm_weights"][row] > 0
-    ids[row, batch["masked_lm_positions"][row][real]] = batch["masked_lm_ids"][row][real]
-  return ids
-
-
 def test_a_row_that_comes_back_in_a_later_epoch_is_masked_anew(pipeline_corpus, data_config):
   """Dynamic masking (RoBERTa's; every recipe here): the masks are drawn per epoch, never fixed at preparation."""
   rows_that_repeat_exactly = dict(instances="doc_sentences", short_seq_prob=0.0)
   source = corpus_source(pipeline_corpus, data_config, **rows_that_repeat_exactly)
   seen, repeats, changed = {}, 0, 0
   for batch in next_batches(source, 20):  # About 2.5 epochs.
-    for row, ids in enumerate(_unmasked(batch)):
+    for row, ids in enumerate(unmasked_ids(batch)):
       if batch["input_mask"][row].sum() < 32:  # A document's last few tokens: too few to mask otherwise, surely.
         continue
       positions = frozenset(batch["masked_lm_positions"][row][batch["masked_lm_weights"][row] > 0].tolist())
@@ -231,7 +221,7 @@ def test_sentence_order_pairs_are_consecutive_segments_of_one_document_swapped_h
     return any(texts[d][offset : offset + len(tokens)] == tokens for d, offset in at.get(tokens[:3], []))
 
   for batch in batches:
-    ids, lengths = _unmasked(batch), batch["input_mask"].sum(1)
+    ids, lengths = unmasked_ids(batch), batch["input_mask"].sum(1)
     for row, label in enumerate(batch["next_sentence_labels"]):
       n = lengths[row]
       seps = np.flatnonzero(ids[row, :n] == 3)
@@ -509,41 +499,3 @@ def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(pipeline_c
   assert_same_batches(evaluation(0.3, 0.0, "0: 0.1"), at_30)
   training = next_batches(corpus(0.3, 0.15, "0: 0.1").source(0), 3)
   assert masked_share(training) == pytest.approx(0.1, abs=0.01)
-
-
-# A masking-rate schedule (data.masking_phases) in reader batches of BATCH rows: 30% for two batches, 15% for two,
-# then from 30% down to 5% over four, and 5% after. Every instance is selected at data.masked_lm_prob=0.3.
-SCHEDULE = dict(
-  masked_lm_prob=0.3,
-  max_predictions_per_seq=40,
-  masking_phases="0: 0.3; 2: 0.15; 4: 0.3->0.05",
-  masking_rates=MaskingRates(bounds=(0, 2, 4, 8), firsts=(0.3, 0.15, 0.3), lasts=(0.3, 0.15, 0.05)),
-)
-RATES = [0.3, 0.3, 0.15, 0.15, 0.3, 0.3 - 0.25 / 4, 0.3 - 0.25 / 2, 0.3 - 0.25 * 3 / 4, 0.05, 0.05]
-
-
-def _masked_share(batch: dict) -> float:
-  return batch["masked_lm_weights"].sum() / (batch["input_mask"] > 0).sum()
-
-
-def test_the_masking_rate_follows_its_schedule_batch_by_batch_over_the_same_rows(pipeline_corpus, data_config):
-  """Each batch is masked at the rate of its place in the stream (constant phases, a linear decay, the last rate
-  after), over the rows of the stream without a schedule; a batch at the selection rate is that stream's, bitwise;
-  a dropped prediction leaves its original token (no [MASK] without a prediction)."""
-  scheduled = next_batches(corpus_source(pipeline_corpus, data_config, **SCHEDULE), len(RATES))
-  at_30 = next_batches(corpus_source(pipeline_corpus, data_config, masked_lm_prob=0.3, max_predictions_per_seq=40), 10)
-  for b, (batch, plain, rate) in enumerate(zip(scheduled, at_30, RATES, strict=True)):
-    assert batch.keys() == plain.keys()  # The thresholds stay in the pipeline.
-    assert _masked_share(batch) == pytest.approx(rate, abs=0.005), b
-    np.testing.assert_array_equal(_unmasked(batch), _unmasked(plain))
-    if rate == 0.3:
-      assert_same_batches([batch], [plain])
-    predicted = np.zeros(batch["input_ids"].shape, bool)
-    np.put_along_axis(predicted, batch["masked_lm_positions"], batch["masked_lm_weights"] > 0, 1)
-    assert not (batch["input_ids"][~predicted] == 4).any(), b  # [MASK] is 4.
-    assert (batch["input_ids"][~predicted] == _unmasked(batch)[~predicted]).all()
-  # Packed rows carry each instance's thresholds to the trim.
-  packed = dict(pack_instances=True, packing_group=64, max_instances_per_row=4, batch_size=32, **SCHEDULE)
-  rows = next_batches(corpus_source(pipeline_corpus, data_config, **packed), len(RATES))
-  for b, (batch, rate) in enumerate(zip(rows, RATES, strict=True)):
-    assert _masked_share(batch) == pytest.approx(rate, abs=0.01), b

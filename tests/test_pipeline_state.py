@@ -12,10 +12,18 @@ import numpy as np
 import pytest
 
 from bert_jax.data import readers, sources
+from bert_jax.data.masking_schedule import MaskingRates
 from configs import default
 from tests.helpers import PIPELINE_BATCH as BATCH
+from tests.helpers import (
+  PIPELINE_SCHEDULE,
+  assert_same_batches,
+  concat_batches,
+  corpus_source,
+  next_batches,
+  pipeline_data,
+)
 from tests.helpers import PIPELINE_WORDS_PER_SHARD as WORDS_PER_SHARD
-from tests.helpers import assert_same_batches, concat_batches, corpus_source, next_batches, pipeline_data
 
 
 def test_same_seed_same_batches_other_seed_others(pipeline_corpus, data_config, pipeline_batches):
@@ -290,26 +298,24 @@ def test_a_state_saved_before_data_instances_existed_still_applies(pipeline_corp
 def test_a_masking_schedule_resumes_exactly_and_may_change_at_a_resume(
   pipeline_corpus, data_config, tmp_path, monkeypatch
 ):
-  """A stream trimmed by a masking-rate schedule (tests/test_pipeline.py's SCHEDULE) from a saved state, restored or
+  """A stream trimmed by a masking-rate schedule (tests/helpers.py's PIPELINE_SCHEDULE) from a saved state, restored or
   replayed, continues as the run that went through: the trim is a function of each batch's place in the stream. The
   state does not depend on the schedule (data.masking_phases is not the stream): another schedule restores it and
   trims by its own rates, here 30% throughout, the stream's rows at their selection. A state saved without a
   schedule (its rows carry no thresholds) is not used by one with, nor the other way round."""
-  from tests.test_pipeline import SCHEDULE
-
   restores = _restores(monkeypatch)
-  through = next_batches(corpus_source(pipeline_corpus, data_config, **SCHEDULE), 7)
-  first = corpus_source(pipeline_corpus, data_config, **SCHEDULE)
+  through = next_batches(corpus_source(pipeline_corpus, data_config, **PIPELINE_SCHEDULE), 7)
+  first = corpus_source(pipeline_corpus, data_config, **PIPELINE_SCHEDULE)
   for _ in range(5):
     next(first)
   first.save_state(str(tmp_path / "state"))
-  resume = dict(SCHEDULE, start_example=5 * BATCH)
+  resume = dict(PIPELINE_SCHEDULE, start_example=5 * BATCH)
   restored = corpus_source(pipeline_corpus, data_config, state_dir=str(tmp_path / "state"), **resume)
   replayed = corpus_source(pipeline_corpus, data_config, state_dir=str(tmp_path / "missing"), **resume)
   assert restores == [(0, True), (0, False)]
   for source in (restored, replayed):
     assert_same_batches(next_batches(source, 2), through[5:7])
-  at_30 = dict(SCHEDULE, masking_phases="0: 0.3", masking_rates=sources.MaskingRates((0, 8), (0.3,), (0.3,)))
+  at_30 = dict(PIPELINE_SCHEDULE, masking_phases="0: 0.3", masking_rates=MaskingRates((0, 8), (0.3,), (0.3,)))
   constant = corpus_source(
     pipeline_corpus, data_config, start_example=5 * BATCH, state_dir=str(tmp_path / "state"), **at_30
   )
