@@ -195,5 +195,10 @@ def test_the_masking_rate_follows_its_schedule_batch_by_batch_over_the_same_rows
   # Packed rows carry each instance's thresholds to the trim.
   packed = dict(pack_instances=True, packing_group=64, max_instances_per_row=4, batch_size=32, **PIPELINE_SCHEDULE)
   rows = next_batches(corpus_source(pipeline_corpus, data_config, **packed), len(RATES))
-  for b, (batch, rate) in enumerate(zip(rows, RATES, strict=True)):
+  plain = next_batches(
+    corpus_source(pipeline_corpus, data_config, **dict(packed, masking_phases="", masking_rates=None)), 10
+  )
+  for b, (batch, untrimmed, rate) in enumerate(zip(rows, plain, RATES, strict=True)):
     assert _masked_share(batch) == pytest.approx(rate, abs=0.01), b
+    np.testing.assert_array_equal(unmasked_ids(batch), unmasked_ids(untrimmed))
+    assert not (batch["input_ids"][~selected_positions(batch)] == 4).any(), b
