@@ -36,6 +36,8 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.data.input_formats",
   "bert_jax.data.instances",
   "bert_jax.data.masking_names",
+  "bert_jax.data.mixture",
+  "bert_jax.data.phases",
   "bert_jax.data.tokenizer_names",
   "bert_jax.dry_run.tpu_topology",
   "bert_jax.finetune.contrastive",
@@ -180,7 +182,15 @@ def test_only_the_front_door_imports_config_checks():
 
 
 @pytest.mark.parametrize(
-  "light", ["bert_jax.data", "bert_jax.data.input_formats", "bert_jax.data.instances", "bert_jax.data.windows"]
+  "light",
+  [
+    "bert_jax.data",
+    "bert_jax.data.input_formats",
+    "bert_jax.data.instances",
+    "bert_jax.data.mixture",
+    "bert_jax.data.phases",
+    "bert_jax.data.windows",
+  ],
 )
 def test_light_data_modules_import_no_tensorflow(light):
   """Reading `data.instances` or the windows from config checks, hand-off or fine-tuning brings no TensorFlow."""

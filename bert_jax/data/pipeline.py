@@ -25,7 +25,7 @@ import contextlib
 import functools
 import os
 
-from bert_jax.data import full_sentences, packing
+from bert_jax.data import full_sentences, mixed, packing
 from bert_jax.data.instances import instance_kind
 from bert_jax.data.manifest import check_documents
 from bert_jax.data.masking import Masking, mask_tokens
@@ -314,19 +314,10 @@ def _mask_function(tokenizer, masking: Masking):
   return tf.function(masked, autograph=False)
 
 
-def reader_dataset(
-  prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int, reader: int, batch_size: int
-) -> tf.data.Dataset:
-  """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
-  with BERT's feature names).
-
-  `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
-  buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
-  size; `batch_size` is the global batch.
-  """
+def reader_rows(prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int, reader: int) -> tf.data.Dataset:
+  """Reader `reader`'s infinite stream of rows of one prepared corpus (of `data.num_readers`), masked and, with
+  `data.pack_instances`, packed: what `reader_dataset` batches."""
   num_readers = data.num_readers
-  if batch_size % num_readers:
-    raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
   shards = manifest["shards"]
   check_documents(prepared_dir, manifest)
   units = reader_units(manifest, reader, num_readers)
@@ -341,13 +332,6 @@ def reader_dataset(
   epochs = functools.partial(_epoch_documents, units=tf.constant(units, tf.int64), **corpus)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   kind = instance_kind(data)
-  options = tf.data.Options()
-  options.deterministic = True
-  # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine
-  # (python -m bert_jax.benchmarks.pipeline_throughput, 2026-11-24): 8,476 vs 6,771 sequences/s at 128 and
-  # 6,238 vs 5,175 at 512; and a finished run no longer waits up to ~40 s at exit for the autotuner's thread to notice
-  # that the iterator is being destroyed (py-spy: ~IteratorResource waiting in UnboundedThreadPool's thread wrapper).
-  options.autotune.enabled = False
   documents = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
   if kind == "full_sentences":  # Rows carried from document to document: a scan, in order.
     dataset = full_sentences.full_sentence_rows(documents, max_seq_length=data.max_seq_length, special=special)
@@ -362,7 +346,47 @@ def reader_dataset(
   dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if data.pack_instances:
     dataset = packing.packed(dataset, data, seed, tokenizer.pad_id)
-  dataset = dataset.batch(
+  return dataset
+
+
+def reader_dataset(
+  prepared_dir: str,
+  manifest: dict,
+  tokenizer,
+  data,
+  *,
+  seed: int,
+  reader: int,
+  batch_size: int,
+  mixture: mixed.Mixture | None = None,
+) -> tf.data.Dataset:
+  """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
+  with BERT's feature names).
+
+  `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
+  buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
+  size; `batch_size` is the global batch. With a `mixture`, the rows are drawn from its sources (`mixed.py`; each
+  row's `source` says which) and `prepared_dir`, `manifest` are not read.
+  """
+  num_readers = data.num_readers
+  if batch_size % num_readers:
+    raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
+  rows = functools.partial(reader_rows, tokenizer=tokenizer, data=data, reader=reader)
+  options = tf.data.Options()
+  options.deterministic = True
+  # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine
+  # (python -m bert_jax.benchmarks.pipeline_throughput, 2026-11-24): 8,476 vs 6,771 sequences/s at 128 and
+  # 6,238 vs 5,175 at 512; and a finished run no longer waits up to ~40 s at exit for the autotuner's thread to notice
+  # that the iterator is being destroyed (py-spy: ~IteratorResource waiting in UnboundedThreadPool's thread wrapper).
+  options.autotune.enabled = False
+  if mixture is not None:  # Rows drawn after every buffer: see `mixed.choose`.
+    streams = [
+      rows(directory, source_manifest, seed=mixture.source_seed(seed, j)).prefetch(tf.data.AUTOTUNE)
+      for j, (directory, source_manifest) in enumerate(zip(mixture.dirs, mixture.manifests, strict=True))
+    ]
+    dataset = mixed.choose(streams, mixture, seed=seed, reader=reader, rows_per_batch=batch_size // num_readers)
+    return dataset.batch(batch_size // num_readers, drop_remainder=True).with_options(options)
+  dataset = rows(prepared_dir, manifest, seed=seed).batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )
   return dataset.prefetch(tf.data.AUTOTUNE).with_options(options)

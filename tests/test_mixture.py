@@ -1,0 +1,189 @@
+"""Mixtures of prepared corpora (data/mixture.py, data/mixed.py, data/phases.py): the draw by weights, temperatures and
+phases; determinism over hosts and resumes; a schedule changed at a resume; and the refusals, before any compute."""
+
+import math
+
+import numpy as np
+import pytest
+
+from bert_jax.data import mixture, phases, sources
+from bert_jax.data.batch_warmup import BatchSchedule
+from bert_jax.data.mixed import Mixture
+from tests.helpers import PIPELINE_WORDS_PER_SHARD, next_batches, pipeline_data
+
+ROWS = 32  # A batch of the mixture tests' stream.
+
+
+@pytest.fixture(scope="module")
+def two_corpora(pipeline_corpus, data_config, tmp_path_factory):
+  """Two sources prepared from the pipeline corpus's text with its tokenizer: "a" from its parts 0-1 (words 0-799),
+  "b" from parts 2-3 (words 800-1599), so a row's tokens tell its source. Returns ({name: dir}, {name: manifest},
+  tokenizer)."""
+  from bert_jax.data import prepare
+
+  prepared, _, tokenizer = pipeline_corpus
+  root = tmp_path_factory.mktemp("mixture")
+  text = f"{prepared}/.."
+  dirs, manifests = {}, {}
+  for name, parts in (("a", "[01]"), ("b", "[23]")):
+    inputs = data_config(input_pattern=f"{text}/part-{parts}.txt", input_format="bert")
+    dirs[name] = str(root / name)
+    manifests[name] = prepare.prepare(inputs, dict(kind="wordpiece", path=f"{text}/vocab.txt"), dirs[name], 1)
+  return dirs, manifests, tokenizer
+
+
+def _data(data_config, dirs, phases_text="", **overrides):
+  sources_text = ",".join(f"{name}={directory}" for name, directory in dirs.items())
+  return pipeline_data(
+    data_config,
+    mixture_sources=sources_text,
+    mixture_phases=phases_text,
+    instances="full_sentences",
+    shuffle_buffer=100,
+    **overrides,
+  )
+
+
+def _source(two_corpora, data, steps=1000, **keys):
+  dirs, manifests, tokenizer = two_corpora
+  batches = BatchSchedule.warmup(ROWS, ROWS, 0, data.max_seq_length)
+  mixed = Mixture.of(data, manifests, batches, steps)
+  first = next(iter(dirs))
+  return sources.pipeline_source(
+    data, dirs[first], manifests[first], tokenizer, seed=0, batch_size=ROWS, mixture=mixed, **keys
+  )
+
+
+def _row_sources(batch) -> np.ndarray:
+  """Each row's source as its tokens say: 0 ("a": words below 800), 1 ("b")."""
+  ids = batch["masked_lm_ids"]  # The original tokens at the masked positions (word ids are 6 + word number).
+  word = np.where(batch["masked_lm_weights"] > 0, ids - 6, -1)
+  first_word = np.array([row[row >= 0][0] for row in word])
+  return (first_word >= 2 * PIPELINE_WORDS_PER_SHARD).astype(np.int32)
+
+
+def test_rows_are_drawn_by_the_weights_and_say_their_source(two_corpora, data_config):
+  data = _data(data_config, two_corpora[0], "0: a=3,b=1")
+  batches = next_batches(_source(two_corpora, data), 40)
+  drawn = np.concatenate([batch["source"] for batch in batches])
+  np.testing.assert_array_equal(drawn, np.concatenate([_row_sources(batch) for batch in batches]))
+  share = np.mean(drawn == 0)  # 1,280 draws at p = 0.75: a standard deviation of 1.2%.
+  assert abs(share - 0.75) < 0.04, share
+
+
+def test_a_temperature_draws_by_token_counts(two_corpora, data_config):
+  dirs, manifests, _ = two_corpora
+  tokens = {name: manifest["tokens"] for name, manifest in manifests.items()}
+  _, draws = mixture.schedule(_data(data_config, dirs, "0: tau=0.5"))
+  ((first, last),) = mixture.planned_shares(draws, tokens)
+  expected = math.sqrt(tokens["a"]) / (math.sqrt(tokens["a"]) + math.sqrt(tokens["b"]))
+  assert first == last and first[0] == pytest.approx(expected)
+  _, draws = mixture.schedule(_data(data_config, dirs, "0: tau=0"))
+  assert mixture.planned_shares(draws, tokens)[0][0] == pytest.approx([0.5, 0.5])
+
+
+def test_phases_switch_at_their_step(two_corpora, data_config):
+  data = _data(data_config, two_corpora[0], "0: a=1; 3: b=1; 5: tau=1")
+  drawn = [batch["source"] for batch in next_batches(_source(two_corpora, data), 6)]
+  assert [set(rows.tolist()) for rows in drawn[:5]] == [{0}, {0}, {0}, {1}, {1}]
+  assert set(drawn[5].tolist()) == {0, 1}
+
+
+def test_a_temperature_anneals_within_its_phase(two_corpora, data_config):
+  data = _data(data_config, two_corpora[0], "0: a=1; 2: tau=1->tau=0")
+  dirs, manifests, _ = two_corpora
+  mixed = Mixture.of(data, manifests, BatchSchedule.warmup(ROWS, ROWS, 0, 128), 12)
+  assert mixed.bounds == (0, 2, 12)
+  logits = [mixed.logits_at(np.int64(b)).numpy() for b in (2, 7, 12, 50)]
+  tau_one = [math.log(manifests[name]["tokens"]) for name in manifests]
+  np.testing.assert_allclose(logits[0], tau_one, rtol=1e-6)
+  np.testing.assert_allclose(logits[1], np.array(tau_one) / 2, rtol=1e-6)
+  np.testing.assert_allclose(logits[2], [0, 0], atol=1e-6)
+  np.testing.assert_allclose(logits[3], [0, 0], atol=1e-6)  # Past the end: the last phase's last value.
+
+
+def test_the_stream_is_the_same_on_any_host_count_and_after_a_resume(two_corpora, data_config, tmp_path):
+  data = _data(data_config, two_corpora[0], "0: a=1,b=1; 4: a=1,b=4", num_readers=2)
+  whole = next_batches(_source(two_corpora, data), 8)
+  halves = [next_batches(_source(two_corpora, data, host=(h, 2)), 8) for h in range(2)]
+  for step, batch in enumerate(whole):
+    for name in batch:
+      joined = np.concatenate([halves[0][step][name], halves[1][step][name]])
+      np.testing.assert_array_equal(joined, batch[name], err_msg=f"{name} of step {step}")
+  source = _source(two_corpora, data)
+  next_batches(source, 5)
+  source.save_state(str(tmp_path / "state"))
+  for state_dir in (str(tmp_path / "state"), None):  # Restored, then replayed.
+    resumed = next_batches(_source(two_corpora, data, start_example=5 * ROWS, state_dir=state_dir), 3)
+    for got, expected in zip(resumed, whole[5:], strict=True):
+      for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def test_a_schedule_changed_at_a_declared_boundary_keeps_the_saved_state(two_corpora, data_config, tmp_path):
+  dirs = two_corpora[0]
+  before = _data(data_config, dirs, "0: a=1,b=1; 4: a=1")
+  source = _source(two_corpora, before)
+  next_batches(source, 4)
+  source.save_state(str(tmp_path / "state"))
+  changed = _data(data_config, dirs, "0: a=1,b=1; 4: b=1")  # Only what comes after step 4.
+  resumed = _source(two_corpora, changed, start_example=4 * ROWS, state_dir=str(tmp_path / "state"))
+  assert set(next(resumed)["source"].tolist()) == {1}
+  assert _source(two_corpora, changed, start_example=4 * ROWS)._restore(0, str(tmp_path / "state"))  # Not replayed.
+  # Changing what came before the saved place is another stream: its state does not apply.
+  other = _data(data_config, dirs, "0: a=1,b=2; 4: a=1")
+  assert not _source(two_corpora, other, start_example=4 * ROWS)._restore(0, str(tmp_path / "state"))
+
+
+def test_same_before_allows_changes_only_after_the_resumed_step():
+  batches = BatchSchedule.warmup(8, 8, 0, 128)
+
+  def spans(text, end=100):
+    return phases.resolved(phases.parse(text, "k"), batches, end, "k")
+
+  assert phases.same_before(spans("0: a=1; 50: b=1"), spans("0: a=1; 50: a=1,b=1"), 50)
+  assert not phases.same_before(spans("0: a=1; 50: b=1"), spans("0: a=1; 50: a=1,b=1"), 51)
+  assert phases.same_before(spans("0: tau=1"), spans("0: tau=1; 30: tau=0.5"), 30)  # A boundary declared there.
+  assert not phases.same_before(spans("0: tau=1->0.5"), spans("0: tau=1->0.5; 30: tau=0.5"), 30)  # Stretched.
+  assert not phases.same_before(spans("0: tau=1->0.5"), spans("0: tau=1->0.5", end=200), 30)
+
+
+@pytest.mark.parametrize(
+  "phases_text, sources_text, expected",
+  [
+    ("0: a=-1,b=1", None, "a's weight is -1"),
+    ("0: a=0,b=1", None, "a's weight is 0"),
+    ("0: a=nan", None, "'nan' is not a's weight (a finite number)"),
+    ("0: c=1", None, "'c' is not a source of data.mixture_sources (a, b)"),
+    ("0: a=1; 10: b=1; 5: a=1", None, "phases out of order: '5' (step 5) does not begin after '10'"),
+    ("3: a=1", None, "the first phase begins at '3'"),
+    ("0: tau=-1", None, "temperature -1 is negative"),
+    ("0: a=1->b=1", None, "weights cannot be interpolated"),
+    ("", "a=/x,a=/y", "source 'a' is named twice"),
+    ("", "a:/x", "'a:/x' is not NAME=PREPARED_DIR"),
+  ],
+)
+def test_bad_mixtures_are_refused_by_the_config_check(phases_text, sources_text, expected):
+  from bert_jax.config_checks import training
+  from configs import default
+
+  config = default.get_config()
+  config.tokenizer.path = "/vocab.txt"
+  config.data.mixture_sources = sources_text or "a=/x,b=/y"
+  config.data.mixture_phases = phases_text
+  with pytest.raises(ValueError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+    training.check_pretraining(config)
+
+
+def test_a_mixture_replaces_the_one_corpus():
+  from bert_jax.config_checks import training
+  from configs import default
+
+  config = default.get_config()
+  config.tokenizer.path = "/vocab.txt"
+  config.data.update(mixture_sources="a=/x,b=/y", prepared_dir="/z")
+  with pytest.raises(ValueError, match="neither data.prepared_dir \\(got '/z'\\)"):
+    training.check_pretraining(config)
+  config.data.update(mixture_sources="", prepared_dir="/z", mixture_phases="0: tau=1")
+  with pytest.raises(ValueError, match="without data.mixture_sources"):
+    training.check_pretraining(config)
