@@ -187,3 +187,53 @@ def test_a_mixture_replaces_the_one_corpus():
   config.data.update(mixture_sources="", prepared_dir="/z", mixture_phases="0: tau=1")
   with pytest.raises(ValueError, match="without data.mixture_sources"):
     training.check_pretraining(config)
+
+
+@pytest.mark.slow
+def test_a_mixture_run_reports_its_sources_and_resumes_with_a_schedule_changed_at_a_boundary(
+  two_corpora, tmp_path, monkeypatch
+):
+  """A pretraining run on two sources: the header's phases, the progress line's and TensorBoard's shares, the
+  checkpoint's tokens per source; a resume that changes the phases after its step continues, one that changes the
+  steps before it is refused before anything runs."""
+  from bert_jax import jobs, progress
+  from bert_jax.train import loop
+  from configs import tiny
+  from tests.helpers import logged_by, restore_config, tensorboard_scalars
+
+  dirs, manifests, tokenizer = two_corpora
+  config = tiny.get_config()
+  sizes = dict(hidden_size=32, num_layers=1, num_heads=4, intermediate_size=48, max_position_embeddings=40)
+  config.model.update(vocab_size=tokenizer.vocab_size, **sizes)
+  config.tokenizer.update(kind="wordpiece", path=manifests["a"]["tokenizer"]["path"])
+  config.data.update(
+    embedded_corpus="",
+    prepared_dir="",
+    max_seq_length=32,
+    max_predictions_per_seq=5,
+    shuffle_buffer=50,
+    instances="full_sentences",
+    num_readers=2,
+    mixture_sources=f"a={dirs['a']},b={dirs['b']}",
+    mixture_phases="0: a=1; 3: b=1",
+  )
+  config.mesh.update(data=1, fsdp=-1)
+  config.update(batch_size=8, num_train_steps=3, warmup_steps=1, log_every_steps=1, checkpoint_every_steps=3)
+  config.update(eval_every_steps=3, eval_steps=1)
+  workdir = str(tmp_path / "run")
+  header, lines = logged_by(loop, monkeypatch), logged_by(progress, monkeypatch)
+  jobs.run(config, workdir, "pretrain")
+  assert "steps 1-3: weights a 1 (a 100.0%, b 0.0%)" in header[0] and "steps 4-3" not in header[0], header[0]
+  assert any("step 3/3" in line and "| a 100.0% b 0.0%" in line for line in lines), lines
+  shares = tensorboard_scalars(workdir, "share/")
+  assert shares["share/a"][3] == 1.0 and shares["share/b"][3] == 0.0
+
+  config.update(num_train_steps=5)
+  config.data.mixture_phases = "0: a=1,b=1; 3: b=1"  # Changes steps 1-3: refused.
+  with pytest.raises(ValueError, match="data.mixture_phases changes the steps before checkpoint step 3"):
+    jobs.run(config, workdir, "pretrain")
+  config.data.mixture_phases = "0: a=1; 3: a=1,b=3"  # After step 3, where a phase begins: continues.
+  jobs.run(config, workdir, "pretrain")
+  shares = tensorboard_scalars(workdir, "share/")
+  assert 0 < shares["share/b"][5] < 0.5, shares
+  assert restore_config(workdir)["data"]["mixture_phases"] == "0: a=1; 3: a=1,b=3"

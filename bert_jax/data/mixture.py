@@ -54,7 +54,7 @@ class Draw:
 
   def describe(self) -> str:
     if self.weights is not None:
-      return ", ".join(f"{name} {weight:g}" for name, weight in self.weights.items())
+      return "weights " + ", ".join(f"{name} {weight:g}" for name, weight in self.weights.items())
     first, last = self.tau
     return f"tau {first:g}" + (f" to {last:g}" if last != first else "")
 
