@@ -355,6 +355,15 @@ def get_config() -> ml_collections.ConfigDict:
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False
 
+  # --mode=data_order: the documents of some steps of this config's pretraining stream (bert_jax/train/data_order.py),
+  # each row's source and (shard file, document number), as a run on any host count reads them (docs/data.md,
+  # "Mixtures").
+  config.data_order = ml_collections.ConfigDict()
+  # Steps, comma-separated, each a step or a range: "1", "1000-1002,5000".
+  config.data_order.steps = "1"
+  # A JSONL file to write as well (a row a line), local or gs://; empty: the listing on the console only.
+  config.data_order.output = ""
+
   # --mode=merge: checkpoint averaging (bert_jax/handoff/merge.py): the weighted mean of several checkpoints of one
   # model, written as a bundle (docs/handoff.md, "Merging checkpoints").
   config.merge = ml_collections.ConfigDict()

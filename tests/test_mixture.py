@@ -34,14 +34,8 @@ def two_corpora(pipeline_corpus, data_config, tmp_path_factory):
 
 def _data(data_config, dirs, phases_text="", **overrides):
   sources_text = ",".join(f"{name}={directory}" for name, directory in dirs.items())
-  return pipeline_data(
-    data_config,
-    mixture_sources=sources_text,
-    mixture_phases=phases_text,
-    instances="full_sentences",
-    shuffle_buffer=100,
-    **overrides,
-  )
+  settings = dict(instances="full_sentences", shuffle_buffer=100)
+  return pipeline_data(data_config, mixture_sources=sources_text, mixture_phases=phases_text, **(settings | overrides))
 
 
 def _source(two_corpora, data, steps=1000, **keys):
@@ -237,6 +231,16 @@ def test_a_mixture_run_reports_its_sources_and_resumes_with_a_schedule_changed_a
   shares = tensorboard_scalars(workdir, "share/")
   assert 0 < shares["share/b"][5] < 0.5, shares
   assert restore_config(workdir)["data"]["mixture_phases"] == "0: a=1; 3: a=1,b=3"
+  # The data order of steps 3 and 4, over the checkpoint's 2 readers, as the run read them.
+  config.data.num_readers = 0
+  config.data_order.update(steps="3-4", output=str(tmp_path / "order.jsonl"))
+  listed = jobs.run(config, workdir, "data_order")
+  assert [(entry["step"], entry["row"]) for entry in listed] == [(step, row) for step in (3, 4) for row in range(8)]
+  assert {entry["source"] for entry in listed if entry["step"] == 3} == {"a"}
+  assert {entry["source"] for entry in listed if entry["step"] == 4} == {"a", "b"}
+  files = {name: {shard["file"] for shard in manifests[name]["shards"]} for name in manifests}
+  assert all(document["shard"] in files[entry["source"]] for entry in listed for document in entry["documents"])
+  assert (tmp_path / "order.jsonl").read_text().count("\n") == 16
 
 
 @pytest.mark.slow
@@ -291,3 +295,38 @@ def test_sources_are_checked_when_the_run_opens_them(two_corpora, tmp_path):
   (other / "manifest.json").write_text(json.dumps(manifest))
   with pytest.raises(ValueError, match=str(other)):
     open_with(a=dirs["a"], c=str(other))
+
+
+@pytest.mark.parametrize("instances, packed", [("doc_sentences", False), ("nsp", True), ("full_sentences", False)])
+def test_the_listing_names_each_rows_documents_without_changing_the_rows(two_corpora, data_config, instances, packed):
+  """The data order's stream (rows with their documents' ids) is the training stream's rows; a DOC-SENTENCES row's
+  tokens are its document's."""
+  from bert_jax.tensorflow_cpu import tf
+
+  extra = dict(pack_instances=True, max_instances_per_row=4, packing_group=16) if packed else {}
+  data = _data(data_config, two_corpora[0], "0: a=1,b=1", instances=instances, max_seq_length=64, **extra)
+  listed = next(_source(two_corpora, data, documents=True))
+  trained = next(_source(two_corpora, data))
+  assert set(listed) - set(trained) == {"documents"}
+  for name in trained:
+    np.testing.assert_array_equal(listed[name], trained[name], err_msg=name)
+  documents = listed["documents"]
+  assert documents.shape[1:] == ((4, 3) if packed else (1, 3)) and (documents[:, 0, 1] >= 0).all()
+  if instances != "doc_sentences":
+    return
+  dirs, manifests, _ = two_corpora
+  for row in range(4):
+    name = "ab"[listed["source"][row]]
+    _, shard, index = documents[row, 0]
+    path = f"{dirs[name]}/{manifests[name]['shards'][shard]['file']}"
+    record = next(iter(tf.data.TFRecordDataset(path).skip(index).take(1)))
+    tokens = tf.train.Example.FromString(record.numpy()).features.feature["token_ids"].int64_list.value
+    kept = listed["input_ids"][row][(listed["input_mask"][row] > 0)][1:-1]  # Without [CLS] and [SEP].
+    original = kept.copy()
+    for position, token, weight in zip(
+      *(listed[k][row] for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights")), strict=True
+    ):
+      if weight:
+        original[position - 1] = token
+    text = list(tokens)
+    assert any(text[i : i + len(original)] == original.tolist() for i in range(len(text))), (row, name, shard, index)

@@ -143,6 +143,11 @@ class Corpus:
       )
       self._eval = self._train
 
+  def manifests(self) -> list[dict]:
+    """The training corpus's manifest, or each of a mixture's sources', in order."""
+    mixture = self._train.get("mixture")
+    return list(mixture.manifests) if mixture else [self._train["manifest"]]
+
   def mixture_lines(self) -> list[str]:
     """The run header's lines of a mixture run: its sources and each phase's draw (none without a mixture)."""
     if not self.mixture_tokens:
@@ -180,10 +185,12 @@ class Corpus:
     evaluation: bool = False,
     state_dir: str | None = None,
     host: tuple[int, int] | None = None,
+    documents: bool = False,
   ):
     """This host's batches from `start_example` on; `host` = (index, count) stands in for another host's. Training's
     `next` gives batches of a batch-size warmup's first size (`batch_warmup.BatchSchedule.start`, `batch_size`
-    without one), and `take` a step's; evaluation's are of `batch_size`."""
+    without one), and `take` a step's; evaluation's are of `batch_size`. With `documents`, rows carry their
+    documents' ids (`pipeline.reader_rows`), which the data order lists."""
     config = self._config
     process_index, process_count = host or (jax.process_index(), jax.process_count())
     seed = config.seed + int(evaluation)
@@ -213,4 +220,5 @@ class Corpus:
       state_dir=state_dir,
       num_readers=self._num_readers,
       mixture=corpus.get("mixture"),
+      documents=documents,
     )

@@ -258,10 +258,21 @@ def _with_mask_seeds(rows: dict, doc_seed) -> dict:
   return dict(rows, mask_seed=tf.stack([tf.fill(tf.shape(k), doc_seed[0]), doc_seed[1] + k], axis=1))
 
 
+def _with_document(rows: dict, epoch, shard, index) -> dict:
+  """Rows with `documents` ([n, 1, 3] int64: the (epoch, shard, index) of the document each came from), for the data
+  order's listing (`data_order.py`); the stream a run trains on carries none."""
+  n = tf.shape(rows["next_sentence_labels"])[0]
+  document = tf.cast(tf.stack([epoch, shard, index]), tf.int64)
+  return dict(rows, documents=tf.tile(document[None, None, :], [n, 1, 1]))
+
+
 @functools.cache
-def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, kind: str, special: tuple):
-  """A document's instances of kind `kind` (`document_instances`) with their masking seeds, for these settings, as
-  one tf.function: traced once, whatever the number of readers (each reader's dataset calls the same graph)."""
+def _instances_function(
+  seed: int, max_seq_length: int, short_seq_prob: float, kind: str, special: tuple, documents: bool = False
+):
+  """A document's instances of kind `kind` (`document_instances`) with their masking seeds (and, with `documents`,
+  the document's ids, `_with_document`), for these settings, as one tf.function: traced once, whatever the number of
+  readers (each reader's dataset calls the same graph)."""
 
   def instances(epoch, shard, index, document, partner):
     doc_seed = _seed(_DOCUMENT, seed, epoch, shard, index)
@@ -274,18 +285,22 @@ def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, k
       special=special,
       instances=kind,
     )
-    return _with_mask_seeds(out, doc_seed)
+    out = _with_mask_seeds(out, doc_seed)
+    return _with_document(out, epoch, shard, index) if documents else out
 
   return tf.function(instances, autograph=False)
 
 
 @functools.cache
-def _seeds_function(seed: int):
-  """The masking seeds of the FULL-SENTENCES rows a document closed, as one tf.function (traced once)."""
-  return tf.function(
-    lambda epoch, shard, index, rows: _with_mask_seeds(rows, _seed(_DOCUMENT, seed, epoch, shard, index)),
-    autograph=False,
-  )
+def _seeds_function(seed: int, documents: bool = False):
+  """The masking seeds of the FULL-SENTENCES rows a document closed (with `documents`, its ids: the document that
+  closed each row, whose text ends it), as one tf.function (traced once)."""
+
+  def seeds(epoch, shard, index, rows):
+    out = _with_mask_seeds(rows, _seed(_DOCUMENT, seed, epoch, shard, index))
+    return _with_document(out, epoch, shard, index) if documents else out
+
+  return tf.function(seeds, autograph=False)
 
 
 @functools.cache
@@ -304,19 +319,18 @@ def _mask_function(tokenizer, masking: Masking):
       mask_id=tokenizer.mask_id,
       masking=masking,
     )
-    return dict(
-      input_mask=example["input_mask"],
-      segment_ids=example["segment_ids"],
-      next_sentence_labels=example["next_sentence_labels"],
-      **selected,
-    )
+    passed = ("input_mask", "segment_ids", "next_sentence_labels", "documents")
+    return dict({name: example[name] for name in passed if name in example}, **selected)
 
   return tf.function(masked, autograph=False)
 
 
-def reader_rows(prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int, reader: int) -> tf.data.Dataset:
+def reader_rows(
+  prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int, reader: int, documents: bool = False
+) -> tf.data.Dataset:
   """Reader `reader`'s infinite stream of rows of one prepared corpus (of `data.num_readers`), masked and, with
-  `data.pack_instances`, packed: what `reader_dataset` batches."""
+  `data.pack_instances`, packed: what `reader_dataset` batches. With `documents`, each row also has the ids of its
+  documents (`_with_document`; packed: one per instance slot, -1 for empty ones)."""
   num_readers = data.num_readers
   shards = manifest["shards"]
   check_documents(prepared_dir, manifest)
@@ -332,13 +346,13 @@ def reader_rows(prepared_dir: str, manifest: dict, tokenizer, data, *, seed: int
   epochs = functools.partial(_epoch_documents, units=tf.constant(units, tf.int64), **corpus)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   kind = instance_kind(data)
-  documents = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
+  stream = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
   if kind == "full_sentences":  # Rows carried from document to document: a scan, in order.
-    dataset = full_sentences.full_sentence_rows(documents, max_seq_length=data.max_seq_length, special=special)
-    dataset = dataset.map(_seeds_function(seed), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = full_sentences.full_sentence_rows(stream, max_seq_length=data.max_seq_length, special=special)
+    dataset = dataset.map(_seeds_function(seed, documents), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   else:
-    instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, kind, special)
-    dataset = documents.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, kind, special, documents)
+    dataset = stream.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   dataset = dataset.unbatch()
   with _global_seed_unset():
     dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
@@ -359,6 +373,7 @@ def reader_dataset(
   reader: int,
   batch_size: int,
   mixture: mixed.Mixture | None = None,
+  documents: bool = False,
 ) -> tf.data.Dataset:
   """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
   with BERT's feature names).
@@ -366,12 +381,13 @@ def reader_dataset(
   `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
   buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
   size; `batch_size` is the global batch. With a `mixture`, the rows are drawn from its sources (`mixed.py`; each
-  row's `source` says which) and `prepared_dir`, `manifest` are not read.
+  row's `source` says which) and `prepared_dir`, `manifest` are not read. With `documents`, rows carry their
+  documents' ids (`reader_rows`).
   """
   num_readers = data.num_readers
   if batch_size % num_readers:
     raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
-  rows = functools.partial(reader_rows, tokenizer=tokenizer, data=data, reader=reader)
+  rows = functools.partial(reader_rows, tokenizer=tokenizer, data=data, reader=reader, documents=documents)
   options = tf.data.Options()
   options.deterministic = True
   # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine

@@ -259,18 +259,28 @@ def pipeline_source(
   state_dir: str | None = None,
   num_readers: int = 0,
   mixture: mixed.Mixture | None = None,
+  documents: bool = False,
 ) -> PipelineSource:
   """Host `host` = (index, count)'s batches of the prepared corpus, by the settings of `data` (`config.data`), over
   `num_readers` readers (0: `data.num_readers`; 0 there too: one reader per host), from `start_example` on;
   `state_dir` may hold the readers' states at that position; a `mixture` draws the rows from its sources
-  (`prepared_dir` and `manifest` unused)."""
+  (`prepared_dir` and `manifest` unused); with `documents`, rows carry their documents' ids (the data order's
+  listing: a stream of its own, never saved)."""
   readers_count = num_readers or data.num_readers or host[1]
   if data.num_readers != readers_count:  # The stream's settings (and fingerprint) are those of the run's readers.
     data = ml_collections.ConfigDict(dict(data.to_dict(), num_readers=readers_count))
   mine = readers.host_readers(data.num_readers, batch_size, *host)
   datasets = {
     reader: pipeline.reader_dataset(
-      prepared_dir, manifest, tokenizer, data, seed=seed, reader=reader, batch_size=batch_size, mixture=mixture
+      prepared_dir,
+      manifest,
+      tokenizer,
+      data,
+      seed=seed,
+      reader=reader,
+      batch_size=batch_size,
+      mixture=mixture,
+      documents=documents,
     )
     for reader in mine
   }
