@@ -68,6 +68,12 @@ def _export(config, workdir: str, checked):
   )
 
 
+def _data_order(config, workdir: str, checked):
+  from bert_jax.train import data_order
+
+  return data_order.list_order(config, workdir, checked.model)
+
+
 def _merge(config, workdir: str, checked):
   from bert_jax.handoff import merge
 
@@ -139,6 +145,13 @@ JOBS = {
     "google, sentence-transformers: embedding.* where set).",
     config_checks.export,
     _export,
+    one_machine=True,
+  ),
+  "data_order": Job(
+    "list the documents of data_order.steps of the pretraining stream (each row's source, shard file and document "
+    "number), as the run reads them on any host count; data_order.output: also as JSONL.",
+    config_checks.data_order,
+    _data_order,
     one_machine=True,
   ),
   "merge": Job(

@@ -193,6 +193,9 @@ class Progress:
       metrics += f" | batch {summary['batch_size']:,}"
     if self._packed:
       metrics += f" | {summary.get('row_instances', float('nan')):.2f} inst/row"
+    shares = [f"{key[6:]} {value:.1%}" for key, value in summary.items() if key.startswith("share/")]
+    if shares:  # A mixture's sources: each one's share of the tokens read (train/source_tokens.py).
+      metrics += f" | {' '.join(shares)}"
     logging.info(
       "step %d/%d | loss %.4f%s | %s | ETA %s", step, self._total, summary.get("loss", float("nan")), metrics, rate, eta
     )

@@ -118,6 +118,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.eval_prepared_dir = ""
   # Text that ships with Python, prepared on the fly when missing ("python_docs"); empty for real runs.
   config.data.embedded_corpus = ""
+  # A mixture of prepared corpora instead of data.prepared_dir (docs/data.md, "Mixtures"): NAME=PREPARED_DIR pairs,
+  # comma-separated, all prepared with tokenizer.path's tokenizer, e.g. "wiki=gs://b/wiki,books=gs://b/books".
+  config.data.mixture_sources = ""
+  # How a row's source is drawn, by phase: "BEGIN: DRAW; BEGIN: DRAW", BEGIN the steps before the phase (the first 0)
+  # or the token positions read before it ("2.5e9tokens"); DRAW fixed weights ("wiki=0.7,books=0.3"; a source left
+  # out is not drawn) or a temperature over the sources' token counts ("tau=0.7": p ~ n^0.7), annealed within the
+  # phase with "tau=0.7->0.3". Empty: one phase at tau=1 (by size). A resume may change the phases after its step
+  # only where the schedule begins a phase there.
+  config.data.mixture_phases = ""
   # --mode=prepare inputs: text files by glob (local or gs://) ...
   config.data.input_pattern = ""
   # ... in "bert" format (a sentence per line, blank line between documents) or "document" (a file each); or records,
@@ -350,6 +359,15 @@ def get_config() -> ml_collections.ConfigDict:
   config.export.format = "bundle"
   # Replace an existing export in export.dir (otherwise refused).
   config.export.overwrite = False
+
+  # --mode=data_order: the documents of some steps of this config's pretraining stream (bert_jax/train/data_order.py),
+  # each row's source and (shard file, document number), as a run on any host count reads them (docs/data.md,
+  # "Mixtures").
+  config.data_order = ml_collections.ConfigDict()
+  # Steps, comma-separated, each a step or a range: "1", "1000-1002,5000".
+  config.data_order.steps = "1"
+  # A JSONL file to write as well (a row a line), local or gs://; empty: the listing on the console only.
+  config.data_order.output = ""
 
   # --mode=merge: checkpoint averaging (bert_jax/handoff/merge.py): the weighted mean of several checkpoints of one
   # model, written as a bundle (docs/handoff.md, "Merging checkpoints").

@@ -320,17 +320,22 @@ def finetuned_params(workdir: str, name: str = checkpoints.CHECKPOINTS):
   return jax.tree.map(np.asarray, restored["params"])
 
 
-def train_losses(workdir: str) -> dict[int, float]:
-  """{step: the training loss that the job wrote to TensorBoard}."""
+def tensorboard_scalars(workdir: str, prefix: str, split: str = "train") -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} of the scalars whose tag starts with `prefix` that the job wrote to TensorBoard's `split`."""
   from bert_jax.tensorflow_cpu import tf
 
-  losses = {}
-  for path in glob.glob(os.path.join(workdir, "tensorboard", "train", "events.out.tfevents.*")):
+  scalars = {}
+  for path in glob.glob(os.path.join(workdir, "tensorboard", split, "events.out.tfevents.*")):
     for event in tf.compat.v1.train.summary_iterator(path):
       for value in event.summary.value:
-        if value.tag == "loss":
-          losses[event.step] = float(tf.make_ndarray(value.tensor))
-  return losses
+        if value.tag.startswith(prefix):
+          scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  return scalars
+
+
+def train_losses(workdir: str) -> dict[int, float]:
+  """{step: the training loss that the job wrote to TensorBoard}."""
+  return tensorboard_scalars(workdir, "loss").get("loss", {})
 
 
 def logged_by(module, patch) -> list[str]:

@@ -37,6 +37,8 @@ CONFIG_CHECKS_IMPORTS = {
   "bert_jax.data.instances",
   "bert_jax.data.masking_names",
   "bert_jax.data.masking_schedule",
+  "bert_jax.data.mixture",
+  "bert_jax.data.phases",
   "bert_jax.data.tokenizer_names",
   "bert_jax.dry_run.tpu_topology",
   "bert_jax.finetune.contrastive",
@@ -187,6 +189,8 @@ def test_only_the_front_door_imports_config_checks():
     "bert_jax.data.input_formats",
     "bert_jax.data.instances",
     "bert_jax.data.masking_schedule",
+    "bert_jax.data.mixture",
+    "bert_jax.data.phases",
     "bert_jax.data.windows",
   ],
 )

@@ -136,6 +136,9 @@ def test_a_schedule_resolves_to_reader_batches_and_the_header_says_it():
     "by phase: 30% (steps 1-200), 15% (steps 201-400), 15%->5% (steps 401-550); selected at 30% "
     "(data.masked_lm_prob), each step's rows trimmed to its rate"
   )
+  # A run whose learning-rate schedule ends later (a first phase of several): the last phase ends there too.
+  longer = _scheduled("0: 0.3; 200: 0.15; 400: 0.15->0.05", num_train_steps=550, schedule_end_step=1000)
+  assert MaskingRates.of(longer).bounds == (0, 200, 400, 1000)
   # A batch-size warmup: reader batches of its first size, 8 rows (steps of 8, 16 and 24 rows, 4 each, then 32), a
   # phase beginning in tokens: 2e4 token positions at 64 per row are 312.5 rows, read by the end of step 16 (192 rows
   # in the warmup's 12 steps, then 32 a step: 320 rows, 40 reader batches); step 550 ends at 17,408 rows, 2,176.

@@ -8,6 +8,7 @@ import pytest
 
 from bert_jax.dry_run import ahead_of_time
 from configs import (
+  ettin_base,
   large,
   large_phase2,
   modernbert_base,
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.slow  # TPU compiles (libtpu): 1 to 3 minutes a config 
 GIB = 2**30
 
 SHIPPED = [
+  ettin_base,
   large,
   large_phase2,
   modernbert_base,

@@ -31,6 +31,7 @@ from bert_jax.config_checks.tools import (
   check_retrieval,
 )
 from bert_jax.config_checks.training import check_pretraining, check_vocabulary_training
+from bert_jax.data import phases
 from bert_jax.finetune.members import Member
 from bert_jax.model.bert_config import BertConfig
 
@@ -100,6 +101,13 @@ def mine(config, mode: str) -> Findings:
 def export(config, mode: str) -> Findings:
   check_export(config.export, config.embedding)
   return Findings(mode)
+
+
+def data_order(config, mode: str) -> Findings:
+  """A pretraining config's checks, and the steps to list."""
+  findings = pretraining(config, mode)
+  phases.step_list(config.data_order.steps, "data_order.steps")
+  return findings
 
 
 def merge(config, mode: str) -> Findings:

@@ -5,7 +5,8 @@ import math
 
 from bert_jax import distributed
 from bert_jax.config_checks.ranges import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Range, check_ranges
-from bert_jax.data.batch_warmup import MAX_SIZES
+from bert_jax.data import mixture, phases
+from bert_jax.data.batch_warmup import MAX_SIZES, BatchSchedule
 from bert_jax.data.input_formats import check_input_format
 from bert_jax.data.instances import SENTENCE_TASKS, check_instances, instance_kind, sentence_task
 from bert_jax.data.masking_names import check_masking, masking_scheme
@@ -179,9 +180,30 @@ def check_pretraining(config) -> BertConfig:
     )
   _check_batch_warmup(config)
   _check_masking_phases(config)
+  _check_mixture(config)
   check_objective(config, model)
   check_retrieval_probe(config, model)
   return model
+
+
+def _check_mixture(config) -> None:
+  """A mixture (`data/mixture.py`): its sources and phases well formed, in order, and it replaces the one corpus
+  (data.prepared_dir, data.embedded_corpus) of the prepared source; what the sources hold is checked when they are
+  opened (data/corpus.py), before anything is written."""
+  data = config.data
+  if not data.mixture_sources:
+    if data.mixture_phases:
+      raise ValueError(f"data.mixture_phases={data.mixture_phases!r} without data.mixture_sources: nothing to mix.")
+    return
+  if data.source != "pretraining" or data.prepared_dir or data.embedded_corpus or not config.tokenizer.path:
+    raise ValueError(
+      f"data.mixture_sources={data.mixture_sources!r} reads prepared corpora through the pipeline: it needs "
+      f"data.source='pretraining' (got {data.source!r}), tokenizer.path set (got {config.tokenizer.path!r}) and "
+      f"neither data.prepared_dir (got {data.prepared_dir!r}) nor data.embedded_corpus (got "
+      f"{data.embedded_corpus!r})."
+    )
+  written, _ = mixture.schedule(data)
+  phases.begin_steps(written, BatchSchedule.of(config), mixture.PHASES_KEY)
 
 
 def check_retrieval_probe(config, model: BertConfig) -> None:

@@ -54,12 +54,12 @@ class MaskingRates:
 
   @classmethod
   def of(cls, config) -> "MaskingRates | None":
-    """A checked pretraining config's schedule (`data.masking_phases`, the batch schedule, `num_train_steps`); None
+    """A checked pretraining config's schedule (`data.masking_phases`, the batch schedule, `phases.end_step`); None
     without one (every batch at `data.masked_lm_prob`)."""
     rates = phase_rates(config.data.masking_phases)
     if not rates:
       return None
-    bounds = phases.bounds([r.phase for r in rates], BatchSchedule.of(config), config.num_train_steps, KEY)
+    bounds = phases.bounds([r.phase for r in rates], BatchSchedule.of(config), phases.end_step(config), KEY)
     return cls(tuple(bounds), tuple(r.first for r in rates), tuple(r.last for r in rates))
 
 
@@ -69,7 +69,7 @@ def describe(config) -> str:
   rates = phase_rates(config.data.masking_phases)
   if not rates:
     return ""
-  spans = phases.resolved([r.phase for r in rates], BatchSchedule.of(config), config.num_train_steps, KEY)
+  spans = phases.resolved([r.phase for r in rates], BatchSchedule.of(config), phases.end_step(config), KEY)
   parts = []
   for (begin, end, _, _), rate in zip(spans, rates, strict=True):
     value = _percent(rate.first) if rate.first == rate.last else f"{_percent(rate.first)}->{_percent(rate.last)}"

@@ -99,10 +99,21 @@ def pack_group(instances: dict, *, max_seq_length: int, max_predictions: int, ma
     next_sentence_labels=per_instance(instances["next_sentence_labels"]),
     next_sentence_weights=per_instance(tf.ones_like(row, tf.float32)),
     cls_positions=per_instance(offset),
+    **(
+      {"documents": _slot_documents(instances["documents"], slots, rows, max_instances)}
+      if "documents" in instances
+      else {}
+    ),
   )
   if "masked_lm_thresholds" in instances:  # A masking-rate schedule's (masking.mask_tokens), with its predictions.
     packed["masked_lm_thresholds"] = predicted("masked_lm_thresholds", pad=NEVER_KEPT)
   return packed
+
+
+def _slot_documents(documents, slots, rows, max_instances):
+  """[rows, max_instances, 3]: each slot's document ids (`pipeline._with_document`), -1 in empty slots."""
+  filled = tf.scatter_nd(slots, documents[:, 0, :] + 1, [rows, max_instances, 3])
+  return filled - 1
 
 
 _ROW_ORDER = 4  # A salt apart from the pipeline's own (pipeline.py): the order of a group's rows.

@@ -81,6 +81,12 @@ def value(text: str, key: str, what: str) -> float:
   return number
 
 
+def end_step(config) -> int:
+  """Where a pretraining run's schedules end: the learning-rate schedule's end (`schedule_end_step`, else
+  `num_train_steps`); a schedule interpolated over its last phase reaches its last value there."""
+  return config.schedule_end_step or config.num_train_steps
+
+
 def begin_steps(phases: tuple[Phase, ...], batches, key: str) -> list[int]:
   """The steps before each phase (`batches`: the run's `BatchSchedule`, which turns tokens into steps); raises if
   phases are out of order (each must begin after the one before)."""
@@ -122,3 +128,20 @@ def same_before(old: list, new: list, at_step: int) -> bool:
     ]
 
   return before(old) == before(new)
+
+
+def step_list(text: str, key: str) -> list[int]:
+  """The steps of a list of steps and ranges (`data_order.steps`: "1", "1000-1002,5000"), ascending; raises naming
+  `key` and the bad part."""
+  steps = set()
+  for part in (p.strip() for p in text.split(",") if p.strip()):
+    first, dash, last = part.partition("-")
+    if not first.strip().isdigit() or (dash and not last.strip().isdigit()) or int(first) < 1:
+      raise ValueError(f"{key}: {part!r} is not a step (from 1) or a range of steps (e.g. '1000-1002').")
+    low, high = int(first), int(last) if dash else int(first)
+    if high < low:
+      raise ValueError(f"{key}: {part!r} ends before it begins.")
+    steps.update(range(low, high + 1))
+  if not steps:
+    raise ValueError(f"{key} is empty: name a step (e.g. '1') or a range ('1000-1002').")
+  return sorted(steps)

@@ -26,7 +26,7 @@ import contextlib
 import functools
 import os
 
-from bert_jax.data import full_sentences, packing
+from bert_jax.data import full_sentences, mixed, packing
 from bert_jax.data.instances import instance_kind
 from bert_jax.data.manifest import check_documents
 from bert_jax.data.masking import Masking, batch_rate, mask_tokens, trim_to_rate
@@ -260,10 +260,21 @@ def _with_mask_seeds(rows: dict, doc_seed) -> dict:
   return dict(rows, mask_seed=tf.stack([tf.fill(tf.shape(k), doc_seed[0]), doc_seed[1] + k], axis=1))
 
 
+def _with_document(rows: dict, epoch, shard, index) -> dict:
+  """Rows with `documents` ([n, 1, 3] int64: the (epoch, shard, index) of the document each came from), for the data
+  order's listing (`data_order.py`); the stream a run trains on carries none."""
+  n = tf.shape(rows["next_sentence_labels"])[0]
+  document = tf.cast(tf.stack([epoch, shard, index]), tf.int64)
+  return dict(rows, documents=tf.tile(document[None, None, :], [n, 1, 1]))
+
+
 @functools.cache
-def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, kind: str, special: tuple):
-  """A document's instances of kind `kind` (`document_instances`) with their masking seeds, for these settings, as
-  one tf.function: traced once, whatever the number of readers (each reader's dataset calls the same graph)."""
+def _instances_function(
+  seed: int, max_seq_length: int, short_seq_prob: float, kind: str, special: tuple, documents: bool = False
+):
+  """A document's instances of kind `kind` (`document_instances`) with their masking seeds (and, with `documents`,
+  the document's ids, `_with_document`), for these settings, as one tf.function: traced once, whatever the number of
+  readers (each reader's dataset calls the same graph)."""
 
   def instances(epoch, shard, index, document, partner):
     doc_seed = _seed(_DOCUMENT, seed, epoch, shard, index)
@@ -276,18 +287,22 @@ def _instances_function(seed: int, max_seq_length: int, short_seq_prob: float, k
       special=special,
       instances=kind,
     )
-    return _with_mask_seeds(out, doc_seed)
+    out = _with_mask_seeds(out, doc_seed)
+    return _with_document(out, epoch, shard, index) if documents else out
 
   return tf.function(instances, autograph=False)
 
 
 @functools.cache
-def _seeds_function(seed: int):
-  """The masking seeds of the FULL-SENTENCES rows a document closed, as one tf.function (traced once)."""
-  return tf.function(
-    lambda epoch, shard, index, rows: _with_mask_seeds(rows, _seed(_DOCUMENT, seed, epoch, shard, index)),
-    autograph=False,
-  )
+def _seeds_function(seed: int, documents: bool = False):
+  """The masking seeds of the FULL-SENTENCES rows a document closed (with `documents`, its ids: the document that
+  closed each row, whose text ends it), as one tf.function (traced once)."""
+
+  def seeds(epoch, shard, index, rows):
+    out = _with_mask_seeds(rows, _seed(_DOCUMENT, seed, epoch, shard, index))
+    return _with_document(out, epoch, shard, index) if documents else out
+
+  return tf.function(seeds, autograph=False)
 
 
 @functools.cache
@@ -307,17 +322,13 @@ def _mask_function(tokenizer, masking: Masking, thresholds: bool):
       masking=masking,
       thresholds=thresholds,
     )
-    return dict(
-      input_mask=example["input_mask"],
-      segment_ids=example["segment_ids"],
-      next_sentence_labels=example["next_sentence_labels"],
-      **selected,
-    )
+    passed = ("input_mask", "segment_ids", "next_sentence_labels", "documents")
+    return dict({name: example[name] for name in passed if name in example}, **selected)
 
   return tf.function(masked, autograph=False)
 
 
-def reader_dataset(
+def reader_rows(
   prepared_dir: str,
   manifest: dict,
   tokenizer,
@@ -325,20 +336,14 @@ def reader_dataset(
   *,
   seed: int,
   reader: int,
-  batch_size: int,
-  masking_rates: MaskingRates | None = None,
+  documents: bool = False,
+  thresholds: bool = False,
 ) -> tf.data.Dataset:
-  """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
-  with BERT's feature names).
-
-  `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
-  buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
-  size; `batch_size` is the global batch; `masking_rates`, a masking-rate schedule in reader batches
-  (`masking_schedule.py`): each batch trimmed to its rate (None: every batch at `data.masked_lm_prob`).
-  """
+  """Reader `reader`'s infinite stream of rows of one prepared corpus (of `data.num_readers`), masked and, with
+  `data.pack_instances`, packed: what `reader_dataset` batches. With `documents`, each row also has the ids of its
+  documents (`_with_document`; packed: one per instance slot, -1 for empty ones); with `thresholds`, each prediction's
+  (a masking-rate schedule's, `masking.mask_tokens`)."""
   num_readers = data.num_readers
-  if batch_size % num_readers:
-    raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
   shards = manifest["shards"]
   check_documents(prepared_dir, manifest)
   units = reader_units(manifest, reader, num_readers)
@@ -353,6 +358,52 @@ def reader_dataset(
   epochs = functools.partial(_epoch_documents, units=tf.constant(units, tf.int64), **corpus)
   special = (tokenizer.cls_id, tokenizer.sep_id, tokenizer.pad_id)
   kind = instance_kind(data)
+  stream = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
+  if kind == "full_sentences":  # Rows carried from document to document: a scan, in order.
+    dataset = full_sentences.full_sentence_rows(stream, max_seq_length=data.max_seq_length, special=special)
+    dataset = dataset.map(_seeds_function(seed, documents), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  else:
+    instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, kind, special, documents)
+    dataset = stream.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  dataset = dataset.unbatch()
+  with _global_seed_unset():
+    dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
+  masked = _mask_function(tokenizer, Masking.of(data), thresholds)
+  dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  if data.pack_instances:
+    dataset = packing.packed(dataset, data, seed, tokenizer.pad_id)
+  return dataset
+
+
+def reader_dataset(
+  prepared_dir: str,
+  manifest: dict,
+  tokenizer,
+  data,
+  *,
+  seed: int,
+  reader: int,
+  batch_size: int,
+  mixture: mixed.Mixture | None = None,
+  documents: bool = False,
+  masking_rates: MaskingRates | None = None,
+) -> tf.data.Dataset:
+  """Reader `reader`'s infinite stream of batches of `batch_size // data.num_readers` examples (numpy-ready dicts
+  with BERT's feature names).
+
+  `data` is the run's `config.data` (sequence length, predictions, masking and pairing probabilities, shuffle
+  buffer, readers); `tokenizer` (bert_jax.data.tokenizer) gives the special ids, the word starts and the vocabulary
+  size; `batch_size` is the global batch. With a `mixture`, the rows are drawn from its sources (`mixed.py`; each
+  row's `source` says which) and `prepared_dir`, `manifest` are not read. With `documents`, rows carry their
+  documents' ids (`reader_rows`). `masking_rates`, a masking-rate schedule in reader batches (`masking_schedule.py`):
+  each batch trimmed to its rate (None: every batch at `data.masked_lm_prob`).
+  """
+  num_readers = data.num_readers
+  if batch_size % num_readers:
+    raise ValueError(f"batch_size={batch_size} does not split over data.num_readers={num_readers} readers.")
+  rows = functools.partial(
+    reader_rows, tokenizer=tokenizer, data=data, reader=reader, documents=documents, thresholds=bool(masking_rates)
+  )
   options = tf.data.Options()
   options.deterministic = True
   # No autotuning thread: AUTOTUNE parallelism becomes the core count. Measured on this project's 2-core machine
@@ -360,21 +411,17 @@ def reader_dataset(
   # 6,238 vs 5,175 at 512; and a finished run no longer waits up to ~40 s at exit for the autotuner's thread to notice
   # that the iterator is being destroyed (py-spy: ~IteratorResource waiting in UnboundedThreadPool's thread wrapper).
   options.autotune.enabled = False
-  documents = tf.data.Dataset.range(2**62).flat_map(epochs)  # Epochs 0, 1, 2, ...
-  if kind == "full_sentences":  # Rows carried from document to document: a scan, in order.
-    dataset = full_sentences.full_sentence_rows(documents, max_seq_length=data.max_seq_length, special=special)
-    dataset = dataset.map(_seeds_function(seed), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  else:
-    instances = _instances_function(seed, data.max_seq_length, data.short_seq_prob, kind, special)
-    dataset = documents.map(instances, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  dataset = dataset.unbatch()
-  with _global_seed_unset():
-    dataset = dataset.shuffle(data.shuffle_buffer, seed=seed, reshuffle_each_iteration=False)
-  masked = _mask_function(tokenizer, Masking.of(data), masking_rates is not None)
-  dataset = dataset.map(masked, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  if data.pack_instances:
-    dataset = packing.packed(dataset, data, seed, tokenizer.pad_id)
-  dataset = dataset.batch(
+  if mixture is not None:  # Rows drawn after every buffer: see `mixed.choose`.
+    streams = [
+      rows(directory, source_manifest, seed=mixture.source_seed(seed, j)).prefetch(tf.data.AUTOTUNE)
+      for j, (directory, source_manifest) in enumerate(zip(mixture.dirs, mixture.manifests, strict=True))
+    ]
+    dataset = mixed.choose(streams, mixture, seed=seed, reader=reader, rows_per_batch=batch_size // num_readers)
+    batches = dataset.batch(batch_size // num_readers, drop_remainder=True)
+    if masking_rates is None:
+      return batches.with_options(options)
+    return batches.enumerate().map(_trim_function(masking_rates)).with_options(options)  # No buffer after the draw.
+  dataset = rows(prepared_dir, manifest, seed=seed).batch(
     batch_size // num_readers, drop_remainder=True, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
   )
   if masking_rates is None:

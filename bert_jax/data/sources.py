@@ -8,6 +8,7 @@ of the global stream consumed so far, which checkpoints save.
 import hashlib
 import json
 import tempfile
+from collections.abc import Callable
 
 import ml_collections
 import numpy as np
@@ -15,7 +16,7 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
-from bert_jax.data import pipeline, readers
+from bert_jax.data import mixed, pipeline, readers
 from bert_jax.data.instances import instance_kind
 from bert_jax.data.masking_names import OLDER_KEYS as OLDER_MASKING_KEYS
 from bert_jax.data.masking_names import masking_scheme
@@ -47,10 +48,12 @@ class PipelineSource:
     start_example: int,
     state_dir: str | None = None,
     fingerprint: str = "",
+    schedule: Callable[[int], object] = lambda position: None,
   ):
     if start_example % global_batch_size:
       raise ValueError(f"Data position {start_example} is not a whole number of batches of {global_batch_size}.")
     self._files, self._global_batch, self._fingerprint = files, global_batch_size, fingerprint
+    self._schedule = schedule
     self._datasets, self._rows = readers, rows
     self._iterators = {reader: iter(dataset) for reader, dataset in readers.items()}
     self.position = start_example
@@ -76,7 +79,13 @@ class PipelineSource:
           self._next_of(reader)
 
   def _marker(self, reader: int, position: int) -> dict:
-    return dict(position=position, reader=reader, fingerprint=self._fingerprint)
+    """What a saved state says it belongs to: the stream's fingerprint and, for a mixture, what of its schedule the
+    stream up to `position` depended on (`mixed.Mixture.before`), so that a schedule changed after it keeps it."""
+    fingerprint = self._fingerprint
+    schedule = self._schedule(position)
+    if schedule is not None:
+      fingerprint = hashlib.sha256(json.dumps([fingerprint, schedule]).encode()).hexdigest()
+    return dict(position=position, reader=reader, fingerprint=fingerprint)
 
   def _restore(self, reader: int, state_dir: str) -> bool:
     """Whether `reader`'s state saved in `state_dir` applies and was restored; a damaged one is reported and
@@ -212,6 +221,10 @@ _NOT_THE_STREAM = (
   "eval_prepared_dir",
   "prepare_unit_bytes",
   "text_field",  # Recorded in the manifest of a corpus prepared from records.
+  # A mixture's sources (their manifests, by name) and its schedule up to the state's place are in the fingerprint
+  # (`stream_fingerprint`, `PipelineSource._marker`); where the corpora are is not.
+  "mixture_sources",
+  "mixture_phases",
   "max_document_bytes",
   "prepare_overwrite",
   "prepare_runner",
@@ -249,11 +262,15 @@ def pipeline_source(
   state_dir: str | None = None,
   num_readers: int = 0,
   masking_rates: MaskingRates | None = None,
+  mixture: mixed.Mixture | None = None,
+  documents: bool = False,
 ) -> PipelineSource:
   """Host `host` = (index, count)'s batches of the prepared corpus, by the settings of `data` (`config.data`), over
   `num_readers` readers (0: `data.num_readers`; 0 there too: one reader per host), from `start_example` on;
   `state_dir` may hold the readers' states at that position; `masking_rates`: `data.masking_phases` resolved
-  (`MaskingRates.of(config)`), which a schedule needs."""
+  (`MaskingRates.of(config)`), which a schedule needs; a `mixture` draws the rows from its sources (`prepared_dir` and
+  `manifest` unused); with `documents`, rows carry their documents' ids (the data order's listing: a stream of its
+  own, never saved)."""
   if bool(data.masking_phases) != (masking_rates is not None):
     raise ValueError(
       f"data.masking_phases={data.masking_phases!r} with masking_rates={masking_rates}: a schedule is read with its "
@@ -273,12 +290,21 @@ def pipeline_source(
       reader=reader,
       batch_size=batch_size,
       masking_rates=masking_rates,
+      mixture=mixture,
+      documents=documents,
     )
     for reader in mine
   }
-  files = readers.reader_files(prepared_dir, manifest, mine, data.num_readers)
-  fingerprint = stream_fingerprint(data, manifest, seed=seed, batch_size=batch_size)
-  return PipelineSource(datasets, mine, files, batch_size, start_example, state_dir, fingerprint)
+  if mixture is None:
+    files = readers.reader_files(prepared_dir, manifest, mine, data.num_readers)
+    fingerprint = stream_fingerprint(data, manifest, seed=seed, batch_size=batch_size)
+    return PipelineSource(datasets, mine, files, batch_size, start_example, state_dir, fingerprint)
+  corpora = list(zip(mixture.dirs, mixture.manifests, strict=True))
+  files = [file for d, m in corpora for file in readers.reader_files(d, m, mine, data.num_readers)]
+  manifests = dict(zip(mixture.names, mixture.manifests, strict=True))
+  fingerprint = stream_fingerprint(data, manifests, seed=seed, batch_size=batch_size)
+  schedule = lambda position: mixture.before(position // batch_size)  # noqa: E731
+  return PipelineSource(datasets, mine, files, batch_size, start_example, state_dir, fingerprint, schedule)
 
 
 def stream_fingerprint(data, manifest: dict, *, seed: int, batch_size: int) -> str:

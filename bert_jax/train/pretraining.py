@@ -25,6 +25,8 @@ from bert_jax.train.job_spec import JobSpec
 from bert_jax.train.objectives import registry
 from bert_jax.train.optim import Steps, make_optimizer, make_schedule
 from bert_jax.train.retrieval_probe import RetrievalProbe
+from bert_jax.train.source_tokens import HISTORY_KEY as SOURCE_TOKENS
+from bert_jax.train.source_tokens import SourceTokens
 from bert_jax.workdir import checkpoints
 
 
@@ -109,6 +111,7 @@ class PretrainingJob(loop.Job):
     self.schedule = make_schedule(config)
     self.batches = BatchSchedule.of(config)
     self._recorded = origin.record(config, self.model_cfg)
+    self.read = SourceTokens(())  # A mixture's tokens read of each source, from `start` on.
 
   @property
   def recorded_config(self):
@@ -119,6 +122,7 @@ class PretrainingJob(loop.Job):
     rows = [
       *self.spec.header_rows(),
       ("data", self.data.describe()),
+      *(("mixture", line) for line in self.data.mixture_lines()),
       (
         "batch",
         f"{self.spec.batch_row}; {config.num_train_steps} steps at learning rate {config.learning_rate:g} "
@@ -172,6 +176,9 @@ class PretrainingJob(loop.Job):
     # own inputs only, not a previous phase's.
     recorded = self.history.get(start_order.INPUTS, {}) if begun.resumed else None
     self.history[start_order.INPUTS] = start_order.record_inputs(self.origin.inputs, recorded)
+    # What a mixture run has read of each source: a resume's carries on; a new run (or phase) counts its own.
+    self.read = SourceTokens(tuple(self.data.mixture_tokens), self.history.get(SOURCE_TOKENS) if begun.resumed else {})
+    self.history.pop(SOURCE_TOKENS, None)
     self.examples_before = self.history["examples_seen"]
     self.positions_before = self.history["token_positions_seen"]
     self.compiled_sizes = set()  # Of the train step in this launch.
@@ -185,9 +192,11 @@ class PretrainingJob(loop.Job):
     self.source = self.data.source(begun.data_position["examples"], state_dir=state_dir)
 
   def _device_batch(self, source, rows: int) -> dict:
-    """The next `rows` examples of `source` as global arrays, checked."""
+    """The next `rows` examples of `source` as global arrays, checked; a mixture's rows counted by source (training's
+    only: evaluation's are another stream)."""
     config = self.config
     host_batch = source.take(rows)
+    (self.read if source is self.source else SourceTokens(())).count(host_batch)
     check_pretraining_batch(
       host_batch,
       batch_size=rows // jax.process_count(),
@@ -228,6 +237,9 @@ class PretrainingJob(loop.Job):
     summary = progress.summarize(sums, steps)
     self.history["train"] = dict(summary, step=step)
     shown = dict(summary, learning_rate=float(self.schedule(step - 1)))
+    if self.read.names:
+      self.history[SOURCE_TOKENS] = self.read.sync()
+      shown.update(self.read.shares())
     if self.batches.warms_up:  # The batch the step read, and the examples so far (progress lines, TensorBoard).
       shown.update(batch_size=self.batches.size(step), examples_seen=self._seen(step)[0])
     return shown
@@ -276,6 +288,8 @@ class PretrainingJob(loop.Job):
       hosts=jax.process_count(),
     )
     self.history["examples_seen"], self.history["token_positions_seen"] = self._seen(step)
+    if self.read.names:
+      self.history[SOURCE_TOKENS] = self.read.sync()
     return position, copy.deepcopy(self.history)
 
   def saved(self, step: int) -> None:

@@ -22,6 +22,8 @@ import jax
 from absl import logging
 from etils import epath
 
+from bert_jax.data import mixture, phases
+from bert_jax.data.batch_warmup import BatchSchedule
 from bert_jax.data.tokenizer import Tokenizer
 from bert_jax.handoff import formats, pretrained
 from bert_jax.model import param_layout
@@ -110,6 +112,51 @@ def _check_readers(config, data_position: dict, step: int) -> None:
   )
 
 
+# The data schedules a resume may change only after its step (data/phases.py): key -> its empty value's meaning.
+_SCHEDULES = {"data.mixture_phases": "0: tau=1", "data.masking_phases": ""}
+
+
+def _check_schedules(saved: dict, config, step: int) -> None:
+  """A resume continues the checkpoint's mixture and data schedules: the same sources (by name, in order; a corpus
+  may have moved), and every schedule the same up to `step`, so that the steps trained are the steps it describes. A
+  schedule may change after `step` where it begins a phase there (`phases.same_before`)."""
+  if config.data.source == "synthetic":
+    return
+  data, before = config.data, saved.get("data", {})
+  names, saved_names = list(mixture.sources(data)), list(mixture.sources(_Keys(before)))
+  if names != saved_names:
+    raise ValueError(
+      f"Checkpoint step {step} was trained on the mixture {saved_names or 'none'} (data.mixture_sources), this "
+      f"config names {names or 'none'}: a resume reads the same sources (declare every source from the start, and "
+      "leave it out of the phases where it is not drawn). Use a new workdir, or init_from the checkpoint."
+    )
+  batches = BatchSchedule.of(config)
+  new_end = config.schedule_end_step or config.num_train_steps
+  old_end = saved.get("schedule_end_step") or saved.get("num_train_steps", new_end)
+  for key, empty in _SCHEDULES.items():
+    name = key.split(".")[1]
+    if name not in data or (not names and key == "data.mixture_phases"):
+      continue
+    new_text, old_text = data[name] or empty, before.get(name, "") or empty
+    if new_text == old_text and new_end == old_end:
+      continue
+    new = phases.resolved(phases.parse(new_text, key), batches, new_end, key) if new_text else []
+    old = phases.resolved(phases.parse(old_text, key), batches, old_end, key) if old_text else []
+    if not phases.same_before(old, new, step):
+      raise ValueError(
+        f"{key} changes the steps before checkpoint step {step}: the checkpoint's {old_text!r} (ending at step "
+        f"{old_end}) against {new_text!r} (ending at {new_end}). A resume may change a schedule only after its step, "
+        f"where the schedule begins a phase (e.g. add '; {step}: ...'); an interpolated phase keeps its end."
+      )
+
+
+class _Keys(dict):
+  """A checkpoint's recorded `config.data` (a dict) read as the config's keys are (`data.mixture_sources`)."""
+
+  def __getattr__(self, name):
+    return self.get(name, "")
+
+
 def run_readers(config, data_position: dict | None) -> int:
   """The run's reader count: the config's if set, else the resumed checkpoint's, else one per host of this (first)
   launch; refused unless it divides the batch, and every size of a batch-size warmup."""
@@ -144,6 +191,7 @@ def find_origin(config, workdir: str, model_cfg: BertConfig, run: Run) -> tuple[
     start_order.check_inputs(workdir, step, inputs)
     start_order.check_frozen(workdir, step, run.frozen)  # A checkpoint older than its inputs' record.
     _check_readers(config, data_position, step)
+    _check_schedules(saved, config, step)
     return Origin(run_readers(config, data_position), inputs=inputs), run.read_frozen()
   readers = run_readers(config, None)
   if not config.init_from:  # A new run: the objective may say from what.
