@@ -37,7 +37,7 @@ NAMES = sorted(p.stem for p in (ROOT / "configs").glob("*.py") if p.stem != "__i
 # The shipped configs whose placeholder path (gs://BUCKET/...) must be replaced before they run: the key it is in.
 PLACEHOLDERS = {
   "distil": "distill.teacher",
-  "ettin_base": ("tokenizer.path", "data.mixture_sources"),
+  "ettin_base": ("data.mixture_sources", "tokenizer.path"),
   "large_phase2": "init_from",
   "modernbert_context_extension": "init_from",
   "modernbert_large_context_extension": "init_from",
