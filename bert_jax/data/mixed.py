@@ -2,10 +2,11 @@
 the same reader of that corpus), and, for each row of the reader's stream, a source drawn by the schedule at the
 row's place in the stream.
 
-Row k of a reader belongs to its batch b = k // (rows per reader batch); the draw is a stateless categorical draw from
-(seed, reader, k) with the schedule's log-weights at b, so which source (and so which document) a row holds is a pure
-function of the seed, the mixture and the row's place: the same on any host count, after any resume. A source's
-stream advances only by the rows drawn from it, so each source reads its corpus in its own order, as alone.
+Row k of a reader belongs to its batch b = k // (rows per reader batch); batch b's draws are stateless categorical
+draws from (seed, reader, b) with the schedule's log-weights at b, row k taking draw k mod (rows per batch). So which
+source (and so which document) a row holds is a pure function of the seed, the mixture and the row's place: the same
+on any host count, after any resume. A source's stream advances only by the rows drawn from it, so each source reads
+its corpus in its own order, as alone.
 """
 
 import dataclasses
@@ -76,20 +77,23 @@ class Mixture:
     return first + fraction * (last - first)
 
 
+def tagged(rows: tf.data.Dataset, index: int) -> tf.data.Dataset:
+  """Source `index`'s rows, each with its `source` (int32): tagged in the source's own stream, before its buffer."""
+  return rows.map(lambda row: dict(row, source=tf.constant(index, tf.int32)))
+
+
 def choose(rows: list[tf.data.Dataset], mixture: Mixture, *, seed: int, reader: int, rows_per_batch: int):
-  """Reader `reader`'s rows drawn from the sources' `rows` (one infinite row stream each), each row with its
-  `source` (the index of its source, int32).
+  """Reader `reader`'s rows drawn from the sources' `rows` (one infinite row stream each, `tagged`).
 
   Nothing after the draw may buffer (no parallel map or batch, no prefetch): a saved iterator state holds its buffers'
   elements, and a resume whose schedule changes at a boundary would replay rows drawn by the old one. Each source's
-  stream buffers before the draw, which the schedule does not touch."""
-  rows = [dataset.map(lambda row, j=j: dict(row, source=tf.constant(j, tf.int32))) for j, dataset in enumerate(rows)]
+  stream buffers before the draw, which the schedule does not touch. The draws of a batch are one op (per row, the
+  stream's overhead halved its throughput): row i of batch b is draw i of the categorical keyed on (seed, reader, b)."""
 
-  def draw(k):
-    logits = mixture.logits_at(k // rows_per_batch)
+  def draw(b):
     key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _DRAW], tf.int64), reader)
-    key = tf.random.experimental.stateless_fold_in(key, k)
-    return tf.cast(tf.random.stateless_categorical(logits[None], 1, key)[0, 0], tf.int64)
+    key = tf.random.experimental.stateless_fold_in(key, b)
+    return tf.random.stateless_categorical(mixture.logits_at(b)[None], rows_per_batch, key, dtype=tf.int64)[0]
 
-  choices = tf.data.Dataset.range(2**62).map(draw)
+  choices = tf.data.Dataset.range(2**62).map(draw).unbatch()
   return tf.data.Dataset.choose_from_datasets(rows, choices, stop_on_empty_dataset=False)

@@ -413,7 +413,7 @@ def reader_dataset(
   options.autotune.enabled = False
   if mixture is not None:  # Rows drawn after every buffer: see `mixed.choose`.
     streams = [
-      rows(directory, source_manifest, seed=mixture.source_seed(seed, j)).prefetch(tf.data.AUTOTUNE)
+      mixed.tagged(rows(directory, source_manifest, seed=mixture.source_seed(seed, j)), j).prefetch(tf.data.AUTOTUNE)
       for j, (directory, source_manifest) in enumerate(zip(mixture.dirs, mixture.manifests, strict=True))
     ]
     dataset = mixed.choose(streams, mixture, seed=seed, reader=reader, rows_per_batch=batch_size // num_readers)
