@@ -39,6 +39,7 @@ PLACEHOLDERS = {
   "distil": "distill.teacher",
   "ettin_base": ("data.mixture_sources", "tokenizer.path"),
   "large_phase2": "init_from",
+  "mmbert_base": ("data.mixture_sources", "tokenizer.path"),
   "modernbert_context_extension": "init_from",
   "modernbert_large_context_extension": "init_from",
 }
