@@ -131,8 +131,8 @@ def _check_schedules(saved: dict, config, step: int) -> None:
       "leave it out of the phases where it is not drawn). Use a new workdir, or init_from the checkpoint."
     )
   batches = BatchSchedule.of(config)
-  new_end = config.schedule_end_step or config.num_train_steps
-  old_end = saved.get("schedule_end_step") or saved.get("num_train_steps", new_end)
+  new_end = phases.end_step(config)
+  old_end = phases.end_step(_Keys(saved)) or new_end  # A checkpoint that records neither: as this config.
   for key, empty in _SCHEDULES.items():
     name = key.split(".")[1]
     if name not in data or (not names and key == "data.mixture_phases"):
@@ -151,7 +151,8 @@ def _check_schedules(saved: dict, config, step: int) -> None:
 
 
 class _Keys(dict):
-  """A checkpoint's recorded `config.data` (a dict) read as the config's keys are (`data.mixture_sources`)."""
+  """A checkpoint's recorded config or `config.data` (a dict) read as the config's keys are
+  (`data.mixture_sources`); a key it lacks reads as empty."""
 
   def __getattr__(self, name):
     return self.get(name, "")
