@@ -35,7 +35,7 @@ _BOUNDARY = flags.DEFINE_integer("boundary", 20, "The step the second phase begi
 _EVERY = flags.DEFINE_integer("checkpoint_every", 4, "Steps between checkpoints.")
 _KILL_AT = flags.DEFINE_multi_integer("kill_at", [18, 23], "Kill a run when its progress line reports this step.")
 
-_START = re.compile(r"start\s+step (\d+): (.*)")
+_START = re.compile(r"^\s*start\s+(.*)$", re.MULTILINE)  # The run header's row: "Resumed from step 16 (...)".
 
 
 def _command(workdir: str, dirs: dict[str, str]) -> list[str]:
@@ -89,7 +89,7 @@ def _launch(command: list[str], kill_at: int | None = None) -> tuple[str, bool]:
 
 def _started(log: str) -> str:
   match = _START.search(log)
-  return f"step {match.group(1)}: {match.group(2)}" if match else "?"
+  return match.group(1).strip() if match else "?"
 
 
 def _scalars(workdir: str, prefixes: tuple[str, ...]) -> dict[tuple[str, int], list[bytes]]:
