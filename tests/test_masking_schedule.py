@@ -1,6 +1,7 @@
 """The masking rate as a schedule (data.masking_phases; data/masking_schedule.py): each prediction's threshold and the
 trim to a rate (masking.py) against the recipe at that rate, by tokens, whole words and spans; each batch's rate by its
-phase; the schedule checked, resolved to reader batches and described; the pipeline's batches following it. Its
+phase; the schedule checked, resolved to reader batches and described; the pipeline's batches following it, and
+evaluation's at its own fixed rate over the same rows. Its
 resumption from saved states: tests/test_pipeline_state.py; a run's: tests/test_train.py's batch warmup."""
 
 import re
@@ -17,6 +18,7 @@ from configs import tiny
 from tests.helpers import MASKING_MASK as MASK
 from tests.helpers import (
   PIPELINE_SCHEDULE,
+  PIPELINE_SEQ,
   assert_same_batches,
   corpus_source,
   generated_rows,
@@ -205,3 +207,55 @@ def test_the_masking_rate_follows_its_schedule_batch_by_batch_over_the_same_rows
     assert _masked_share(batch) == pytest.approx(rate, abs=0.01), b
     np.testing.assert_array_equal(unmasked_ids(batch), unmasked_ids(untrimmed))
     assert not (batch["input_ids"][~selected_positions(batch)] == 4).any(), b
+
+
+def test_evaluation_masks_at_its_own_rate_over_the_same_held_out_rows(pipeline_corpus, tmp_path):
+  """data.eval_masked_lm_prob: evaluation masks at its rate whatever the training rate (ModernBERT trains at 30% and
+  evaluates at 15%), over the same held-out rows; 0 evaluates at the training rate, as before the key existed."""
+  import os
+
+  from bert_jax.data.corpus import Corpus
+  from bert_jax.model.bert_config import BertConfig
+  from configs import tiny
+
+  prepared, manifest, tokenizer = pipeline_corpus
+  assert manifest["eval_documents"] >= 2  # Evaluation reads the held-out split, not a sample of the training one.
+
+  def corpus(masked_lm_prob, eval_masked_lm_prob, masking_phases=""):
+    config = tiny.get_config()
+    config.tokenizer.update(kind="wordpiece", path=os.path.join(os.path.dirname(prepared), "vocab.txt"))
+    config.data.update(
+      embedded_corpus="", prepared_dir=prepared, max_seq_length=PIPELINE_SEQ, max_predictions_per_seq=40
+    )
+    config.data.update(shuffle_buffer=100, num_readers=1, masked_lm_prob=masked_lm_prob)
+    config.data.update(eval_masked_lm_prob=eval_masked_lm_prob, masking_phases=masking_phases)
+    config.update(batch_size=16)
+    model = BertConfig(vocab_size=tokenizer.vocab_size, max_position_embeddings=PIPELINE_SEQ)
+    return Corpus(config, str(tmp_path), model, tokenizer)
+
+  def evaluation(*keys):
+    return next_batches(corpus(*keys).source(0, evaluation=True), 3)
+
+  def unmasked(batches):  # The rows' tokens before masking.
+    rows = []
+    for batch in batches:
+      tokens, weighted = batch["input_ids"].copy(), batch["masked_lm_weights"] > 0
+      row = np.arange(len(tokens))[:, None].repeat(weighted.shape[1], 1)
+      tokens[row[weighted], batch["masked_lm_positions"][weighted]] = batch["masked_lm_ids"][weighted]
+      rows.append(tokens)
+    return np.concatenate(rows)
+
+  def masked_share(batches):
+    return sum(b["masked_lm_weights"].sum() for b in batches) / sum(b["input_mask"].sum() for b in batches)
+
+  at_15 = evaluation(0.15, 0.15)
+  assert_same_batches(evaluation(0.3, 0.15), at_15)  # Training at 30%, evaluating at 15%: the same batches,
+  assert_same_batches(evaluation(0.15, 0.0), at_15)  # as evaluating at the training rate of 15% (0: today's).
+  at_30 = evaluation(0.3, 0.0)  # At the training rate of 30%: the same rows, twice the masks.
+  np.testing.assert_array_equal(unmasked(at_30), unmasked(at_15))
+  assert masked_share(at_15) == pytest.approx(0.15, abs=0.01) and masked_share(at_30) == pytest.approx(0.3, abs=0.01)
+  # A masking-rate schedule is training's: evaluation masks as without it, while training follows it.
+  assert_same_batches(evaluation(0.3, 0.15, "0: 0.1"), at_15)
+  assert_same_batches(evaluation(0.3, 0.0, "0: 0.1"), at_30)
+  training = next_batches(corpus(0.3, 0.15, "0: 0.1").source(0), 3)
+  assert masked_share(training) == pytest.approx(0.1, abs=0.01)

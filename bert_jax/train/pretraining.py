@@ -196,7 +196,10 @@ class PretrainingJob(loop.Job):
     only: evaluation's are another stream)."""
     config = self.config
     host_batch = source.take(rows)
-    (self.read if source is self.source else SourceTokens(())).count(host_batch)
+    if source is self.source:
+      self.read.count(host_batch)  # Takes `source` out of the batch.
+    else:
+      host_batch.pop("source", None)
     check_pretraining_batch(
       host_batch,
       batch_size=rows // jax.process_count(),
