@@ -147,7 +147,7 @@ def _run(config, checked) -> None:
   from bert_jax import paths
   from bert_jax.data import beam_options, vocabulary
   from bert_jax.dry_run import tpu_topology
-  from bert_jax.handoff import export
+  from bert_jax.handoff import export_errors
 
   mode, workdir = checked.mode, _WORKDIR.value
   if mode in ("pretrain", "finetune"):
@@ -155,7 +155,7 @@ def _run(config, checked) -> None:
     return
   try:
     result = jobs.start(config, workdir, checked)
-  except (export.ExportError, export.ExportStopped) as error:  # One line: what failed, and that nothing is left.
+  except (export_errors.ExportError, export_errors.ExportStopped) as error:  # One line: what failed, what is left.
     print(error, file=sys.stderr, flush=True)
     sys.exit(error.exit_code)
   except vocabulary.Interrupted as error:  # Without the interpreter's shutdown, which the trainer's thread outlives.

@@ -17,7 +17,7 @@ import time
 import pytest
 from etils import epath
 
-from bert_jax.handoff import export, pretrained
+from bert_jax.handoff import export, export_errors, pretrained
 from tests.helpers import hf_bert_directory
 
 
@@ -74,7 +74,7 @@ def test_a_full_disk_during_a_hugging_face_export_is_one_line_naming_the_file_an
   _fill_the_disk_at(monkeypatch, "model.safetensors")
   partial = rf"{tmp_path}/\.hf\.partial-[0-9a-f]{{8}}"
   target = tmp_path / "hf"
-  with pytest.raises(export.ExportError) as raised:
+  with pytest.raises(export_errors.ExportError) as raised:
     export.export(exports["bundle"], str(target), "huggingface")
   assert re.fullmatch(
     rf"Export to {target} failed writing {partial}/export/model\.safetensors: No space left on device \(ENOSPC\); "
@@ -86,7 +86,7 @@ def test_a_full_disk_during_a_hugging_face_export_is_one_line_naming_the_file_an
   shutil.copytree(exports["huggingface"], target)
   before = {name: (target / name).read_bytes() for name in os.listdir(target)}
   with pytest.raises(
-    export.ExportError, match=r"No space left on device \(ENOSPC\); it still holds the export it held"
+    export_errors.ExportError, match=r"No space left on device \(ENOSPC\); it still holds the export it held"
   ):
     export.export(exports["bundle"], str(target), "huggingface", overwrite=True)
   assert {name: (target / name).read_bytes() for name in os.listdir(target)} == before
@@ -105,7 +105,7 @@ def test_a_full_disk_during_a_bundle_export_is_one_line_naming_the_params_and_le
   soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
   resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, hard))
   try:
-    with caplog.at_level(logging.DEBUG), pytest.raises(export.ExportError) as raised:
+    with caplog.at_level(logging.DEBUG), pytest.raises(export_errors.ExportError) as raised:
       export.export(source, str(target), "bundle")
   finally:
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
@@ -117,7 +117,7 @@ def test_a_full_disk_during_a_bundle_export_is_one_line_naming_the_params_and_le
   assert sorted(os.listdir(tmp_path)) == ["source"]
   assert not [record.getMessage()[:200] for record in caplog.records if record.levelno >= logging.WARNING]
   with pytest.raises(OSError) as full:  # A full disk's code, as tensorstore ends its message.
-    with export._storage_errors_as_os_errors(target / "params"):
+    with export_errors.storage_errors_as_os_errors(target / "params"):
       raise ValueError("Error writing ...\nFailed to write 359866 bytes: No space left on device [os_error_code='28']")
   assert (full.value.errno, full.value.filename) == (errno.ENOSPC, str(target / "params"))
 
@@ -216,7 +216,7 @@ def test_an_export_killed_stopped_or_refused_a_write_says_so_in_one_line_and_lea
 
   on_gcs = f"{gcs_bucket}/hf"
   _fill_the_disk_at(monkeypatch, "model.safetensors")
-  with pytest.raises(export.ExportError) as raised:
+  with pytest.raises(export_errors.ExportError) as raised:
     export.export(exports["bundle"], on_gcs, "huggingface")
   assert str(raised.value) == (
     f"Export to {on_gcs} failed writing {on_gcs}/model.safetensors: No space left on device (ENOSPC); it holds no "

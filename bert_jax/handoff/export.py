@@ -56,15 +56,11 @@ An export that cannot finish leaves nothing behind and says so in one line:
 
 import contextlib
 import datetime
-import errno
 import functools
 import importlib.metadata
 import json
-import logging as std_logging
 import os
 import re
-import signal
-import threading
 import time
 import uuid
 
@@ -77,6 +73,7 @@ from etils import epath
 from bert_jax import paths
 from bert_jax.data.tokenizer import Tokenizer, bpe, file_sha256
 from bert_jax.handoff import (
+  export_errors,
   export_formats,
   formats,
   google_format,
@@ -86,6 +83,7 @@ from bert_jax.handoff import (
   pretrained,
   sentence_transformers,
 )
+from bert_jax.handoff.export_errors import ExportStopped
 from bert_jax.model.bert_config import to_bert_json
 from bert_jax.model.electra import generator_as_masked_lm
 from bert_jax.model.heads import HF_ARCHITECTURES, TaskHead
@@ -121,110 +119,8 @@ PARTIAL_TIMEOUT_SECONDS = 300.0
 _STAGED = "export"  # The folder of a partial directory that becomes the target.
 
 
-class ExportError(RuntimeError):
-  """A write failed (a full disk, a refused write); the message is one line: the target, the path being written, the
-  cause, and what is left. `--mode=export` exits with `exit_code`."""
-
-  exit_code = 1
-
-
-class ExportStopped(BaseException):
-  """SIGTERM stopped the export; the message is one line saying what is left. `--mode=export` exits with
-  `exit_code` (128 + SIGTERM)."""
-
-  exit_code = 128 + signal.SIGTERM
-
-
-class _Sigterm(BaseException):
-  """Raised in the main thread by SIGTERM during an export."""
-
-
-class _StopOnSigterm:
-  """While entered in the main thread (Python runs signal handlers there only; entered elsewhere it does nothing),
-  SIGTERM raises `_Sigterm` in the main thread, once: another one while the first unwinds is ignored. Within
-  `deferred()` it is raised at the block's end; after `hold()`, a SIGTERM only sets `received`."""
-
-  active: "_StopOnSigterm | None" = None  # The one entered, for writers to defer it.
-
-  def __enter__(self) -> "_StopOnSigterm":
-    self.received, self._held, self._deferring = False, False, False
-    self._installed = threading.current_thread() is threading.main_thread()
-    if self._installed:
-      self._previous = signal.signal(signal.SIGTERM, self._handle)
-      _StopOnSigterm.active = self
-    return self
-
-  def _handle(self, signum, frame) -> None:
-    first, self.received = not self.received, True
-    if first and not self._held and not self._deferring:
-      raise _Sigterm()
-
-  def hold(self) -> None:
-    self._held = True
-
-  @contextlib.contextmanager
-  def deferred(self):
-    self._deferring = True
-    try:
-      yield
-    finally:
-      self._deferring = False
-    if self.received and not self._held:
-      raise _Sigterm()
-
-  def __exit__(self, *exc_info) -> None:
-    if self._installed:
-      signal.signal(signal.SIGTERM, self._previous)
-      _StopOnSigterm.active = None
-
-
-def _sigterm_deferred():
-  """A block that SIGTERM does not interrupt, but stops at its end (Orbax's background threads write until the
-  checkpointer closes: cut short, they would write into a partial directory being removed)."""
-  guard = _StopOnSigterm.active
-  return guard.deferred() if guard is not None else contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _writing(path):
-  """Names `path` in an OSError raised while it is written, if the error names no file (a full disk's ENOSPC, raised
-  by a write to an open file, does not)."""
-  try:
-    yield
-  except OSError as error:
-    if error.filename is None:
-      error.filename = str(path)
-    raise
-
-
-def _orbax_error_lines_at_debug(record: std_logging.LogRecord) -> bool:
-  """Orbax's own error lines of a failed save (one per thread of the save, 130 on a full disk) at DEBUG: the export's
-  one line says the failure (`_storage_errors_as_os_errors`)."""
-  if "/orbax/" in record.pathname.replace(os.sep, "/") and record.levelno >= std_logging.ERROR:
-    record.levelno, record.levelname = std_logging.DEBUG, "DEBUG"
-  return True
-
-
-@contextlib.contextmanager
-def _storage_errors_as_os_errors(path: epath.Path):
-  """An Orbax save into `path` whose storage failed (tensorstore's error, a ValueError ending in the system's error
-  code: "... Failed to write ...: No space left on device [os_error_code='28']") raises the OSError it reports, naming
-  `path`, as every other write of an export does; Orbax's own error lines meanwhile at DEBUG."""
-  absl_logger = std_logging.getLogger("absl")
-  absl_logger.addFilter(_orbax_error_lines_at_debug)
-  try:
-    yield
-  except (ValueError, RuntimeError) as error:
-    code = re.search(r"os_error_code='(\d+)'", str(error))
-    if code is None:
-      raise
-    raise OSError(int(code.group(1)), os.strerror(int(code.group(1))), str(path)) from None
-  finally:
-    absl_logger.removeFilter(_orbax_error_lines_at_debug)
-
-
 def _write(path: epath.Path, content: bytes | str) -> None:
-  with _writing(path):
+  with export_errors.writing(path):
     if isinstance(content, str):
       path.write_text(content)
     else:
@@ -270,8 +166,8 @@ def _history(source: formats.Source) -> dict:
 def _write_bundle(loaded: pretrained.Pretrained, directory: epath.Path, merge: dict | None = None) -> None:
   """`loaded` as a bundle in `directory`; `merge`: what a merge made it from (`--mode=merge`), in its manifest."""
   params = jax.device_get(loaded.params)
-  with _writing(directory / "params"), _storage_errors_as_os_errors(directory / "params"):
-    with _sigterm_deferred(), ocp.StandardCheckpointer() as checkpointer:
+  with export_errors.writing(directory / "params"), export_errors.storage_errors_as_os_errors(directory / "params"):
+    with export_errors.sigterm_deferred(), ocp.StandardCheckpointer() as checkpointer:
       checkpointer.save(directory / "params", params)
   _write(directory / google_format.CONFIG, json.dumps(to_bert_json(loaded.config), indent=2))
   (filename,) = _write_tokenizer(loaded.tokenizer, directory, "bundle")
@@ -325,7 +221,7 @@ def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, dire
   task = loaded.task
   if task is not None and task.head in ("span", "token"):  # transformers' models of these heads have no pooler.
     tensors = {name: value for name, value in tensors.items() if not name.startswith("bert.pooler.")}
-  with _writing(directory / hf_format.SAFETENSORS):
+  with export_errors.writing(directory / hf_format.SAFETENSORS):
     hf_format.save_safetensors(tensors, directory / hf_format.SAFETENSORS)
   _write_tokenizer(loaded.tokenizer, directory, "huggingface")
   config = hf_configs.hf_config(model_cfg, hf_format.architecture(params, model_cfg), loaded.tokenizer)
@@ -336,7 +232,7 @@ def _write_hf_model(loaded: pretrained.Pretrained, params: dict, model_cfg, dire
 
 def _write_google(loaded: pretrained.Pretrained, directory: epath.Path) -> None:
   tensors = hf_format.hf_from_params(jax.device_get(loaded.params), loaded.config)
-  with _writing(directory / google_format.CHECKPOINT):
+  with export_errors.writing(directory / google_format.CHECKPOINT):
     google_format.write_checkpoint(tensors, directory)
   _write_tokenizer(loaded.tokenizer, directory, "google")
   _write(directory / google_format.CONFIG, json.dumps(to_bert_json(loaded.config), indent=2))
@@ -407,7 +303,7 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
   if not directory:
     raise ValueError("export.dir is empty: name the directory to write (local or gs://).")
   target = _target(directory)
-  with _StopOnSigterm() as sigterm:
+  with export_errors.StopOnSigterm() as sigterm:
     try:
       replaced_format = _check_target(source, source, target, overwrite)
       loaded = pretrained.load(source)  # Checks the source before anything is written.
@@ -418,7 +314,7 @@ def export(source: str, directory: str, format: str = "bundle", overwrite: bool 
         chosen = settings(embedding, loaded.embedding) if embedding is not None else loaded.embedding or Settings()
         write = functools.partial(_write_sentence_transformers, embedding=chosen)
       _write_into(loaded, target, write, replaced_format, sigterm)
-    except _Sigterm:  # Before writing began (while writing, the writers name what they leave).
+    except export_errors.Sigterm:  # Before writing began (while writing, the writers name what they leave).
       raise ExportStopped(f"Export to {target} stopped by SIGTERM before it began writing.") from None
     if sigterm.received:
       logging.warning("SIGTERM arrived while the export was renamed into place; %s is complete.", target)
@@ -451,10 +347,10 @@ def write_bundle(loaded: pretrained.Pretrained, directory: str, sources, key: st
   `directory`, whose manifest records `merge` (what it was made from); all or nothing, as `export` writes (the module
   docstring). `directory` is refused as `check_new_target(directory, sources, key)` refuses it; returns it."""
   target = check_new_target(directory, sources, key)
-  with _StopOnSigterm() as sigterm:
+  with export_errors.StopOnSigterm() as sigterm:
     try:
       _write_into(loaded, target, functools.partial(_write_bundle, merge=merge), None, sigterm)
-    except _Sigterm:  # Before writing began (while writing, the writers name what they leave).
+    except export_errors.Sigterm:  # Before writing began (while writing, the writers name what they leave).
       raise ExportStopped(f"Writing {target} stopped by SIGTERM before it began.") from None
   logging.info("Wrote the bundle %s.", target)
   return str(target)
@@ -483,7 +379,9 @@ def _check_format(source: str, loaded: pretrained.Pretrained, format: str) -> No
     )
 
 
-def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, write, sigterm: _StopOnSigterm) -> None:
+def _export_locally(
+  loaded: pretrained.Pretrained, target: epath.Path, write, sigterm: export_errors.StopOnSigterm
+) -> None:
   """Writes into a partial directory beside `target`, then renames it into place: all or nothing."""
   _remove_dead_partials(target)
   partial = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
@@ -506,10 +404,10 @@ def _export_locally(loaded: pretrained.Pretrained, target: epath.Path, write, si
       replaced.rmtree()
     else:
       (partial / _STAGED).rename(target)
-  except (_Sigterm, OSError) as error:
+  except (export_errors.Sigterm, OSError) as error:
     sigterm.hold()  # Cleaning up, not to be cut short.
     held.release()
-    raise _one_line(error, target, f"{kept}; {_removed(partial)}") from None
+    raise export_errors.one_line(error, target, f"{kept}; {_removed(partial)}") from None
   finally:
     sigterm.hold()
     held.release()
@@ -528,8 +426,8 @@ def _export_to_gcs(loaded: pretrained.Pretrained, target: epath.Path, write, rep
       target.rmtree()
     target.mkdir(parents=True, exist_ok=True)
     write(loaded, target)
-  except (_Sigterm, OSError) as error:
-    raise _one_line(error, target, f"it holds no export ({_removed(target)})") from None
+  except (export_errors.Sigterm, OSError) as error:
+    raise export_errors.one_line(error, target, f"it holds no export ({_removed(target)})") from None
 
 
 def _removed(directory: epath.Path) -> str:
@@ -539,20 +437,7 @@ def _removed(directory: epath.Path) -> str:
       directory.rmtree()
     return f"the partial files in {directory} are removed"
   except OSError as error:
-    return f"the partial files in {directory} could not be removed ({_cause(error)}): delete them"
-
-
-def _cause(error: OSError) -> str:
-  name = errno.errorcode.get(error.errno)
-  return f"{error.strerror} ({name})" if error.strerror and name else str(error)
-
-
-def _one_line(error: BaseException, target: epath.Path, left: str) -> BaseException:
-  """The error `export` raises for a SIGTERM or a failed write: one line with the target, the path, the cause and
-  `left` (what is left)."""
-  if isinstance(error, _Sigterm):
-    return ExportStopped(f"Export to {target} stopped by SIGTERM; {left}.")
-  return ExportError(f"Export to {target} failed writing {error.filename or target}: {_cause(error)}; {left}.")
+    return f"the partial files in {directory} could not be removed ({export_errors.cause(error)}): delete them"
 
 
 def _remove_dead_partials(target: epath.Path) -> None:
@@ -576,7 +461,7 @@ def _remove_dead_partials(target: epath.Path) -> None:
         continue
       partial.rmtree()
     except OSError as error:  # Not this export's to fail for.
-      logging.warning("Could not remove %s, left by an earlier export: %s", partial, _cause(error))
+      logging.warning("Could not remove %s, left by an earlier export: %s", partial, export_errors.cause(error))
       continue
     logging.warning("Removed %s, left by an export to %s that was killed before it finished.", partial, target)
 
