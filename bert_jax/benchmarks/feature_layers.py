@@ -28,6 +28,7 @@ import time
 from absl import app, flags, logging
 from etils import epath
 
+from bert_jax import jobs
 from bert_jax.bertology import feature_based
 from bert_jax.finetune import job
 from bert_jax.handoff import formats
@@ -107,7 +108,7 @@ def _finetuned() -> dict:
   config.finetune.num_epochs = FLAGS.finetune_epochs
   config.sweep.learning_rates = FLAGS.finetune_learning_rates
   start = time.perf_counter()
-  summary = job.finetune(config, str(workdir))
+  summary = jobs.run(config, str(workdir), "finetune")
   summary["seconds"] = time.perf_counter() - start
   (workdir / job.METRICS_FILE).write_text(json.dumps(summary, indent=1))
   return summary

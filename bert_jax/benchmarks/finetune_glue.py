@@ -30,6 +30,7 @@ import numpy as np
 from absl import app, flags, logging
 from etils import epath
 
+from bert_jax import jobs
 from bert_jax.benchmarks import random_start
 from bert_jax.data.tokenizer import load_tokenizer
 from bert_jax.finetune import glue, job, plan, rows
@@ -135,7 +136,7 @@ def _run(task: str, init: str, contestant: str) -> dict:
   start = time.perf_counter()
   config = _config(task, init, schedule)
   if who == "bert_jax":
-    summary = job.finetune(config, str(workdir))
+    summary = jobs.run(config, str(workdir), "finetune")
   else:
     summary = _reference(config, task)
   if summary is None:  # Preempted (SIGTERM): its checkpoint is saved, its metrics are not final.
