@@ -87,8 +87,8 @@ def choose(rows: list[tf.data.Dataset], mixture: Mixture, *, seed: int, reader: 
 
   Nothing after the draw may buffer (no parallel map or batch, no prefetch): a saved iterator state holds its buffers'
   elements, and a resume whose schedule changes at a boundary would replay rows drawn by the old one. Each source's
-  stream buffers before the draw, which the schedule does not touch. The draws of a batch are one op (per row, the
-  stream's overhead halved its throughput): row i of batch b is draw i of the categorical keyed on (seed, reader, b)."""
+  stream buffers before the draw, which the schedule does not touch. The draws of a batch are one op (a draw per row
+  cost a third of the throughput): row i of batch b is draw i of the categorical keyed on (seed, reader, b)."""
 
   def draw(b):
     key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _DRAW], tf.int64), reader)
