@@ -79,7 +79,7 @@ FILE_SECONDS = {  # file: (fast tier, slow tier)
   "test_pipeline.py": (23, 37),  # ~
   "test_encoder.py": (19, 23),
   "test_pretrained.py": (25, 15),  # ~
-  "test_merge.py": (20, 0),  # Measured 2026-12-02 without the wordpiece_run it asks for (counted elsewhere).
+  "test_merge.py": (14, 6),  # ~ Measured 2026-12-02 without the wordpiece_run it asks for (counted elsewhere).
   "test_hf_and_google_formats.py": (13, 25),  # ~
   "test_train_step.py": (18, 22),
   "test_guard.py": (0, 37),
@@ -96,7 +96,9 @@ FILE_SECONDS = {  # file: (fast tier, slow tier)
   "test_optim.py": (13, 0),
   "test_architectures.py": (9, 0),
   "test_masking.py": (9, 0),
-  "test_masking_schedule.py": (16, 0),  # Its 1,100 generated rows masked at 30% by each scheme; two streams.
+  "test_masking_schedule.py": (28, 10),  # ~ 1,100 generated rows masked at 30% by each scheme; two streams.
+  "test_mixture.py": (16, 67),  # ~ 2026-12-03: the resumptions and two listings went slow (67 of 83 seconds).
+  "test_embedder.py": (49, 0),  # 2026-12-03, `-n 0` beside a pretraining run (as test_mixture.py's).
 }
 
 

@@ -182,6 +182,7 @@ def _masked_share(batch: dict) -> float:
   return batch["masked_lm_weights"].sum() / (batch["input_mask"] > 0).sum()
 
 
+@pytest.mark.slow  # A pipeline's batches; the rate per batch is test_a_batchs_rate_follows_its_phase_...
 def test_the_masking_rate_follows_its_schedule_batch_by_batch_over_the_same_rows(pipeline_corpus, data_config):
   """Each batch is masked at the rate of its place in the stream (constant phases, a linear decay, the last rate
   after), over the rows of the stream without a schedule; a batch at the selection rate is that stream's, bitwise;

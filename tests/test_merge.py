@@ -114,6 +114,7 @@ def test_the_last_checkpoints_weighted_mean_is_a_bundle_that_every_consumer_read
   _assert_close(origin.params, jax.device_get(loaded.params))
 
 
+@pytest.mark.slow  # The weighted mean's bundle stays fast (the test above).
 def test_named_steps_and_several_workdirs_average_equally_or_as_weighted(runs, tmp_path):
   a, b, config, params, _ = runs
   jobs.run(_merge_config(config, steps="4,2", output_dir=str(tmp_path / "steps")), str(a), "merge")

@@ -96,6 +96,7 @@ def test_a_temperature_anneals_within_its_phase(two_corpora, data_config):
   np.testing.assert_allclose(logits[3], [0, 0], atol=1e-6)  # Past the end: the last phase's last value.
 
 
+@pytest.mark.slow  # Resumption over three streams of 8 batches (about 25 CPU-seconds).
 def test_the_stream_is_the_same_on_any_host_count_and_after_a_resume(two_corpora, data_config, tmp_path):
   data = _data(data_config, two_corpora[0], "0: a=1,b=1; 4: a=1,b=4", num_readers=2)
   whole = next_batches(_source(two_corpora, data), 8)
@@ -114,6 +115,7 @@ def test_the_stream_is_the_same_on_any_host_count_and_after_a_resume(two_corpora
         np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
 
 
+@pytest.mark.slow  # Resumption; the rule itself is test_same_before_allows_changes_only_after_the_resumed_step.
 def test_a_schedule_changed_at_a_declared_boundary_keeps_the_saved_state(two_corpora, data_config, tmp_path):
   dirs = two_corpora[0]
   before = _data(data_config, dirs, "0: a=1,b=1; 4: a=1")
@@ -297,7 +299,14 @@ def test_sources_are_checked_when_the_run_opens_them(two_corpora, tmp_path):
     open_with(a=dirs["a"], c=str(other))
 
 
-@pytest.mark.parametrize("instances, packed", [("doc_sentences", False), ("nsp", True), ("full_sentences", False)])
+@pytest.mark.parametrize(
+  "instances, packed",
+  [  # One fast; the other two instance kinds (several CPU-seconds each) in the slow tier.
+    pytest.param("doc_sentences", False, marks=pytest.mark.slow),
+    pytest.param("nsp", True, marks=pytest.mark.slow),
+    ("full_sentences", False),
+  ],
+)
 def test_the_listing_names_each_rows_documents_without_changing_the_rows(two_corpora, data_config, instances, packed):
   """The data order's stream (rows with their documents' ids) is the training stream's rows; a DOC-SENTENCES row's
   tokens are its document's."""
@@ -332,6 +341,7 @@ def test_the_listing_names_each_rows_documents_without_changing_the_rows(two_cor
     assert any(text[i : i + len(original)] == original.tolist() for i in range(len(text))), (row, name, shard, index)
 
 
+@pytest.mark.slow  # Resumption (about 11 CPU-seconds).
 def test_a_masking_schedule_trims_the_mixed_rows_and_resumes_exactly(two_corpora, data_config, tmp_path):
   """data.masking_phases on a mixture (data/masking_schedule.py): each batch of drawn rows at the rate of its place in
   the stream, from 30% down to 5% over 4 batches; restored and replayed from batch 3 as it ran."""
