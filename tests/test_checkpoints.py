@@ -8,6 +8,8 @@ import logging
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -478,3 +480,20 @@ class _Idle:
 
   def close(self):
     pass
+
+
+@pytest.mark.slow  # A fresh interpreter.
+def test_a_program_that_imports_checkpoints_before_parsing_its_flags_still_logs_at_info():
+  """Every benchmark imports bert_jax before app.run parses its flags: the quieting of Orbax's handler registration
+  at import marked --verbosity as given (-1, warnings only), and the jobs' progress lines never showed."""
+  code = "\n".join(
+    [
+      "from absl import app, logging",
+      "import bert_jax.workdir.checkpoints",
+      "app.run(lambda argv: logging.info('a progress line'))",
+    ]
+  )
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "a progress line" in result.stderr
+  assert "Type handler registry overriding" not in result.stderr  # Orbax's warning stays out.

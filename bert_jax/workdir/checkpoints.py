@@ -141,12 +141,17 @@ MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 @contextlib.contextmanager
 def _quiet_orbax_warnings():
-  previous = logging.get_verbosity()
-  logging.set_verbosity(logging.ERROR)
+  """Orbax's warnings (it logs through absl's logger) are dropped inside the block. The logger's own level, not absl's
+  verbosity: setting the verbosity, even back to what it was, marks --verbosity as given, and a program that imports
+  this module before app.run parses its flags (every benchmark) then kept absl's default, warnings only, instead of
+  INFO: its jobs' progress lines never showed."""
+  logger = logging.get_absl_logger()
+  previous = logger.level
+  logger.setLevel(std_logging.ERROR)
   try:
     yield
   finally:
-    logging.set_verbosity(previous)
+    logger.setLevel(previous)
 
 
 def _write_small_arrays_from_one_replica() -> None:
