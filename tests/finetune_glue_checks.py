@@ -19,10 +19,10 @@ def a_fine_tuning_stopped_before_its_last_step_writes_no_metrics(workdir: str):
   final."""
   with flagsaver.as_parsed(workdir=workdir, glue_dir="/glue", vocab="vocab.txt", init_from="/pretrained"):
     with mock.patch.object(finetune_glue, "_config", return_value=None):
-      with mock.patch.object(finetune_glue.jobs, "run", return_value=None) as finetune:
+      with mock.patch.object(finetune_glue.jobs, "run", return_value=None) as run:
         with pytest.raises(SystemExit, match="sst2/pretrained/bert_jax:transformers stopped before its last step"):
           finetune_glue._run("sst2", "pretrained", "bert_jax:transformers")
-  assert finetune.call_count == 1
+  assert run.call_count == 1
   assert not list(pathlib.Path(workdir).rglob("metrics.json"))
 
 
