@@ -58,3 +58,24 @@ def random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes(workdir:
   random_model = plan.model_config(random_run, None)
   assert random_model == plan.model_config(pretrained_run, source)
   assert (random_model.rope_theta, random_model.local_attention, random_model.hidden_dropout_prob) == (160_000.0, 8, 0)
+
+
+def the_modernbert_recipe_is_the_references_per_task_and_flags_override_it_only_where_given(workdir: str):
+  """--recipe=modernbert takes each task's rate, epochs, rows and batch from configs/glue_modernbert.py (the
+  program's own defaults, BERT's 3e-4 among them, do not leak into it); a flag given on the command line wins."""
+  from configs import glue_modernbert
+
+  flags.FLAGS.mark_as_parsed()
+  with flagsaver.as_parsed(workdir=workdir, glue_dir="/glue", vocab="vocab.txt", init_from="/p", recipe="modernbert"):
+    rte, cola = finetune_glue._recipe("rte"), finetune_glue._recipe("cola")
+  assert (rte.learning_rate, rte.sweep.learning_rates, rte.batch_size, rte.finetune.num_epochs) == (1e-5, "", 16, 3)
+  assert (rte.finetune.max_seq_length, rte.adam_b2, rte.max_grad_norm) == (256, 0.98, float("inf"))
+  cola_rate, _, cola_epochs, _ = glue_modernbert.RECIPES["cola"]
+  assert (cola.learning_rate, cola.finetune.num_epochs) == (cola_rate, cola_epochs)
+  given = dict(recipe="modernbert", learning_rates="3e-4", max_seq_length="default:128")
+  with flagsaver.as_parsed(workdir=workdir, glue_dir="/glue", vocab="vocab.txt", init_from="/p", **given):
+    rte = finetune_glue._recipe("rte")
+  assert (rte.sweep.learning_rates, rte.finetune.max_seq_length, rte.batch_size, rte.adam_b2) == ("3e-4", 128, 16, 0.98)
+  with flagsaver.as_parsed(workdir=workdir, glue_dir="/glue", vocab="vocab.txt", init_from="/p"):  # BERT's recipe.
+    rte = finetune_glue._recipe("rte")
+  assert (rte.sweep.learning_rates, rte.batch_size, rte.finetune.num_epochs, rte.adam_b2) == ("3e-4", 32, 2, 0.999)

@@ -47,3 +47,10 @@ def test_random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes(tmp
   _check(
     f"random_weights_are_those_of_the_model_the_pretrained_run_fine_tunes({str(tmp_path)!r})", "finetune_glue_checks"
   )
+
+
+def test_the_modernbert_recipe_is_the_references_per_task_and_flags_override_it_only_where_given(tmp_path):
+  _check(
+    f"the_modernbert_recipe_is_the_references_per_task_and_flags_override_it_only_where_given({str(tmp_path)!r})",
+    "finetune_glue_checks",
+  )

@@ -1,5 +1,6 @@
 """Every shipped config passes the checks, every out-of-range value is refused before anything is written, the two
-BERT-Large phases fit together, as do ModernBERT's phase 1 and context extension, and the tiny ModernBERT learns."""
+BERT-Large phases fit together, as do ModernBERT's phase 1 and context extension, the tiny ModernBERT learns, and
+ModernBERT's GLUE recipe decays weights as its reference does."""
 
 import functools
 import importlib
@@ -12,14 +13,16 @@ import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bert_jax import config_checks, jobs
 from bert_jax.handoff import pretrained
 from bert_jax.model.bert_config import ARCHITECTURE_FIELDS, SIZE_FIELDS
-from bert_jax.train.optim import make_optimizer, make_schedule
+from bert_jax.train.optim import Steps, make_optimizer, make_schedule
 from configs import (
   default,
+  glue_modernbert,
   large,
   large_phase2,
   modernbert_base,
@@ -426,3 +429,24 @@ def test_a_mistyped_tokenizer_path_with_the_embedded_corpus_is_refused_before_an
   with pytest.raises(FileNotFoundError, match=r"tokenizer.path='.*spm.modle' does not exist. With data.embedded_corp"):
     prepare.prepare_for_run(config, str(tmp_path / "run"))
   assert not (tmp_path / "run").exists() and not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("task", sorted(glue_modernbert.RECIPES))
+def test_modernberts_glue_recipe_decays_a_weight_as_the_references_decoupled_adamw_does(task):
+  """At the task's peak rate, a step with no gradient multiplies a kernel by 1 - the reference's decoupled decay
+  (Composer's DecoupledAdamW: the decay not scaled by the rate), and the task, rate, batch and epochs are its."""
+  config = glue_modernbert.get_config(task)
+  rate, decay, epochs, batch = glue_modernbert.RECIPES[task]
+  assert (config.finetune.task, config.learning_rate, config.batch_size) == (task, rate, batch)
+  assert (config.finetune.num_epochs, config.adam_b2, config.max_grad_norm) == (epochs, 0.98, float("inf"))
+  tx = make_optimizer(config, steps=Steps(0, 10))
+  params = {"dense": {"kernel": jnp.full((3,), 2.0)}}
+  new = optax.apply_updates(params, tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)[0])
+  np.testing.assert_allclose(new["dense"]["kernel"], 2.0 * (1 - decay), rtol=1e-6)
+  checked = jobs.check(config, "finetune")
+  assert checked.members[0].learning_rate == rate
+
+
+def test_modernberts_glue_recipe_names_an_unknown_task():
+  with pytest.raises(ValueError, match=r"configs/glue_modernbert.py:mnli-x: expected one of \['cola', "):
+    glue_modernbert.get_config("mnli-x")

@@ -113,7 +113,8 @@ def _problem(command: str) -> str | None:
     return "--config and --workdir are required"
   if config_path.startswith("$"):  # A template (launch/run.sh's `--config=$CONFIG`): no file to read.
     return "overrides of a config that is a variable" if overrides else None
-  if not (config_path.startswith("configs/") and (ROOT / config_path).is_file()):
+  config_file = config_path.partition(":")[0]  # configs/glue_modernbert.py:rte: get_config("rte").
+  if not (config_file.startswith("configs/") and (ROOT / config_file).is_file()):
     return f"no config file {config_path}"
 
   # The config flag as main.py defines it (a locked config file; every `--config.key` must name a key), fresh.

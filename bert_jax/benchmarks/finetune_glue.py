@@ -38,6 +38,9 @@ from bert_jax.finetune.members import Member, sweep_members
 from bert_jax.handoff import export, pretrained
 from bert_jax.train.optim import LINEAR_SCHEDULES
 from configs import glue as glue_config
+from configs import glue_modernbert
+
+RECIPES = ("bert", "modernbert")
 
 _GLUE_DIR = flags.DEFINE_string("glue_dir", None, "Directory holding the GLUE task directories (SST-2, MRPC, ...).")
 _INIT_FROM = flags.DEFINE_string("init_from", "", "The pretrained source (and the random model's sizes).")
@@ -59,6 +62,14 @@ _SEQ = flags.DEFINE_string(
   "max_seq_length", "sst2:64,cola:32,mrpc:64,default:128", "Tokens per row per task, as above."
 )
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Batch size.")
+_RECIPE = flags.DEFINE_enum(
+  "recipe",
+  "bert",
+  list(RECIPES),
+  "The fine-tuning config: bert (configs/glue.py, with this program's learning rate, epochs, rows and batch "
+  "defaults) or modernbert (configs/glue_modernbert.py: its reference's per task; the flags above override it "
+  "only where given).",
+)
 
 
 def _per_task(text: str, task: str) -> float:
@@ -66,17 +77,31 @@ def _per_task(text: str, task: str) -> float:
   return float(pairs.get(task, pairs["default"]))
 
 
+def _given(flag) -> bool:
+  """Whether `flag` sets this run's value: always under --recipe=bert, where given under the reference's recipe."""
+  return _RECIPE.value == "bert" or flag.present
+
+
+def _recipe(task: str):
+  """`task`'s fine-tuning config under --recipe, with the flags that set its epochs, rows, rates and batch."""
+  config = glue_config.get_config() if _RECIPE.value == "bert" else glue_modernbert.get_config(task)
+  config.finetune.update(task=task, data_dir=os.path.join(_GLUE_DIR.value, glue.TASKS[task].glue_dir))
+  if _given(_EPOCHS):
+    config.finetune.num_epochs = _per_task(_EPOCHS.value, task)
+  if _given(_SEQ):
+    config.finetune.max_seq_length = int(_per_task(_SEQ.value, task))
+  if _given(_LEARNING_RATES):
+    config.sweep.learning_rates = _LEARNING_RATES.value
+  if _given(_BATCH):
+    config.batch_size = _BATCH.value
+  config.sweep.seeds = _SEEDS.value
+  config.update(log_every_steps=100, seed=_SEED.value)
+  return config
+
+
 def _config(task: str, init: str, schedule: str):
-  config = glue_config.get_config()
+  config = _recipe(task)
   config.lr_schedule = schedule
-  config.finetune.update(
-    task=task,
-    data_dir=os.path.join(_GLUE_DIR.value, glue.TASKS[task].glue_dir),
-    num_epochs=_per_task(_EPOCHS.value, task),
-    max_seq_length=int(_per_task(_SEQ.value, task)),
-  )
-  config.sweep.update(learning_rates=_LEARNING_RATES.value, seeds=_SEEDS.value)
-  config.update(batch_size=_BATCH.value, log_every_steps=100, seed=_SEED.value)
   if init == "pretrained":
     config.init_from = _INIT_FROM.value
   else:
@@ -195,18 +220,19 @@ def main(argv):
   (epath.Path(_WORKDIR.value) / "results.json").write_text(json.dumps(results, indent=1))
 
   names = [f"{init} {c}" for init, c in columns]
-  header = "| task (dev metric) | epochs, seq | majority class | " + " | ".join(names) + " |"
+  header = "| task (dev metric) | epochs, seq, batch | majority class | " + " | ".join(names) + " |"
   lines = [header, "|" + "---|" * (3 + len(names))]
   for task, by_column in results.items():
     any_summary = next(iter(by_column.values()))
     for rate in any_summary["sweep"]:
       cells = [_cell(summary["sweep"][rate]) for summary in by_column.values()]
-      setting = f"{_per_task(_EPOCHS.value, task):g}, {int(_per_task(_SEQ.value, task))}"
+      recipe = _recipe(task)
+      setting = f"{recipe.finetune.num_epochs:g}, {recipe.finetune.max_seq_length}, {recipe.batch_size}"
       majority = f"{100 * _majority(task):.1f}"
       row = f"| {task} ({any_summary['main_metric']}), lr {rate} | {setting} | {majority} | " + " | ".join(cells)
       lines.append(row + " |")
   seeds = len(any_summary["members"]) // len(any_summary["sweep"])
-  print(f"\nDev metric x 100, mean +- std (population) over {seeds} seeds, final evaluation; batch {_BATCH.value}.")
+  print(f"\nDev metric x 100, mean +- std (population) over {seeds} seeds, final evaluation; {_RECIPE.value}'s recipe.")
   print("\n".join(lines))
   for task, by_column in results.items():
     for name, summary in by_column.items():
