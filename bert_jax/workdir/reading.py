@@ -33,17 +33,15 @@ def _summary(error: Exception) -> str:
 def _quiet_libraries():
   """While a restore is attempted, the libraries' own error logs (Orbax and tensorstore log a traceback per
   damaged file, about a thousand lines for a truncated item) are dropped: the failure is raised, then named in
-  one line per item by the caller."""
-  previous = logging.get_verbosity()
+  one line per item by the caller. The loggers' own levels ("absl" is absl's logger), not absl's verbosity, as
+  `checkpoints._quiet_orbax_warnings` explains."""
   loggers = [pylogging.getLogger(name) for name in ("absl", "orbax", "tensorstore", "jax")]
   levels = [logger.level for logger in loggers]
-  logging.set_verbosity(logging.FATAL)
   for logger in loggers:
     logger.setLevel(pylogging.CRITICAL + 1)
   try:
     yield
   finally:
-    logging.set_verbosity(previous)  # First: it sets the absl logger's level, which the loop below puts back as it was.
     for logger, level in zip(loggers, levels, strict=True):
       logger.setLevel(level)
 
